@@ -1,0 +1,83 @@
+"""Cluster-level operator configuration (Helm values → ConfigMap → operator): network profiles
+and topology levels. Pure pydantic, shared by the operator, the planner and `phalanx plan`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from phalanx.api.types import Model, Quantity
+
+
+class Fabric(StrEnum):
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    EFA = "efa"
+    GPUDIRECT_TCPX = "gpudirect-tcpx"
+    ETHERNET = "ethernet"
+
+
+class TopoFile(Model):
+    path: str = Field(..., pattern=r"^/", description="Path of NCCL_TOPO_FILE inside the pod.")
+    host_path: str | None = Field(None, description="Mount from the node (e.g. /opt/microsoft/ndv5-topo.xml).")
+    config_map: str | None = Field(None, description="Or from a ConfigMap (key = file name).")
+
+
+class TorchWatchdog(Model):
+    async_error_handling: int = Field(3, ge=0, le=3, description="TORCH_NCCL_ASYNC_ERROR_HANDLING")
+    enable_monitoring: bool = Field(True, description="TORCH_NCCL_ENABLE_MONITORING")
+    heartbeat_timeout_seconds: int = Field(600, ge=1, description="TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC")
+    dump_on_timeout: bool = Field(False, description="TORCH_NCCL_DUMP_ON_TIMEOUT")
+    pg_timeout_seconds: int = Field(600, ge=1, description="Process-group timeout (PHALANX_PG_TIMEOUT_SECONDS).")
+
+
+class NetworkProfile(Model):
+    fabric: Fabric = Fabric.ETHERNET
+    hcas: list[str] = Field(default_factory=list, description="HCAs as <hca>[:port]; rendered NCCL_IB_HCA='=...'.")
+    socket_ifname: str | None = Field(None, description="NCCL_SOCKET_IFNAME (prefix list, ^ excludes, = exact).")
+    gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX (RoCE).")
+    cross_nic: int | None = Field(None, ge=0, le=2, description="NCCL_CROSS_NIC (0 rail-optimised).")
+    ib_timeout: int | None = Field(None, ge=1, le=31)
+    ib_retry_cnt: int | None = Field(None, ge=0, le=7)
+    rdma_resource: str | None = Field(None, description="Extended resource for RDMA, e.g. rdma/rdma_shared_device_a.")
+    rdma_count: int = Field(1, ge=1)
+    multus_networks: str | None = Field(None, description="k8s.v1.cni.cncf.io/networks annotation value.")
+    ipc_lock: bool = Field(False, description="Add the IPC_LOCK capability (RDMA memory registration).")
+    shm_size: Quantity | None = Field(None, description="Default /dev/shm size for jobs on this profile.")
+    topo_file: TopoFile | None = None
+    allow_host_network: bool = Field(False, description="Jobs may opt into hostNetwork.")
+    tcpx_socket_ifname: str | None = Field(None, description="NCCL_GPUDIRECTTCPX_SOCKET_IFNAME")
+    tcpx_ctrl_dev: str | None = Field(None, description="NCCL_GPUDIRECTTCPX_CTRL_DEV")
+    env: dict[str, str] = Field(default_factory=dict, description="Further system env for this fabric.")
+    watchdog: TorchWatchdog = Field(default_factory=TorchWatchdog)
+
+
+class TopologyLevel(Model):
+    name: str = Field(..., description="Level name used by jobs (e.g. block, subblock, hostname).")
+    label: str = Field(..., description="Node label key holding the domain of this level.")
+    bandwidth_gbps: float = Field(100.0, gt=0, description="Per-node bandwidth (GB/s) across this level.")
+    latency_us: float = Field(5.0, ge=0, description="Per-hop latency (µs) across this level.")
+    oversubscription: float = Field(1.0, ge=1.0, description="Oversubscription above this level.")
+
+
+def default_levels() -> list[TopologyLevel]:
+    return [
+        TopologyLevel(name="block", label="phalanx.dev/topology-block", bandwidth_gbps=25, latency_us=10, oversubscription=2),
+        TopologyLevel(name="subblock", label="phalanx.dev/topology-subblock", bandwidth_gbps=50, latency_us=5),
+        TopologyLevel(name="hostname", label="kubernetes.io/hostname", bandwidth_gbps=50, latency_us=2),
+    ]
+
+
+class TopologyConfig(Model):
+    levels: list[TopologyLevel] = Field(default_factory=default_levels, description="Coarse → fine; hostname last.")
+    nvlink_label: str = Field("nvidia.com/gpu.clique", description="NVLink-domain label (GFD).")
+    intra_node_bandwidth_gbps: float = Field(450.0, gt=0, description="NVLink per-GPU bandwidth (GB/s).")
+    intra_node_latency_us: float = Field(1.0, ge=0)
+
+
+class OperatorConfig(Model):
+    network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
+    topology: TopologyConfig = Field(default_factory=TopologyConfig)
+    pod_create_concurrency: int = Field(32, ge=1, le=1024)
+    default_shm_size: Quantity = "2Gi"

@@ -1,0 +1,93 @@
+"""Every key, label, annotation, gate, finalizer and env name Phalanx uses. One place only."""
+
+from __future__ import annotations
+
+GROUP = "phalanx.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+SINGULAR = "trainingjob"
+SHORT_NAMES = ["tj"]
+CATEGORIES = ["all", "phalanx"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Labels on every child object.
+LABEL_PREFIX = f"{GROUP}/"
+LABEL_JOB_NAME = f"{GROUP}/job-name"
+LABEL_NODE_RANK = f"{GROUP}/node-rank"
+LABEL_RESTART_ATTEMPT = f"{GROUP}/restart-attempt"
+LABEL_COMPONENT = f"{GROUP}/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "phalanx-operator"
+
+COMPONENT_WORKER = "worker"
+COMPONENT_SERVICE = "rendezvous"
+COMPONENT_CONFIG = "config"
+
+# Annotations.
+ANNOTATION_SPEC_HASH = f"{GROUP}/spec-hash"
+ANNOTATION_PLACEMENT = f"{GROUP}/placement"
+ANNOTATION_PROGRESS_PREFIX = f"{GROUP}/kopf"
+
+# Scheduling gate that holds a gang until the whole gang is placed.
+GANG_SCHEDULING_GATE = f"{GROUP}/gang"
+
+# Finalizer (kopf's own finalizer is renamed to ours).
+FINALIZER = f"{GROUP}/finalizer"
+
+# Rendezvous.
+DEFAULT_MASTER_PORT = 29500
+PROGRESS_PORT = 29600
+METRICS_PORT = 29601
+RUNTIME_CONFIG_DIR = "/etc/phalanx"
+RUNTIME_CONFIG_FILE = "config.json"
+RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
+SHM_MOUNT_PATH = "/dev/shm"
+DEFAULT_SHM_SIZE = "2Gi"
+CONTAINER_NAME = "trainer"
+
+# Env injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_NNODES = "NNODES"
+ENV_NODE_RANK = "NODE_RANK"
+ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
+ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
+ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
+ENV_PET_NNODES = "PET_NNODES"
+ENV_PET_NODE_RANK = "PET_NODE_RANK"
+ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+ENV_PET_RDZV_BACKEND = "PET_RDZV_BACKEND"
+ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+ENV_PET_RDZV_ID = "PET_RDZV_ID"
+ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
+ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
+ENV_CONFIG_PATH = "PHALANX_CONFIG"
+ENV_JOB_NAME = "PHALANX_JOB_NAME"
+ENV_NAMESPACE = "PHALANX_NAMESPACE"
+ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
+ENV_POD_NAME = "PHALANX_POD_NAME"
+ENV_NODE_NAME = "PHALANX_NODE_NAME"
+ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
+ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
+ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
+
+# Extended resources.
+RESOURCE_GPU = "nvidia.com/gpu"
+
+# Condition types.
+COND_VALID = "Valid"
+COND_CREATED = "Created"
+COND_SCHEDULABLE = "Schedulable"
+COND_RUNNING = "Running"
+COND_RESTARTING = "Restarting"
+COND_SUSPENDED = "Suspended"
+COND_SUCCEEDED = "Succeeded"
+COND_FAILED = "Failed"
+
+# Operator process defaults.
+DEFAULT_LIVENESS_PORT = 8080
+DEFAULT_OPERATOR_METRICS_PORT = 9090
+DEFAULT_POD_CREATE_CONCURRENCY = 32
