@@ -91,3 +91,38 @@ COND_FAILED = "Failed"
 DEFAULT_LIVENESS_PORT = 8080
 DEFAULT_OPERATOR_METRICS_PORT = 9090
 DEFAULT_POD_CREATE_CONCURRENCY = 32
+
+# --- Placement, network wiring and gang backends (gang/, render/network.py, backends/) ---------
+RESOURCE_CPU = "cpu"
+RESOURCE_MEMORY = "memory"
+RESOURCE_PODS = "pods"
+RESOURCE_EFA = "vpc.amazonaws.com/efa"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+TOPOLOGY_UNKNOWN_DOMAIN = "unknown"
+
+# Multus secondary networks (SR-IOV / RDMA) on the pod.
+ANNOTATION_MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+DNS_POLICY_HOST_NETWORK = "ClusterFirstWithHostNet"
+# hostNetwork jobs get a per-job block of ports (rendezvous, progress, metrics) from this range.
+HOST_NETWORK_PORT_RANGE = (20000, 29999)
+SHM_VOLUME_NAME = "dshm"
+TOPO_FILE_VOLUME_NAME = "nccl-topo"
+
+# Volcano.
+VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
+VOLCANO_SCHEDULER_NAME = "volcano"
+ANNOTATION_VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+# scheduler-plugins coscheduling.
+COSCHEDULING_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
+LABEL_COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+# Kueue (plain-pod groups).
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+ANNOTATION_KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+ANNOTATION_KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# Kubernetes Workload API (KEP-4671).
+WORKLOAD_API_GROUP = "scheduling.k8s.io"
+WORKLOAD_POD_GROUP_NAME = "workers"
