@@ -1,0 +1,159 @@
+"""The topology tree: node labels + configured levels (coarse → fine, hostname last).
+
+A domain is identified by its path from the root, a tuple of label values, one per level down to
+its own: ``("b1",)`` is block b1, ``("b1", "s3")`` is subblock s3 inside b1. Paths (not bare
+values) keep equal names under different parents apart. A node without a level's label sits in
+the ``unknown`` domain of that level under its parent; such domains are never assumed to be
+co-located (the planner does not use them to satisfy ``required``, the cost model treats them as
+crossing the level). The finest level falls back to the node name: a host is its own domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from phalanx.api.config import TopologyConfig, TopologyLevel
+from phalanx.constants import TOPOLOGY_UNKNOWN_DOMAIN
+from phalanx.gang.inventory import NodeInfo
+
+Path = tuple[str, ...]
+UNKNOWN = TOPOLOGY_UNKNOWN_DOMAIN
+
+
+def _sort_key(value: str) -> tuple[int, tuple]:
+    """Natural order ('n2' < 'n10'), unknown last."""
+    if value == UNKNOWN:
+        return (1, ())
+    parts: list = []
+    num = ""
+    txt = ""
+    for ch in value:
+        if ch.isdigit():
+            if txt:
+                parts.append((1, txt, 0))
+                txt = ""
+            num += ch
+        else:
+            if num:
+                parts.append((0, "", int(num)))
+                num = ""
+            txt += ch
+    if num:
+        parts.append((0, "", int(num)))
+    if txt:
+        parts.append((1, txt, 0))
+    return (0, tuple(parts))
+
+
+@dataclass
+class Topology:
+    levels: list[TopologyLevel]
+    paths: dict[str, Path]  # node name -> full path (one value per level)
+    children: dict[Path, list[Path]] = field(default_factory=dict)  # domain -> child domains, DFS order
+    members: dict[Path, list[str]] = field(default_factory=dict)  # finest domain -> node names
+
+    @classmethod
+    def build(
+        cls, nodes: Iterable[NodeInfo], levels: Sequence[TopologyLevel] | TopologyConfig | None = None
+    ) -> Topology:
+        if levels is None:
+            levels = TopologyConfig().levels
+        elif isinstance(levels, TopologyConfig):
+            levels = levels.levels
+        levels = list(levels)
+        if not levels:
+            raise ValueError("topology needs at least one level")
+        last = len(levels) - 1
+        paths: dict[str, Path] = {}
+        child_sets: dict[Path, set[Path]] = {}
+        members: dict[Path, list[str]] = {}
+        for node in nodes:
+            vals = []
+            for i, lvl in enumerate(levels):
+                v = node.labels.get(lvl.label)
+                if not v:
+                    v = node.name if i == last else UNKNOWN
+                vals.append(v)
+            path = tuple(vals)
+            paths[node.name] = path
+            for i in range(len(path)):
+                child_sets.setdefault(path[:i], set()).add(path[: i + 1])
+            members.setdefault(path, []).append(node.name)
+        children = {
+            k: sorted(v, key=lambda p: _sort_key(p[-1])) for k, v in child_sets.items()
+        }
+        for v in members.values():
+            v.sort(key=_sort_key)
+        return cls(levels=levels, paths=paths, children=children, members=members)
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    @property
+    def level_names(self) -> list[str]:
+        return [lvl.name for lvl in self.levels]
+
+    def level_index(self, name_or_label: str) -> int:
+        """Index of a level given by name ('subblock') or label key. Raises KeyError."""
+        for i, lvl in enumerate(self.levels):
+            if name_or_label in (lvl.name, lvl.label):
+                return i
+        known = ", ".join(f"{lvl.name} ({lvl.label})" for lvl in self.levels)
+        raise KeyError(f"unknown topology level {name_or_label!r}; known: {known}")
+
+    @staticmethod
+    def is_unknown(path: Path) -> bool:
+        return bool(path) and path[-1] == UNKNOWN
+
+    def domain_of(self, node: str, level: int) -> Path:
+        return self.paths[node][: level + 1]
+
+    def order(self, nodes: Iterable[str]) -> list[str]:
+        """Depth-first order of the tree: consecutive nodes share the deepest possible domain."""
+        return sorted(nodes, key=lambda n: tuple(_sort_key(v) for v in self.paths[n]) + (_sort_key(n),))
+
+    def span(self, nodes: Iterable[str]) -> dict[str, int]:
+        """Number of distinct domains used at each level."""
+        nodes = list(nodes)
+        return {
+            lvl.name: len({self.paths[n][: i + 1] for n in nodes}) for i, lvl in enumerate(self.levels)
+        }
+
+    def counts(self, nodes: Iterable[str]) -> dict[Path, int]:
+        """How many of ``nodes`` each domain (and the root ``()``) holds."""
+        out: dict[Path, int] = {}
+        for n in nodes:
+            path = self.paths[n]
+            for i in range(len(path) + 1):
+                key = path[:i]
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def describe(self, path: Path) -> str:
+        """'block=b1/subblock=s3' for a domain path."""
+        return "/".join(f"{self.levels[i].name}={v}" for i, v in enumerate(path))
+
+
+def topology_levels(
+    config: TopologyConfig | None = None, names: Sequence[str] | None = None
+) -> list[TopologyLevel]:
+    """The configured levels, optionally narrowed/re-ordered by name or label key (``--levels``).
+
+    A name that is not configured is taken as a bare label key with default link figures.
+    """
+    config = config or TopologyConfig()
+    if not names:
+        return list(config.levels)
+    by_key: Mapping[str, TopologyLevel] = {}
+    for lvl in config.levels:
+        by_key = {**by_key, lvl.name: lvl, lvl.label: lvl}
+    out = []
+    for n in names:
+        n = n.strip()
+        if not n:
+            continue
+        out.append(by_key.get(n) or TopologyLevel(name=n.rsplit("/", 1)[-1], label=n))
+    return out
