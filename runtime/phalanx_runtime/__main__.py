@@ -1,0 +1,3 @@
+from phalanx_runtime.launch import main
+
+raise SystemExit(main())

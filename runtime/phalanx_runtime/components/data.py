@@ -1,0 +1,163 @@
+"""Data: synthetic, token files (np.memmap, uint16/uint32) or the built-in byte-level corpus.
+
+Every source is a list of fixed-length samples (``seq_len + 1`` tokens: inputs and shifted
+labels). Step ``s`` consumes global samples ``perm[s·G … (s+1)·G)`` (G = global batch, a fresh
+deterministic permutation each epoch); data-parallel rank ``r`` of ``D`` takes the contiguous
+slice ``r·G/D … (r+1)·G/D`` of it. So a run with any data-parallel degree sees exactly the
+tokens of the single-process run, and the position is one integer: ``state_dict()`` /
+``load_state_dict()`` resume it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+CORPUS_MAX_BYTES = int(os.environ.get("PHALANX_CORPUS_MAX_BYTES", 8 << 20))
+
+
+class SyntheticSource:
+    """Learnable synthetic sequences: x[t+1] = (x[t] + stride) mod V, stride and start drawn
+    per sample from a generator seeded by (seed, index) — deterministic on every machine."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, num_samples: int = 1 << 20):
+        self.vocab, self.seq_len, self.seed, self.n = vocab_size, seq_len, seed, num_samples
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(i))
+        start = torch.randint(0, self.vocab, (1,), generator=g)
+        stride = torch.randint(1, max(self.vocab // 8, 2), (1,), generator=g)
+        t = torch.arange(self.seq_len + 1)
+        return (start + stride * t) % self.vocab
+
+
+class TokenSource:
+    """A flat token file (np.memmap, uint16 or uint32), cut into non-overlapping samples."""
+
+    def __init__(self, path: str, dtype: str, seq_len: int):
+        import numpy as np
+
+        self.arr = np.memmap(path, dtype=np.dtype(dtype), mode="r")
+        self.seq_len = seq_len
+        self.n = (len(self.arr) - 1) // seq_len
+        if self.n < 1:
+            raise ValueError(f"data.path: {path} holds {len(self.arr)} tokens, fewer than seqLen + 1")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import numpy as np
+
+        s = int(i) * self.seq_len
+        return torch.from_numpy(np.asarray(self.arr[s:s + self.seq_len + 1], dtype=np.int64))
+
+
+def corpus_files() -> list[Path]:
+    """The Python standard library's .py sources, in a deterministic (sorted) order."""
+    root = Path(os.path.dirname(os.__file__))
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__", "test", "tests", "idlelib"))
+        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
+    return sorted(files, key=lambda p: str(p.relative_to(root)))
+
+
+def corpus_bytes(max_bytes: int = CORPUS_MAX_BYTES) -> bytes:
+    out, n = [], 0
+    for f in corpus_files():
+        try:
+            b = f.read_bytes()
+        except OSError:
+            continue
+        out.append(b)
+        n += len(b)
+        if n >= max_bytes:
+            break
+    return b"".join(out)[:max_bytes]
+
+
+class CorpusSource:
+    """Byte-level text (vocab 256) so the demo trains on real text with no download."""
+
+    def __init__(self, seq_len: int, max_bytes: int = CORPUS_MAX_BYTES):
+        data = corpus_bytes(max_bytes)
+        self.tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        self.seq_len = seq_len
+        self.n = (len(self.tokens) - 1) // seq_len
+        self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
+        self.python = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        s = int(i) * self.seq_len
+        return self.tokens[s:s + self.seq_len + 1].long()
+
+
+def make_source(source: str, *, seq_len: int, vocab_size: int, seed: int, path: str | None = None,
+                dtype: str = "uint16"):
+    if source == "synthetic":
+        return SyntheticSource(vocab_size, seq_len, seed)
+    if source == "tokens":
+        if not path:
+            raise ValueError("data.path is required when source is tokens")
+        return TokenSource(path, dtype, seq_len)
+    if source == "corpus":
+        return CorpusSource(seq_len)
+    raise ValueError(f"data.source: unknown source {source!r}")
+
+
+class DataLoader:
+    """Deterministic, sharded by data-parallel rank, resumable by ``state_dict``."""
+
+    def __init__(self, source, *, global_batch: int, dp_rank: int, dp_size: int, seed: int,
+                 shuffle: bool = True):
+        if global_batch % dp_size:
+            raise ValueError(f"training.globalBatchSize {global_batch} not divisible by data-parallel degree {dp_size}")
+        self.source, self.global_batch, self.seed, self.shuffle = source, global_batch, seed, shuffle
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.local_batch = global_batch // dp_size
+        self.step = 0  # global batches consumed
+        self._perm_epoch, self._perm = -1, None
+
+    def _index(self, k: int) -> int:
+        n = len(self.source)
+        epoch, j = divmod(k, n)
+        if not self.shuffle:
+            return j
+        if n > (1 << 24):
+            # Large sources: an affine permutation (2654435761 is prime) instead of randperm(n).
+            return (j * 2654435761 + epoch * 97) % n
+        if epoch != self._perm_epoch:
+            g = torch.Generator().manual_seed(self.seed + 7919 * epoch)
+            self._perm, self._perm_epoch = torch.randperm(n, generator=g), epoch
+        return int(self._perm[j])
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        base = self.step * self.global_batch + self.dp_rank * self.local_batch
+        rows = torch.stack([self.source[self._index(base + i)] for i in range(self.local_batch)])
+        self.step += 1
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+    def __iter__(self):
+        while True:
+            yield self.next_batch()
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "global_batch": self.global_batch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("global_batch", self.global_batch) != self.global_batch:
+            # Resume at the same token position even if the global batch changed.
+            self.step = (state["step"] * state["global_batch"]) // self.global_batch
+        else:
+            self.step = int(state["step"])

@@ -1,0 +1,58 @@
+"""A small JSON HTTP endpoint on node-rank 0 that the operator polls for TrainingJob status:
+``GET /`` (or ``/progress``) → {"step", "totalSteps", "loss", "tokensPerSecond", "lastCheckpoint",
+...}; ``GET /healthz`` → ok."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Progress:
+    def __init__(self, total_steps: int, world_size: int, job: str = ""):
+        self._lock = threading.Lock()
+        self._state = {"job": job, "phase": "Starting", "step": 0, "totalSteps": total_steps, "loss": None,
+                       "tokensPerSecond": None, "mfu": None, "stepTimeSeconds": None, "lastCheckpoint": None,
+                       "worldSize": world_size, "startTime": time.time(), "updatedAt": time.time()}
+
+    def update(self, **kw) -> None:
+        with self._lock:
+            self._state.update(kw)
+            self._state["updatedAt"] = time.time()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return dict(self._state)
+
+
+class ProgressServer:
+    def __init__(self, progress: Progress, port: int, host: str = "0.0.0.0"):
+        progress_ref = progress
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                if self.path.rstrip("/") in ("", "/progress"):
+                    body, code = json.dumps(progress_ref.snapshot()).encode(), 200
+                elif self.path == "/healthz":
+                    body, code = b'{"ok": true}', 200
+                else:
+                    body, code = b'{"error": "not found"}', 404
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # quiet
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="phalanx-progress", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
