@@ -1,0 +1,96 @@
+"""Shared shapes of the backend renderers."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.gang.inventory import format_amount
+
+
+@dataclass
+class PodMutation:
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    scheduler_name: str | None = None  # set unless the pod already names one
+    add_gates: list[str] = field(default_factory=list)
+    remove_gates: list[str] = field(default_factory=list)
+    spec_fields: dict[str, Any] = field(default_factory=dict)  # e.g. workloadRef / schedulingGroup
+
+
+@dataclass
+class BackendRender:
+    objects: list[dict[str, Any]] = field(default_factory=list)  # create before the pods
+    pod: PodMutation = field(default_factory=PodMutation)
+    errors: list[str] = field(default_factory=list)
+
+
+def owner_reference(job: Any) -> list[dict[str, Any]]:
+    """ownerReferences to the TrainingJob (needs its uid), so the objects are garbage-collected."""
+    uid = getattr(job.metadata, "uid", None)
+    if not uid:
+        return []
+    return [{"apiVersion": C.API_VERSION, "kind": C.KIND, "name": job.metadata.name, "uid": uid,
+             "controller": True, "blockOwnerDeletion": True}]
+
+
+def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name or job.metadata.name,
+        "namespace": job.metadata.namespace,
+        "labels": {C.LABEL_JOB_NAME: job.metadata.name, C.LABEL_MANAGED_BY: C.MANAGED_BY},
+    }
+    owners = owner_reference(job)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def pod_requests(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Per-pod requests in canonical units (as the planner sees them), without the pods slot."""
+    from phalanx.gang.planner import GangRequest
+
+    req = dict(GangRequest.from_spec(spec, "", extra_requests=extra).requests)
+    req.pop(C.RESOURCE_PODS, None)
+    return req
+
+
+def min_resources(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Whole-gang requests (per pod × nodes) as Kubernetes quantity strings."""
+    return {k: format_amount(k, v * spec.nodes) for k, v in pod_requests(spec, extra).items()}
+
+
+def apply_mutation(pod: dict[str, Any], m: PodMutation) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    meta = pod.setdefault("metadata", {})
+    spec = pod.setdefault("spec", {})
+    if m.labels:
+        meta.setdefault("labels", {}).update(m.labels)
+    if m.annotations:
+        meta.setdefault("annotations", {}).update(m.annotations)
+    if m.scheduler_name and not spec.get("schedulerName"):
+        spec["schedulerName"] = m.scheduler_name
+    gates = [g for g in spec.get("schedulingGates", []) if g.get("name") not in m.remove_gates]
+    for g in m.add_gates:
+        if all(x.get("name") != g for x in gates):
+            gates.append({"name": g})
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    for k, v in m.spec_fields.items():
+        spec[k] = copy.deepcopy(v)
+    return pod
+
+
+def level_label(spec_level: str | None, levels: Any) -> str | None:
+    """The node-label key of a job's topology level (given by name or label)."""
+    if not spec_level:
+        return None
+    for lvl in levels or ():
+        if spec_level in (lvl.name, lvl.label):
+            return lvl.label
+    return spec_level

@@ -1,0 +1,33 @@
+"""scheduler-plugins coscheduling: a scheduling.x-k8s.io/v1alpha1 PodGroup {minMember,
+minResources, scheduleTimeoutSeconds}; pods carry the label scheduling.x-k8s.io/pod-group and run
+under the scheduler that has the Coscheduling plugin (default: scheduler-plugins-scheduler)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.backends.base import BackendRender, PodMutation, min_resources, object_meta
+
+
+def render(
+    job: Any,
+    *,
+    extra_requests: Mapping[str, Any] | None = None,
+    scheduler_name: str = C.COSCHEDULING_SCHEDULER_NAME,
+    **_: Any,
+) -> BackendRender:
+    spec = job.spec
+    sched = spec.scheduling
+    pg_spec: dict[str, Any] = {"minMember": spec.nodes, "minResources": min_resources(spec, extra_requests)}
+    if sched.gang_timeout_seconds > 0:
+        pg_spec["scheduleTimeoutSeconds"] = sched.gang_timeout_seconds
+    pg = {"apiVersion": C.COSCHEDULING_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job),
+          "spec": pg_spec}
+    mutation = PodMutation(
+        labels={C.LABEL_COSCHEDULING_POD_GROUP: job.metadata.name},
+        scheduler_name=sched.scheduler_name or scheduler_name,
+        remove_gates=[C.GANG_SCHEDULING_GATE],
+    )
+    return BackendRender(objects=[pg], pod=mutation)

@@ -1,0 +1,13 @@
+"""Native backend: Phalanx plans the gang itself (gang.planner) and holds pods behind its own
+scheduling gate until the whole gang is pinned; no extra objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.backends.base import BackendRender, PodMutation
+
+
+def render(job: Any, **_: Any) -> BackendRender:
+    return BackendRender(objects=[], pod=PodMutation(add_gates=[C.GANG_SCHEDULING_GATE]))
