@@ -258,11 +258,11 @@ class NetworkSpec(Model):
 class FailurePolicy(Model):
     max_restarts: int = Field(3, ge=0, description="Whole-gang restarts before the job fails.")
     retryable_exit_codes: list[int] = Field(
-        default_factory=list,
+        default_factory=list, max_length=256,
         description="Exit codes always retried, besides 128-255 (signals) which are retryable by default.",
     )
     permanent_exit_codes: list[int] = Field(
-        default_factory=list, description="Exit codes that fail the job at once, even if 128-255."
+        default_factory=list, max_length=256, description="Exit codes that fail the job at once, even if 128-255."
     )
     backoff_seconds: int = Field(10, ge=0, description="First restart delay; doubles each restart.")
     max_backoff_seconds: int = Field(300, ge=0)
@@ -296,8 +296,8 @@ class TrainingJobSpec(Model):
 
     image: str = Field(..., min_length=1, description="Runtime image.")
     image_pull_policy: str = Field("IfNotPresent", json_schema_extra={"enum": ["Always", "IfNotPresent", "Never"]})
-    command: list[str] | None = Field(None, description="User entrypoint mode: replaces the runtime's command.")
-    args: list[str] | None = None
+    command: list[str] | None = Field(None, max_length=64, description="User entrypoint mode: replaces the runtime's command.")
+    args: list[str] | None = Field(None, max_length=256)
     nodes: int = Field(1, ge=1, le=16384, description="Pods (one per node).")
     procs_per_node: int = Field(1, ge=1, le=64, description="Worker processes per pod (usually GPUs per node).")
     resources: Resources = Field(default_factory=Resources)
@@ -313,12 +313,12 @@ class TrainingJobSpec(Model):
     suspend: bool = False
     active_deadline_seconds: int | None = Field(None, ge=1)
     ttl_seconds_after_finished: int | None = Field(None, ge=0)
-    env: list[KubeObject] = Field(default_factory=list, description="core/v1 EnvVar list added to the trainer.")
-    tolerations: list[KubeObject] = Field(default_factory=list)
+    env: list[KubeObject] = Field(default_factory=list, max_length=256, description="core/v1 EnvVar list added to the trainer.")
+    tolerations: list[KubeObject] = Field(default_factory=list, max_length=64)
     node_selector: dict[str, str] = Field(default_factory=dict)
     service_account_name: str | None = None
-    volumes: list[KubeObject] = Field(default_factory=list, description="Extra core/v1 Volumes.")
-    volume_mounts: list[KubeObject] = Field(default_factory=list, description="Extra core/v1 VolumeMounts for the trainer.")
+    volumes: list[KubeObject] = Field(default_factory=list, max_length=64, description="Extra core/v1 Volumes.")
+    volume_mounts: list[KubeObject] = Field(default_factory=list, max_length=64, description="Extra core/v1 VolumeMounts for the trainer.")
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
 
     # --- derived, not on the wire -------------------------------------------------------
@@ -367,7 +367,9 @@ class TrainingJobStatus(Model):
     nodes: str = Field("0/0", description="ready/total, for the printer column.")
     world_size: int | None = None
     restarts: int = 0
-    restart_attempt: int = 0
+    restart_attempt: int = Field(0, description="Generation of the pod set (bumped by restarts and resume).")
+    attempt_created: bool = Field(False, description="Every pod of the current attempt was created once.")
+    next_restart_time: str | None = None
     step: int | None = None
     total_steps: int | None = None
     loss: float | None = None

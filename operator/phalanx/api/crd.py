@@ -1,0 +1,166 @@
+"""Generate the TrainingJob CustomResourceDefinition from the pydantic models.
+
+Pydantic's JSON schema is turned into a Kubernetes structural schema: references inlined,
+``Optional[X]`` becomes ``X``, free-form objects keep unknown fields, titles dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from phalanx import constants as C
+from phalanx.api.types import TrainingJobSpec, TrainingJobStatus
+
+_DROP = {"title", "$defs", "discriminator"}
+_KEEP_FORMATS = {"int32", "int64", "float", "double", "byte", "date-time"}
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(schema, list):
+        return [_inline(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = copy.deepcopy(defs[schema["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in schema.items() if k != "$ref"}
+        target.update(extra)
+        return _inline(target, defs)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DROP:
+            continue
+        if key in ("properties",):
+            out[key] = {name: _inline(sub, defs) for name, sub in value.items()}
+        else:
+            out[key] = _inline(value, defs)
+    return out
+
+
+def _structural(schema: Any) -> Any:
+    """Rewrite JSON-schema idioms that a structural schema does not allow."""
+    if isinstance(schema, list):
+        return [_structural(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {k: _structural(v) for k, v in schema.items()}
+    for combinator in ("anyOf", "oneOf"):
+        options = schema.get(combinator)
+        if options is None:
+            continue
+        non_null = [o for o in options if o.get("type") != "null"]
+        if schema.get("x-kubernetes-int-or-string"):
+            schema.pop(combinator)
+            schema.pop("type", None)
+        elif len(non_null) == 1:
+            schema.pop(combinator)
+            merged = dict(non_null[0])
+            merged.update(schema)
+            schema = merged
+        else:
+            # e.g. float | int | bool overrides: accept any scalar (checked by the operator).
+            schema.pop(combinator)
+            schema["x-kubernetes-preserve-unknown-fields"] = True
+    if schema.get("default", 0) is None:
+        schema.pop("default")
+    if schema.get("type") == "integer":
+        schema.setdefault("format", "int64")
+    if "format" in schema and schema["format"] not in _KEEP_FORMATS:
+        schema.pop("format")
+    if schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" in schema:
+        if schema["additionalProperties"] in (True, {}):
+            schema.pop("additionalProperties")
+    if schema.get("additionalProperties") is False:
+        schema.pop("additionalProperties")
+    return schema
+
+
+def openapi_schema(model: type) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    return _structural(_inline(raw, defs))
+
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Nodes", "type": "string", "jsonPath": ".status.nodes", "description": "ready/total"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
+    {"name": "Loss", "type": "number", "jsonPath": ".status.loss", "priority": 1},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.status==\"True\")].reason", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+# Fields that may change at any time; every other field only while the job is suspended.
+MUTABLE_FIELDS = ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "failurePolicy")
+
+
+def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
+    """CEL transition rule: the API server refuses edits of a running job's immutable fields."""
+    checks = []
+    for field in spec_schema["properties"]:
+        if field in MUTABLE_FIELDS:
+            continue
+        if "default" in spec_schema["properties"][field] or field in spec_schema.get("required", []):
+            checks.append(f"self.{field} == oldSelf.{field}")
+        else:
+            checks.append(f"(has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field}))")
+    return {
+        "rule": "oldSelf.suspend || (" + " && ".join(checks) + ")",
+        "message": "only " + ", ".join(MUTABLE_FIELDS) + " may change while a job is not suspended; "
+        "suspend it first (spec.suspend: true) to change anything else",
+        "reason": "FieldValueForbidden",
+    }
+
+
+def build_crd() -> dict[str, Any]:
+    spec_schema = openapi_schema(TrainingJobSpec)
+    spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
+    status_schema = openapi_schema(TrainingJobStatus)
+    status_schema.pop("required", None)
+    root = {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": C.CRD_NAME, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
+        "spec": {
+            "group": C.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": C.KIND,
+                "listKind": f"{C.KIND}List",
+                "plural": C.PLURAL,
+                "singular": C.SINGULAR,
+                "shortNames": C.SHORT_NAMES,
+                "categories": C.CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": C.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = "# Generated from operator/phalanx/api by `make crds` (phalanx crd). Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)

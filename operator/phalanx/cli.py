@@ -1,0 +1,186 @@
+"""The `phalanx` command: render | crd | validate | plan | local | operator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from phalanx import __version__
+from phalanx.api.config import OperatorConfig
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the runtime config JSON) as readable block scalars."""
+
+
+_BlockDumper.add_representer(
+    str,
+    lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None),
+)
+
+
+def dump_yaml_stream(objs: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(objs, Dumper=_BlockDumper, sort_keys=False)
+
+
+def _load_yaml_docs(path: str) -> list[Any]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def load_operator_config(path: str | None) -> OperatorConfig:
+    if not path:
+        return OperatorConfig()
+    return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+
+
+def _jobs(path: str) -> list[dict[str, Any]]:
+    docs = _load_yaml_docs(path)
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "TrainingJob"]
+    if not jobs:
+        raise SystemExit(f"error: {path}: no TrainingJob found")
+    return jobs
+
+
+def _checked(obj: dict[str, Any], config: OperatorConfig, path: str):
+    from phalanx.validate import validate_job
+
+    obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    job, problems = validate_job(obj, config)
+    if problems:
+        name = obj.get("metadata", {}).get("name", "?")
+        for problem in problems:
+            print(f"error: {path}: TrainingJob {name}: {problem}", file=sys.stderr)
+        return None
+    return job
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from phalanx.render import render_children
+
+    config = load_operator_config(args.config)
+    out: list[dict[str, Any]] = []
+    status = 0
+    for obj in _jobs(args.job):
+        job = _checked(obj, config, args.job)
+        if job is None:
+            status = 1
+            continue
+        if not job.metadata.uid:
+            job.metadata.uid = "00000000-0000-0000-0000-000000000000"
+        out += render_children(job, config, attempt=args.attempt)
+    if status:
+        return status
+    sys.stdout.write(dump_yaml_stream(out))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    config = load_operator_config(args.config)
+    bad = 0
+    for obj in _jobs(args.job):
+        if _checked(obj, config, args.job) is None:
+            bad += 1
+        else:
+            print(f"{args.job}: TrainingJob {obj['metadata']['name']}: valid")
+    return 1 if bad else 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from phalanx.api.crd import crd_yaml
+
+    text = crd_yaml()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from phalanx.plan import run_plan
+
+    levels = args.levels.split(",") if args.levels else None
+    code, text = run_plan(args.job, args.nodes, pods_yaml=args.pods, levels=levels, json_out=args.json)
+    print(text)
+    return code
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from phalanx_runtime.local import run_local
+
+    return run_local(args.job, json=args.json, nproc=args.nproc, steps=args.steps)
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from phalanx.main import run_operator
+
+    return run_operator(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phalanx", description="Distributed training on Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"phalanx {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("render", help="print every object the operator would create for a job (before placement)")
+    p.add_argument("job", help="TrainingJob YAML file ('-' for stdin)")
+    p.add_argument("--config", help="operator config YAML (network profiles, topology)")
+    p.add_argument("--attempt", type=int, default=0, help="restart attempt to render")
+    p.set_defaults(fn=cmd_render)
+
+    p = sub.add_parser("validate", help="check a job against the schema and the operator's rules")
+    p.add_argument("job")
+    p.add_argument("--config")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("crd", help="print the TrainingJob CRD")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(fn=cmd_crd)
+
+    p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`")
+    p.add_argument("job")
+    p.add_argument("--nodes", required=True, help="nodes YAML (a List, as kubectl prints it)")
+    p.add_argument("--pods", help="running pods YAML (their requests are taken as used)")
+    p.add_argument("--levels", help="comma-separated topology label keys, coarse to fine")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_plan)
+
+    p = sub.add_parser("local", help="run a job's runtime on this machine as local processes")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    p.add_argument("--nproc", type=int, help="override nodes × procsPerNode with one node of N processes")
+    p.add_argument("--steps", type=int, help="override training.steps")
+    p.set_defaults(fn=cmd_local)
+
+    p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    p.add_argument("--config", help="operator config YAML (network profiles, topology)")
+    p.add_argument("--liveness-port", type=int, default=8080)
+    p.add_argument("--metrics-port", type=int, default=9090)
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(fn=cmd_operator)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except FileNotFoundError as exc:
+        print(f"error: {exc.filename}: no such file", file=sys.stderr)
+        return 2
+    except yaml.YAMLError as exc:
+        print(f"error: invalid YAML: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""kopf wiring only: indexes observe, one daemon per job runs the pure reconcile and the executor.
+
+Level-based: each job's daemon re-decides from the indexes whenever a child changes (woken by
+events) and at least every RESYNC_SECONDS, so a missed event or an operator restart converges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from phalanx import constants as C
+from phalanx.api.config import OperatorConfig
+from phalanx.kube import Kube, load_client
+from phalanx.lifecycle.reconcile import Observed, decide
+from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
+from phalanx.render.names import config_map_name, service_name
+
+log = logging.getLogger("phalanx.operator")
+
+RESYNC_SECONDS = 10.0
+EXPECTATION_TIMEOUT = 5.0
+PROGRESS_EVERY = 5.0
+
+
+class State:
+    """Process-wide operator state, set at startup."""
+
+    config: OperatorConfig = OperatorConfig()
+    kubeconfig: str | None = None
+    kube: Kube | None = None
+    wakeups: dict[tuple[str, str], asyncio.Event] = {}
+    phases: dict[tuple[str, str], str] = {}
+
+
+def wakeup(namespace: str, name: str) -> asyncio.Event:
+    return State.wakeups.setdefault((namespace, name), asyncio.Event())
+
+
+# --------------------------------------------------------------------------------------------
+# Start-up
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=C.GROUP, key="last-handled-configuration")
+    settings.persistence.finalizer = C.FINALIZER
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.networking.error_backoffs = [1, 2, 5, 10]
+    settings.batching.worker_limit = 1000
+    State.kube = Kube(load_client(State.kubeconfig), concurrency=State.config.pod_create_concurrency)
+
+
+@kopf.on.cleanup()
+async def shutdown(**_: Any) -> None:
+    if State.kube is not None:
+        State.kube.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Indexes (in-memory inventories kept by kopf's watches)
+
+
+def _slim_pod(body: kopf.Body) -> dict[str, Any]:
+    spec, status = body.get("spec", {}), body.get("status", {})
+    return {
+        "metadata": {
+            "name": body["metadata"]["name"],
+            "labels": dict(body["metadata"].get("labels", {})),
+            "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
+        },
+        "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or [])},
+        "status": {
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "message": status.get("message"),
+            "podIP": status.get("podIP"),
+            "conditions": list(status.get("conditions") or []),
+            "containerStatuses": list(status.get("containerStatuses") or []),
+        },
+    }
+
+
+@kopf.index("pods", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+def job_pods(namespace: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> dict:
+    return {(namespace, labels[C.LABEL_JOB_NAME]): _slim_pod(body)}
+
+
+@kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+def job_services(namespace: str, name: str, **_: Any) -> dict:
+    return {(namespace, name): True}
+
+
+@kopf.index("configmaps", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+def job_config_maps(namespace: str, name: str, **_: Any) -> dict:
+    return {(namespace, name): True}
+
+
+@kopf.on.event("pods", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+def pod_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
+    wakeup(namespace, labels[C.LABEL_JOB_NAME]).set()
+
+
+# --------------------------------------------------------------------------------------------
+# The per-job loop
+
+
+@kopf.daemon(C.GROUP, C.VERSION, C.PLURAL, cancellation_timeout=10.0)
+async def job_loop(
+    name: str,
+    namespace: str,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    job_pods: kopf.Index,
+    job_services: kopf.Index,
+    job_config_maps: kopf.Index,
+    **_: Any,
+) -> None:
+    key = (namespace, name)
+    wake = wakeup(namespace, name)
+    last_progress_poll = 0.0
+    progress: dict[str, Any] | None = None
+    try:
+        while not stopped:
+            wake.clear()
+            pods = list(job_pods.get(key, []))
+            status = dict(body.get("status") or {})
+            if status.get("phase") == "Running" and time.monotonic() - last_progress_poll > PROGRESS_EVERY:
+                last_progress_poll = time.monotonic()
+                progress = await _poll_progress(pods)
+            observed = Observed(
+                pods=pods,
+                service_exists=(namespace, service_name(name)) in job_services,
+                config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
+                progress=progress,
+            )
+            obj = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "status": status}
+            started = time.perf_counter()
+            try:
+                plan = decide(obj, observed, datetime.now(UTC), State.config)
+                assert State.kube is not None
+                await State.kube.execute(namespace, plan, status, name)
+                RECONCILES.labels("ok").inc()
+            except Exception:  # noqa: BLE001 - one bad pass must not kill the loop
+                RECONCILES.labels("error").inc()
+                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
+                await asyncio.sleep(2.0)
+                continue
+            finally:
+                RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            for type_, reason, message in plan.events:
+                kopf.event(body, type=type_, reason=reason, message=message)
+                if reason == "Restarting":
+                    RESTARTS.inc()
+            if plan.status is not None:
+                _track_phase(key, plan.status.get("phase"))
+                await _await_status(body, plan.status)
+            if plan.delete_job:
+                return
+            await _await_expectations(key, job_pods, plan)
+            if plan.create or plan.delete_pods or plan.release:
+                continue  # re-decide at once on the fresh view
+            delay = min(plan.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+    finally:
+        State.wakeups.pop(key, None)
+        _track_phase(key, None)
+
+
+async def _poll_progress(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    rank0 = [p for p in pods if p["metadata"]["labels"].get(C.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
+    if not rank0 or State.kube is None:
+        return None
+    return await State.kube.get_progress(rank0[-1]["status"]["podIP"])
+
+
+async def _await_status(body: kopf.Body, written: dict[str, Any]) -> None:
+    """Wait until the live body shows what we wrote, so the next pass never decides on stale status."""
+    deadline = time.monotonic() + EXPECTATION_TIMEOUT
+    keys = ("phase", "restartAttempt", "restarts", "attemptCreated")
+    while time.monotonic() < deadline:
+        now = body.get("status") or {}
+        if all(now.get(k) == written.get(k) for k in keys):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _await_expectations(key: tuple[str, str], index: kopf.Index, plan: Any) -> None:
+    """Controller expectations: wait until the index has seen our creates and deletes."""
+    created = {o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"}
+    deleted = set(plan.delete_pods)
+    if not created and not deleted:
+        return
+    deadline = time.monotonic() + EXPECTATION_TIMEOUT
+    while time.monotonic() < deadline:
+        pods = list(index.get(key, []))
+        names = {p["metadata"]["name"] for p in pods}
+        going = {p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")}
+        if created <= names and not ((deleted & names) - going):
+            return
+        await asyncio.sleep(0.05)
+
+
+def _track_phase(key: tuple[str, str], phase: str | None) -> None:
+    if phase is None:
+        State.phases.pop(key, None)
+    else:
+        State.phases[key] = phase
+    counts: dict[str, int] = {}
+    for value in State.phases.values():
+        counts[value] = counts.get(value, 0) + 1
+    for phase_name in ("Pending", "Scheduling", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
+        JOBS.labels(phase_name).set(counts.get(phase_name, 0))

@@ -1,0 +1,147 @@
+"""Kubernetes I/O: carry out a reconcile Plan with bounded concurrency. No decisions here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from phalanx import constants as C
+from phalanx.lifecycle.reconcile import Plan
+from phalanx.metrics import API_REQUESTS, PODS_CREATED
+
+log = logging.getLogger("phalanx.kube")
+
+
+def load_client(kubeconfig: str | None = None, pool_size: int = 64) -> client.ApiClient:
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool_size
+    return client.ApiClient(cfg)
+
+
+@dataclass
+class Kube:
+    """The few API calls the operator makes, run in a thread pool (the client is synchronous)."""
+
+    api: client.ApiClient
+    concurrency: int = C.DEFAULT_POD_CREATE_CONCURRENCY
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.pool = ThreadPoolExecutor(max_workers=max(4, self.concurrency), thread_name_prefix="kube")
+        self.gate = asyncio.Semaphore(self.concurrency)
+
+    async def _call(self, verb: str, fn, *args, **kwargs) -> Any:
+        async with self.gate:
+            API_REQUESTS.labels(verb).inc()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.pool, lambda: fn(*args, _preload_content=False, **kwargs))
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """Create a child; an existing one (409) counts as done. Returns True if created."""
+        ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        fn = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+        }[kind]
+        try:
+            await self._call("create", fn, ns, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        if kind == "Pod":
+            PODS_CREATED.inc()
+        return True
+
+    async def create_custom(self, obj: dict[str, Any], plural: str) -> bool:
+        group, version = obj["apiVersion"].split("/")
+        try:
+            await self._call("create", self.custom.create_namespaced_custom_object, group, version, obj["metadata"]["namespace"], plural, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            await self._call("delete", self.core.delete_namespaced_pod, name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def release_pod(self, namespace: str, name: str, node: str | None) -> None:
+        """Lift the gang gate; pin to ``node`` first (allowed while a pod is gated)."""
+        ops: list[dict[str, Any]] = []
+        if node:
+            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
+        ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": []})
+        try:
+            await self._call("patch", self.core.patch_namespaced_pod, name, namespace, ops)
+        except ApiException as exc:
+            if exc.status not in (404, 422):
+                raise
+            if exc.status == 422:  # a gate was already lifted: still pin nothing further
+                log.warning("release of %s/%s refused: %s", namespace, name, exc.body)
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any], before: dict[str, Any] | None) -> None:
+        removed = {k: None for k in (before or {}) if k not in status}
+        body = {"status": {**status, **removed}}
+        await self._call("patch", self.custom.patch_namespaced_custom_object_status,
+                         C.GROUP, C.VERSION, namespace, C.PLURAL, name, body)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            await self._call("delete", self.custom.delete_namespaced_custom_object,
+                             C.GROUP, C.VERSION, namespace, C.PLURAL, name,
+                             body={"propagationPolicy": "Background"})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def get_progress(self, pod_ip: str, port: int = C.PROGRESS_PORT, timeout: float = 1.0) -> dict[str, Any] | None:
+        """Rank 0's JSON progress endpoint; None when unreachable."""
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(pod_ip, port), timeout)
+        except (OSError, TimeoutError):
+            return None
+        try:
+            writer.write(f"GET /progress HTTP/1.0\r\nHost: {pod_ip}\r\n\r\n".encode())
+            await writer.drain()
+            raw = await asyncio.wait_for(reader.read(1 << 20), timeout)
+            body = raw.split(b"\r\n\r\n", 1)[1]
+            return json.loads(body)
+        except (OSError, TimeoutError, IndexError, ValueError):
+            return None
+        finally:
+            writer.close()
+
+    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> None:
+        """Deletes first (old attempts must go before new pods take their hostnames), then creates
+        (Service and ConfigMap before pods), then releases the gang, then the status."""
+        if plan.delete_pods:
+            await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods))
+        if plan.create:
+            first = [o for o in plan.create if o["kind"] != "Pod"]
+            pods = [o for o in plan.create if o["kind"] == "Pod"]
+            await asyncio.gather(*(self.create(o) for o in first))
+            await asyncio.gather(*(self.create(o) for o in pods))
+        if plan.release:
+            await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
+        if plan.status is not None:
+            await self.patch_status(namespace, name, plan.status, before_status)
+        if plan.delete_job:
+            await self.delete_job(namespace, name)

@@ -1,0 +1,1 @@
+"""Job lifecycle: conditions, the phase machine, failure classification, the reconcile plan."""

@@ -1,0 +1,29 @@
+"""ConfigMap with the resolved runtime config (the runtime reads it from PHALANX_CONFIG)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.types import TrainingJob
+from phalanx.render.names import config_map_name, metadata
+
+
+def runtime_config(job: TrainingJob) -> dict[str, Any]:
+    """What the runtime sees: the validated spec with every default filled in."""
+    return {
+        "apiVersion": C.API_VERSION,
+        "kind": C.KIND,
+        "metadata": {"name": job.metadata.name, "namespace": job.metadata.namespace},
+        "spec": job.spec.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
+def build_config_map(job: TrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(job, config_map_name(job.metadata.name), C.COMPONENT_CONFIG),
+        "data": {C.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)},
+    }

@@ -1,0 +1,64 @@
+"""Names, labels and owner references of a job's children (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.types import TrainingJob
+
+
+def service_name(job: str) -> str:
+    return job
+
+
+def config_map_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def hostname(job: str, rank: int) -> str:
+    return f"{job}-node-{rank}"
+
+
+def pod_name(job: str, rank: int, attempt: int) -> str:
+    return f"{hostname(job, rank)}-{attempt}"
+
+
+def master_addr(job: str) -> str:
+    """Stable DNS name of node-rank 0 through the headless Service."""
+    return f"{hostname(job, 0)}.{service_name(job)}"
+
+
+def base_labels(job: TrainingJob, component: str) -> dict[str, str]:
+    return {
+        C.LABEL_JOB_NAME: job.metadata.name,
+        C.LABEL_COMPONENT: component,
+        C.LABEL_MANAGED_BY: C.MANAGED_BY,
+    }
+
+
+def owner_reference(job: TrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": C.API_VERSION,
+        "kind": C.KIND,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def metadata(job: TrainingJob, name: str, component: str, **labels: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": {**base_labels(job, component), **labels},
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def spec_hash(spec_dict: dict[str, Any]) -> str:
+    blob = json.dumps(spec_dict, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

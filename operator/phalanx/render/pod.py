@@ -1,0 +1,153 @@
+"""One worker Pod per node-rank: rendezvous env, resources, shm, checkpoint volume, gang gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.config import NetworkProfile
+from phalanx.api.types import TrainingJob
+from phalanx.render.names import (
+    config_map_name,
+    hostname,
+    master_addr,
+    metadata,
+    pod_name,
+    service_name,
+)
+from phalanx.render.network import apply_network, render_network
+
+RUNTIME_COMMAND = ["phalanx-runtime"]
+TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
+CHECKPOINT_VOLUME = "checkpoint"
+CONFIG_VOLUME = "phalanx-config"
+SHM_VOLUME = "dshm"
+
+
+def _env(name: str, value: Any) -> dict[str, str]:
+    return {"name": name, "value": str(value)}
+
+
+def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> list[dict[str, Any]]:
+    spec, name = job.spec, job.metadata.name
+    addr = master_addr(name)
+    return [
+        _env(C.ENV_MASTER_ADDR, addr),
+        _env(C.ENV_MASTER_PORT, master_port),
+        _env(C.ENV_WORLD_SIZE, spec.world_size),
+        _env(C.ENV_NNODES, spec.nodes),
+        _env(C.ENV_NODE_RANK, rank),
+        _env(C.ENV_NPROC_PER_NODE, spec.procs_per_node),
+        _env(C.ENV_PET_MASTER_ADDR, addr),
+        _env(C.ENV_PET_MASTER_PORT, master_port),
+        _env(C.ENV_PET_NNODES, spec.nodes),
+        _env(C.ENV_PET_NODE_RANK, rank),
+        _env(C.ENV_PET_NPROC_PER_NODE, spec.procs_per_node),
+        _env(C.ENV_PET_RDZV_BACKEND, "c10d"),
+        _env(C.ENV_PET_RDZV_ENDPOINT, f"{addr}:{master_port}"),
+        _env(C.ENV_PET_RDZV_ID, f"{job.metadata.namespace}-{name}-{attempt}"),
+        _env(C.ENV_PET_MAX_RESTARTS, 0),  # the operator restarts the whole gang
+        _env(C.ENV_PYTHONUNBUFFERED, 1),
+        _env(C.ENV_CONFIG_PATH, f"{C.RUNTIME_CONFIG_DIR}/{C.RUNTIME_CONFIG_FILE}"),
+        _env(C.ENV_JOB_NAME, name),
+        _env(C.ENV_NAMESPACE, job.metadata.namespace),
+        _env(C.ENV_RESTART_ATTEMPT, attempt),
+        _env(C.ENV_CHECKPOINT_DIR, f"{spec.checkpoint.mount_path.rstrip('/')}/{job.metadata.namespace}/{name}"),
+        _env(C.ENV_PROGRESS_PORT, C.PROGRESS_PORT),
+        _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
+        {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+
+
+def build_resources(job: TrainingJob) -> dict[str, Any]:
+    res = job.spec.resources
+    amounts: dict[str, Any] = {}
+    if res.cpu is not None:
+        amounts["cpu"] = str(res.cpu)
+    if res.memory is not None:
+        amounts["memory"] = str(res.memory)
+    if res.gpus:
+        amounts[C.RESOURCE_GPU] = str(res.gpus)
+    amounts.update({k: str(v) for k, v in res.extra.items()})
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
+    spec = job.spec
+    volumes = [
+        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job.metadata.name)}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+    ]
+    mounts = [
+        {"name": CONFIG_VOLUME, "mountPath": C.RUNTIME_CONFIG_DIR, "readOnly": True},
+        {"name": SHM_VOLUME, "mountPath": C.SHM_MOUNT_PATH},
+    ]
+    if spec.checkpoint.volume is not None:
+        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
+    volumes += [dict(v) for v in spec.volumes]
+    mounts += [dict(m) for m in spec.volume_mounts]
+    return volumes, mounts
+
+
+def build_pod(
+    job: TrainingJob,
+    rank: int,
+    attempt: int,
+    profile: NetworkProfile,
+    default_shm_size: str = C.DEFAULT_SHM_SIZE,
+    gated: bool = True,
+) -> dict[str, Any]:
+    spec, name = job.spec, job.metadata.name
+    wiring = render_network(spec, profile, job_key=f"{job.metadata.namespace}/{name}")
+    master_port = wiring.master_port
+    shm_size = str(spec.shm_size or wiring.shm_size or default_shm_size)
+    volumes, mounts = _volumes(job, shm_size)
+    container: dict[str, Any] = {
+        "name": C.CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": list(spec.command) if spec.command else list(RUNTIME_COMMAND),
+        "env": rendezvous_env(job, rank, attempt, master_port) + [dict(e) for e in spec.env],
+        "ports": [
+            {"name": "rendezvous", "containerPort": master_port, "protocol": "TCP"},
+            {"name": "progress", "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": C.METRICS_PORT, "protocol": "TCP"},
+        ],
+        "volumeMounts": mounts,
+    }
+    if spec.args:
+        container["args"] = list(spec.args)
+    resources = build_resources(job)
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "hostname": hostname(name, rank),
+        "subdomain": service_name(name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if gated:
+        pod_spec["schedulingGates"] = [{"name": C.GANG_SCHEDULING_GATE}]
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if spec.scheduling.scheduler_name:
+        pod_spec["schedulerName"] = spec.scheduling.scheduler_name
+    meta = metadata(
+        job,
+        pod_name(name, rank, attempt),
+        C.COMPONENT_WORKER,
+        **{C.LABEL_NODE_RANK: str(rank), C.LABEL_RESTART_ATTEMPT: str(attempt)},
+    )
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    return apply_network(pod, wiring)

@@ -1,0 +1,29 @@
+"""Headless Service giving every pod a stable DNS name for rendezvous."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.types import TrainingJob
+from phalanx.render.names import metadata, service_name
+
+
+def build_service(job: TrainingJob, master_port: int = C.DEFAULT_MASTER_PORT) -> dict[str, Any]:
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(job, service_name(name), C.COMPONENT_SERVICE),
+        "spec": {
+            "clusterIP": "None",
+            # Ranks must resolve each other before they are Ready (rendezvous happens first).
+            "publishNotReadyAddresses": True,
+            "selector": {C.LABEL_JOB_NAME: name, C.LABEL_COMPONENT: C.COMPONENT_WORKER},
+            "ports": [
+                {"name": "rendezvous", "port": master_port, "targetPort": master_port, "protocol": "TCP"},
+                {"name": "progress", "port": C.PROGRESS_PORT, "targetPort": C.PROGRESS_PORT, "protocol": "TCP"},
+                {"name": "metrics", "port": C.METRICS_PORT, "targetPort": C.METRICS_PORT, "protocol": "TCP"},
+            ],
+        },
+    }

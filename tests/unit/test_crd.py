@@ -1,0 +1,63 @@
+"""The CRD in crds/ is generated from the pydantic API; drift fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from phalanx.api.crd import build_crd, crd_yaml
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "phalanx.dev_trainingjobs.yaml"
+
+
+def _walk(schema, path="spec"):
+    yield path, schema
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def test_crd_file_matches_models():
+    assert CRD_FILE.read_text() == crd_yaml(), "crds/ drifted from the API models: run `make crds`"
+
+
+def test_crd_names_and_printer_columns():
+    crd = build_crd()
+    names = crd["spec"]["names"]
+    assert names["shortNames"] == ["tj"] and names["plural"] == "trainingjobs"
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    for needed in ("Phase", "Nodes", "Step", "Restarts", "Age"):
+        assert needed in columns
+
+
+def test_schema_is_structural():
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(spec):
+        assert "$ref" not in node and "anyOf" not in node and "oneOf" not in node, path
+        assert "title" not in node, path
+        typed = "type" in node or node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
+        assert typed, f"{path} has no type"
+
+
+def test_defaults_enums_bounds_and_cel():
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    par = spec["properties"]["parallelism"]
+    assert par["properties"]["zero"] == {"default": 0, "description": par["properties"]["zero"]["description"], "maximum": 3, "minimum": 0, "type": "integer", "format": "int64"}
+    assert par["properties"]["pipelineSchedule"]["enum"] == ["GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble"]
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert any("self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline" in r for r in rules)
+    assert any("microbatches" in r["rule"] for r in par["x-kubernetes-validations"])
+    assert spec["required"] == ["image"]
+    assert spec["properties"]["checkpoint"]["properties"]["async"]["default"] is True
+
+
+def test_generated_file_is_valid_yaml_with_header():
+    text = CRD_FILE.read_text()
+    assert text.startswith("# Generated")
+    assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"

@@ -1,0 +1,127 @@
+"""Semantic validation: every bad spec names its field and the rule; good specs pass."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phalanx.api.config import NetworkProfile, OperatorConfig
+from phalanx.validate import validate_job
+from tests.conftest import MINIMAL, example_jobs
+
+
+def problems_of(obj, config=None):
+    _, problems = validate_job(obj, config)
+    return [str(p) for p in problems]
+
+
+def with_spec(**spec):
+    obj = copy.deepcopy(MINIMAL)
+    obj["spec"].update(spec)
+    return obj
+
+
+@pytest.mark.parametrize("path", example_jobs(), ids=lambda p: p.name)
+def test_examples_are_valid(path):
+    for doc in yaml.safe_load_all(path.read_text()):
+        assert problems_of(doc) == []
+
+
+def test_minimal_is_valid():
+    assert problems_of(copy.deepcopy(MINIMAL)) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"parallelism": {"tensor": 3}}, "spec.parallelism", "not divisible by tensor 3"),
+        ({"parallelism": {"data": 3}}, "spec.parallelism.data", "but nodes × procsPerNode = 8"),
+        ({"procsPerNode": 2, "nodes": 4, "parallelism": {"tensor": 4}}, "spec.parallelism.tensor", "inside one node"),
+        ({"parallelism": {"tensor": 8}, "nodes": 1, "procsPerNode": 8}, "spec.parallelism.tensor", "nHeads 4"),
+        ({"parallelism": {"pipeline": 8, "microbatches": 8}}, "spec.parallelism.pipeline", "exceed the model's 4 layers"),
+        ({"parallelism": {"pipeline": 2, "microbatches": 1}}, "spec.parallelism.microbatches", "microbatches 1 < pipeline stages 2"),
+        ({"parallelism": {"pipeline": 2, "microbatches": 2, "virtualStages": 2}}, "spec.parallelism.virtualStages", "Interleaved1F1B"),
+        ({"parallelism": {"pipeline": 2, "microbatches": 4, "pipelineSchedule": "ZBVZeroBubble"}}, "spec.parallelism.virtualStages", "ZBVZeroBubble needs virtualStages = 2"),
+        ({"parallelism": {"replicate": 2}}, "spec.parallelism.replicate", "HSDP"),
+        ({"parallelism": {"zero": 3, "cpuOffload": True}}, "spec.parallelism.cpuOffload", "needs GPUs"),
+        ({"parallelism": {"zero": 2, "cpuOffload": True}}, "spec.parallelism.cpuOffload", "needs zero 3"),
+        ({"parallelism": {"sequenceParallel": True}}, "spec.parallelism.sequenceParallel", "tensor > 1"),
+        ({"training": {"globalBatchSize": 12}}, "spec.training.globalBatchSize", "data-parallel degree 8"),
+        ({"training": {"globalBatchSize": 16, "microBatchSize": 3}}, "spec.training.microBatchSize", "not divisible by microBatchSize 3"),
+        ({"training": {"globalBatchSize": 8, "gradCompression": "powersgd"}, "parallelism": {"zero": 3}}, "spec.training.gradCompression", "zero 0 only"),
+        ({"model": {"preset": "nope"}}, "spec.model.preset", "unknown model preset 'nope'"),
+        ({"model": {"preset": "debug", "overrides": {"nHeads": 3}}}, "spec.model.overrides", "dim 64 is not divisible by nHeads 3"),
+        ({"model": {"preset": "debug", "overrides": {"bogus": 1}}}, "spec.model.overrides", "unknown model override 'bogus'"),
+        ({"model": {"preset": "debug", "entrypoint": "m:f"}}, "spec.model", "exactly one"),
+        ({"model": None}, "spec.model", "set model"),
+        ({"data": {"seqLen": 4096}}, "spec.data.seqLen", "maxSeqLen 256"),
+        ({"network": {"profile": "ib"}}, "spec.network.profile", "unknown network profile 'ib'"),
+        ({"network": {"hostNetwork": True}}, "spec.network.hostNetwork", "does not allow hostNetwork"),
+        ({"scheduling": {"topology": {"required": "rack"}}}, "spec.scheduling.topology.required", "unknown topology level 'rack'"),
+        ({"elastic": {"minNodes": 3, "maxNodes": 4}}, "spec.elastic", "outside [minNodes 3"),
+        ({"failurePolicy": {"retryableExitCodes": [3], "permanentExitCodes": [3]}}, "spec.failurePolicy", "both retryable and permanent"),
+        ({"checkpoint": {"intervalSteps": 10}}, "spec.checkpoint.volume", "shared storage"),
+        ({"nodes": 0}, "spec.nodes", "greater than or equal to 1"),
+        ({"parallelism": {"zero": 4}}, "spec.parallelism.zero", "less than or equal to 3"),
+        ({"parallelism": {"pipelineSchedule": "Looping"}}, "spec.parallelism.pipelineSchedule", "Input should be"),
+        ({"unknownField": 1}, "spec.unknownField", "Extra inputs are not permitted"),
+        ({"image": ""}, "spec.image", "at least 1 character"),
+    ],
+)
+def test_bad_spec_names_field_and_rule(spec, field, words):
+    obj = with_spec(**spec)
+    if spec.get("model", 0) is None:
+        obj["spec"].pop("model")
+    found = problems_of(obj)
+    assert any(p.startswith(field + ":") and words in p for p in found), found
+
+
+def test_bad_metadata():
+    obj = copy.deepcopy(MINIMAL)
+    obj["metadata"]["name"] = "x" * 60
+    assert any("metadata.name" in p and "at most 45" in p for p in problems_of(obj))
+    obj["metadata"]["name"] = "Bad_Name"
+    assert any("DNS-1035" in p for p in problems_of(obj))
+    assert problems_of({"kind": "TrainingJob", "metadata": {}, "spec": {}}) == ["metadata.name: is required"]
+    assert problems_of({"kind": "Pod", "metadata": {"name": "x"}}) == ["kind: expected TrainingJob, got 'Pod'"]
+
+
+def test_host_network_allowed_by_profile():
+    config = OperatorConfig(network_profiles={"default": NetworkProfile(allow_host_network=True)})
+    assert problems_of(with_spec(network={"hostNetwork": True}), config) == []
+
+
+def test_user_command_without_model_is_valid():
+    obj = with_spec(command=["python", "train.py"])
+    obj["spec"].pop("model")
+    assert problems_of(obj) == []
+
+
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.text(max_size=6), st.floats(allow_nan=True))
+_spec_values = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodes": _scalar, "procsPerNode": _scalar,
+        "parallelism": st.dictionaries(st.sampled_from(["data", "zero", "tensor", "pipeline", "microbatches", "virtualStages", "replicate", "pipelineSchedule", "sequenceParallel", "cpuOffload"]), _scalar, max_size=5),
+        "training": st.dictionaries(st.sampled_from(["steps", "globalBatchSize", "microBatchSize", "lr", "precision"]), _scalar, max_size=3),
+        "model": st.one_of(_scalar, st.dictionaries(st.sampled_from(["preset", "entrypoint", "overrides"]), _scalar, max_size=2)),
+        "data": st.dictionaries(st.sampled_from(["source", "seqLen", "path", "dtype"]), _scalar, max_size=2),
+        "resources": st.one_of(_scalar, st.dictionaries(st.sampled_from(["gpus", "cpu", "memory"]), _scalar, max_size=2)),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_spec_values)
+def test_fuzz_never_crashes_and_always_explains(fuzz):
+    obj = copy.deepcopy(MINIMAL)
+    obj["spec"].update(fuzz)
+    job, problems = validate_job(obj)
+    assert (job is None) <= bool(problems)
+    for problem in problems:
+        assert problem.field and problem.message
+        assert problem.field.split(".")[0] in ("spec", "metadata", "kind", "<root>")
