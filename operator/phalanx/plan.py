@@ -1,0 +1,140 @@
+"""``phalanx plan JOB.yaml --nodes NODES.yaml [--pods PODS.yaml] [--levels a,b,c] [--json]``.
+
+Offline dry run of the gang planner on ``kubectl get nodes -o yaml`` output: where the job would
+go, how many domains it spans, the predicted gradient allreduce against the most compact
+placement possible, and ZeRO model-state memory per GPU. Pure: reads files, returns text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from phalanx.api.config import OperatorConfig, TopologyConfig
+from phalanx.api.types import TrainingJob
+from phalanx.gang.costmodel import cost_report
+from phalanx.gang.inventory import nodes_from_list, pods_from_list, reservations_from_pods
+from phalanx.gang.planner import GangRequest, Placement, plan_gang
+from phalanx.gang.topology import Topology, topology_levels
+
+EXIT_PLACED = 0
+EXIT_UNSCHEDULABLE = 1
+EXIT_INPUT_ERROR = 2
+
+
+def _load(src: str | os.PathLike | dict | list) -> Any:
+    """A path, YAML text or an already-parsed object. Multi-document YAML becomes a List."""
+    if isinstance(src, dict | list):
+        return src
+    text = str(src)
+    if "\n" not in text and os.path.exists(text):
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    if len(docs) == 1:
+        return docs[0]
+    items: list[Any] = []
+    for d in docs:
+        items.extend(d.get("items", []) if isinstance(d, dict) and d.get("kind", "").endswith("List") else [d])
+    return {"kind": "List", "items": items}
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+def _secs(x: float) -> str:
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
+
+
+def run_plan(
+    job_yaml: str | os.PathLike | dict,
+    nodes_yaml: str | os.PathLike | dict | list,
+    pods_yaml: str | os.PathLike | dict | list | None = None,
+    levels: str | Sequence[str] | None = None,
+    json_out: bool = False,
+    *,
+    config: OperatorConfig | None = None,
+) -> tuple[int, str]:
+    """(exit code, text): 0 placed, 1 unschedulable, 2 bad input."""
+    try:
+        job = TrainingJob.model_validate(_load(job_yaml))
+        nodes = nodes_from_list(_load(nodes_yaml))
+        raw_pods = _load(pods_yaml) if pods_yaml is not None else {"items": []}
+        pod_items = raw_pods.get("items", []) if isinstance(raw_pods, dict) else raw_pods
+        usage = pods_from_list(pod_items)
+    except Exception as e:  # noqa: BLE001 - any parse error is an input error for the CLI
+        return EXIT_INPUT_ERROR, f"error: {e}"
+    if not nodes:
+        return EXIT_INPUT_ERROR, "error: no Node objects in the nodes file"
+
+    topo_cfg = (config or OperatorConfig()).topology
+    names = levels.split(",") if isinstance(levels, str) else levels
+    lvls = topology_levels(topo_cfg, names)
+    topo_cfg = TopologyConfig(levels=lvls, nvlink_label=topo_cfg.nvlink_label,
+                              intra_node_bandwidth_gbps=topo_cfg.intra_node_bandwidth_gbps,
+                              intra_node_latency_us=topo_cfg.intra_node_latency_us)
+    key = f"{job.metadata.namespace}/{job.metadata.name}"
+    hostmap = {n.labels.get("kubernetes.io/hostname", n.name): n.name for n in nodes}
+    reservations = reservations_from_pods(pod_items, hostname_to_node=hostmap)
+    request = GangRequest.from_spec(job.spec, key)
+    topo = Topology.build(nodes, lvls)
+    result = plan_gang(request, nodes, usage, lvls, reservations, topology=topo)
+
+    if not isinstance(result, Placement):
+        if json_out:
+            return EXIT_UNSCHEDULABLE, json.dumps({"job": key, "schedulable": False, "reason": result.reason,
+                                                   "message": result.message, "fit": result.fit,
+                                                   "excluded": result.excluded}, indent=2)
+        return EXIT_UNSCHEDULABLE, f"{key}: unschedulable: {result.message}"
+
+    report = cost_report(job.spec, result.nodes, nodes, topo, topo_cfg, requests=dict(request.requests))
+    if json_out:
+        out: dict[str, Any] = {
+            "job": key, "schedulable": True,
+            "placement": [{"rank": i, "node": n, "domain": d}
+                          for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
+            "span": result.span, "notes": result.notes,
+            "params": report.params, "gradientBytes": report.gradient_bytes,
+            "lowerBoundSpan": report.lower_bound_span, "zeroBytesPerGpu": report.zero_bytes_per_gpu,
+        }
+        for name, est in (("allreduce", report.estimate), ("lowerBound", report.lower_bound)):
+            if est is not None:
+                out[name] = {"ringSeconds": est.ring_seconds, "hierarchicalSeconds": est.hierarchical_seconds,
+                             "bottleneck": est.bottleneck.level, "bandwidthGBps": est.bottleneck.bandwidth_gbps,
+                             "latencyUs": est.bottleneck.latency_us, "ranks": est.ranks, "nodes": est.nodes}
+        return EXIT_PLACED, json.dumps(out, indent=2)
+
+    lines = [f"{key}: {request.describe()} placed"]
+    width = max(len(n) for n in result.nodes)
+    lines.append(f"  {'rank':>4}  {'node':<{width}}  domain")
+    for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True)):
+        lines.append(f"  {i:>4}  {n:<{width}}  {d}")
+    span = ", ".join(f"{k} {v}" for k, v in result.span.items())
+    lines.append(f"span: {span}")
+    if report.lower_bound_span:
+        lines.append("lower bound span: " + ", ".join(f"{k} {v}" for k, v in report.lower_bound_span.items()))
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    est, lb = report.estimate, report.lower_bound
+    if est is None:
+        lines.append("allreduce: no prediction (model.entrypoint: parameter count unknown)")
+    else:
+        lines.append(
+            f"gradient allreduce: {report.params / 1e9:.2f}B params, {_gb(report.gradient_bytes)} fp32 grads "
+            f"per DP group of {est.ranks} ranks on {est.nodes} nodes"
+        )
+        lines.append(f"  bottleneck: {est.bottleneck.level} {est.bottleneck.bandwidth_gbps:g} GB/s, "
+                     f"{est.bottleneck.latency_us:g} us")
+        lines.append(f"  ring:         {_secs(est.ring_seconds)}"
+                     + (f"   (lower bound {_secs(lb.ring_seconds)})" if lb else ""))
+        lines.append(f"  hierarchical: {_secs(est.hierarchical_seconds)}"
+                     + (f"   (lower bound {_secs(lb.hierarchical_seconds)})" if lb else ""))
+        p = job.spec.parallelism
+        lines.append(f"ZeRO-{p.zero} model state per GPU: {_gb(report.zero_bytes_per_gpu)} "
+                     f"(tp {p.tensor}, pp {p.pipeline}, dp {job.spec.data_degree})")
+    return EXIT_PLACED, "\n".join(lines)
