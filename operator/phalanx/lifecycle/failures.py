@@ -22,7 +22,7 @@ class Failure:
     retryable: bool
 
     def describe(self) -> str:
-        code = f" with exit code {self.exit_code}" if self.exit_code is not None else ""
+        code = f" with code {self.exit_code}" if self.exit_code is not None else ""
         kind = "retryable" if self.retryable else "permanent"
         return f"pod {self.pod} (node-rank {self.rank}) {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
 

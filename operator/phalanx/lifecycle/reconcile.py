@@ -15,7 +15,14 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
-from phalanx.api.types import TERMINAL_PHASES, Phase, TrainingJob, TrainingJobStatus
+from phalanx.api.types import (
+    TERMINAL_PHASES,
+    CheckpointStatus,
+    Phase,
+    PlacementStatus,
+    TrainingJob,
+    TrainingJobStatus,
+)
 from phalanx.lifecycle.conditions import get_condition, set_condition
 from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, pod_rank
 from phalanx.render.job import render_children
@@ -257,7 +264,7 @@ def decide(
     if gated and st.s.attempt_created and len(current) == spec.nodes:
         decision = gang(job, current)
         if decision.placement is not None:
-            st.s.placement = decision.placement  # type: ignore[assignment]
+            st.s.placement = PlacementStatus.model_validate(decision.placement)
         st.cond(C.COND_SCHEDULABLE, decision.schedulable, decision.reason, decision.message)
         if decision.release:
             plan.release = [p["metadata"]["name"] for p in gated]
@@ -296,7 +303,7 @@ def _apply_progress(st: _Status, progress: dict[str, Any] | None, total: int) ->
         st.s.estimated_remaining_seconds = int(max(0, total - st.s.step) * float(step_time))
     ckpt = progress.get("lastCheckpoint")
     if ckpt:
-        st.s.last_checkpoint = ckpt  # type: ignore[assignment]
+        st.s.last_checkpoint = CheckpointStatus.model_validate(ckpt)
 
 
 def _first_failure(st: _Status, current: list[dict], spec, now: datetime, observed: Observed) -> Failure | None:

@@ -1,0 +1,344 @@
+"""The pure reconcile: every lifecycle branch, idempotency and crash-replay."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from phalanx import constants as C
+from phalanx.lifecycle.failures import backoff_seconds, exit_code_retryable
+from phalanx.lifecycle.reconcile import GangDecision, Observed, decide
+from phalanx.api.types import FailurePolicy
+
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+class Sim:
+    """A tiny in-memory 'cluster' that applies plans, so we can replay decide() like the operator."""
+
+    def __init__(self, obj):
+        self.obj = copy.deepcopy(obj)
+        self.pods: dict[str, dict] = {}
+        self.svc = self.cm = False
+        self.now = T0
+        self.events: list[tuple[str, str, str]] = []
+        self.creates = 0
+
+    def step(self, gang=None, progress=None, apply_status=True):
+        observed = Observed(pods=copy.deepcopy(list(self.pods.values())), service_exists=self.svc,
+                            config_map_exists=self.cm, progress=progress)
+        kwargs = {"gang": gang} if gang else {}
+        plan = decide(copy.deepcopy(self.obj), observed, self.now, **kwargs)
+        for name in plan.delete_pods:
+            self.pods.pop(name, None)
+        for child in plan.create:
+            self.creates += 1
+            if child["kind"] == "Service":
+                self.svc = True
+            elif child["kind"] == "ConfigMap":
+                self.cm = True
+            else:
+                assert child["metadata"]["name"] not in self.pods, "duplicate create"
+                self.pods[child["metadata"]["name"]] = copy.deepcopy(child)
+        for name in plan.release:
+            self.pods[name]["spec"]["schedulingGates"] = []
+            if name in plan.pins:
+                self.pods[name]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": plan.pins[name]}
+        if plan.status is not None and apply_status:
+            self.obj["status"] = plan.status
+        self.events += plan.events
+        return plan
+
+    @property
+    def status(self):
+        return self.obj.get("status", {})
+
+    def set_pods(self, phase, ready=True, exit_code=None, reason=None, only=None):
+        for pod in self.pods.values():
+            if only is not None and pod["metadata"]["labels"][C.LABEL_NODE_RANK] != str(only):
+                continue
+            pod["spec"]["nodeName"] = "n-" + pod["metadata"]["labels"][C.LABEL_NODE_RANK]
+            pod["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+            if reason:
+                pod["status"]["reason"] = reason
+            if exit_code is not None:
+                pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"terminated": {"exitCode": exit_code}}}]
+
+    def run_until_running(self):
+        self.step()  # create
+        self.step()  # release gates
+        self.set_pods("Running")
+        self.step()
+        assert self.status["phase"] == "Running"
+
+
+def cond(status, type_):
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_fresh_job_creates_service_configmap_and_all_pods_at_once(job_obj):
+    sim = Sim(job_obj)
+    plan = sim.step()
+    assert [c["kind"] for c in plan.create] == ["Service", "ConfigMap", "Pod", "Pod"]
+    assert sim.status["phase"] == "Pending"
+    assert cond(sim.status, "Valid")["status"] == "True"
+    assert cond(sim.status, "Created")["reason"] == "CreatingPods"
+    assert sim.status["observedGeneration"] == 1
+    assert sim.status["nodes"] == "0/2"
+    sim.step()
+    assert cond(sim.status, "Created")["status"] == "True" and sim.status["attemptCreated"] is True
+
+
+def test_gates_are_lifted_together_only_when_all_pods_exist(job_obj):
+    sim = Sim(job_obj)
+    sim.step()
+    first = sorted(sim.pods)[0]
+    del sim.pods[first]  # as if the operator died after creating one pod
+    sim.obj["status"]["attemptCreated"] = False
+    plan = sim.step()
+    assert plan.release == []  # one pod missing: nobody is released
+    assert [c["metadata"]["name"] for c in plan.create] == [first]
+    plan = sim.step()
+    assert sorted(plan.release) == sorted(sim.pods)
+    assert all(not p["spec"]["schedulingGates"] for p in sim.pods.values())
+    assert cond(sim.status, "Schedulable")["status"] == "True"
+
+
+def test_phases_scheduling_running_succeeded(job_obj):
+    sim = Sim(job_obj)
+    sim.step(); sim.step()
+    assert sim.status["phase"] == "Scheduling"
+    sim.set_pods("Running")
+    sim.step()
+    assert sim.status["phase"] == "Running" and sim.status["nodes"] == "2/2"
+    assert sim.status["startTime"] == "2026-11-30T12:00:00Z"
+    sim.set_pods("Succeeded", ready=False, exit_code=0)
+    sim.now += timedelta(minutes=5)
+    sim.step()
+    assert sim.status["phase"] == "Succeeded"
+    assert cond(sim.status, "Succeeded")["status"] == "True"
+    assert sim.status["completionTime"] == "2026-11-30T12:05:00Z"
+    assert [e[1] for e in sim.events].count("Running") == 1 and ("Normal", "Succeeded", "all 2 nodes completed") in sim.events
+
+
+def test_replay_is_idempotent_no_duplicates(job_obj):
+    sim = Sim(job_obj)
+    for _ in range(5):
+        sim.step()
+    assert len(sim.pods) == 2 and sim.creates == 4
+
+
+def test_crash_before_status_write_converges(job_obj):
+    """Operator dies after creating pods but before writing status: the replay creates nothing twice."""
+    sim = Sim(job_obj)
+    sim.step(apply_status=False)
+    plan = sim.step()
+    assert [c["kind"] for c in plan.create] == []  # pods and children already exist (seen via observe)
+
+
+def test_retryable_failure_restarts_whole_gang_with_backoff(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=137, only=1)
+    plan = sim.step()
+    assert sim.status["phase"] == "Restarting"
+    assert sim.status["restarts"] == 1 and sim.status["restartAttempt"] == 1
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+    assert "exited with code 137 (retryable)" in cond(sim.status, "Restarting")["message"]
+    assert sim.status["nextRestartTime"] == "2026-11-30T12:00:10Z"
+    plan = sim.step()  # within backoff: nothing created
+    assert plan.create == [] and plan.requeue_after == pytest.approx(10)
+    sim.now += timedelta(seconds=11)
+    plan = sim.step()
+    assert [c["metadata"]["name"] for c in plan.create] == ["job-node-0-1", "job-node-1-1"]
+    assert all(c["metadata"]["labels"][C.LABEL_RESTART_ATTEMPT] == "1" for c in plan.create)
+    sim.step()
+    sim.set_pods("Running")
+    sim.step()
+    assert sim.status["phase"] == "Running"
+    assert cond(sim.status, "Restarting")["status"] == "False"
+
+
+def test_new_gang_waits_for_old_pods_to_go(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=143, only=0)
+    plan = sim.step()
+    # Deletion is in flight: the old pods linger with a deletionTimestamp.
+    for name in plan.delete_pods:
+        sim.pods[name] = {"metadata": {"name": name, "labels": {C.LABEL_RESTART_ATTEMPT: "0", C.LABEL_NODE_RANK: "0"}, "deletionTimestamp": "x"}, "spec": {}, "status": {"phase": "Running"}}
+    sim.now += timedelta(seconds=30)
+    plan = sim.step()
+    assert not [c for c in plan.create if c["kind"] == "Pod"]
+    assert cond(sim.status, "Created")["reason"] == "WaitingForOldPods"
+
+
+def test_permanent_exit_code_fails_without_retry(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=1, only=0)
+    plan = sim.step()
+    assert sim.status["phase"] == "Failed" and sim.status["restarts"] == 0
+    assert cond(sim.status, "Failed")["reason"] == "PermanentFailure"
+    assert "exited with code 1 (permanent)" in cond(sim.status, "Failed")["message"]
+    assert plan.delete_pods == ["job-node-1-0"]  # the survivor is stopped
+
+
+def test_exit_code_lists_override_the_default_classification(job_obj):
+    job_obj["spec"]["failurePolicy"] = {"retryableExitCodes": [3], "permanentExitCodes": [137]}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=3, only=0)
+    sim.step()
+    assert sim.status["phase"] == "Restarting"
+    policy = FailurePolicy(permanent_exit_codes=[137])
+    assert not exit_code_retryable(137, policy) and exit_code_retryable(143, policy) and not exit_code_retryable(2, policy)
+
+
+def test_max_restarts_exceeded_fails_with_message(job_obj):
+    job_obj["spec"]["failurePolicy"] = {"maxRestarts": 1, "backoffSeconds": 0}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=137)
+    sim.step()
+    assert sim.status["phase"] == "Restarting"
+    sim.run_until_running()
+    sim.set_pods("Failed", exit_code=137)
+    sim.step()
+    assert sim.status["phase"] == "Failed"
+    msg = cond(sim.status, "Failed")["message"]
+    assert cond(sim.status, "Failed")["reason"] == "MaxRestartsExceeded"
+    assert msg.startswith("restarted 1 times (maxRestarts 1); last failure: pod job-node-0-1 (node-rank 0) exited with code 137")
+
+
+def test_evicted_and_lost_pods_are_retryable(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", reason="Evicted", only=1)
+    sim.step()
+    assert cond(sim.status, "Restarting")["reason"] == "Evicted"
+    sim2 = Sim(job_obj)
+    sim2.run_until_running()
+    del sim2.pods["job-node-1-0"]  # node gone, pod garbage-collected
+    sim2.step()
+    assert sim2.status["phase"] == "Restarting"
+    assert cond(sim2.status, "Restarting")["reason"] == "PodLost"
+
+
+def test_hang_detection_restarts(job_obj):
+    job_obj["spec"]["failurePolicy"] = {"hangTimeoutSeconds": 60}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 5, "loss": 3.2})
+    sim.now += timedelta(seconds=30)
+    sim.step(progress={"step": 5, "loss": 3.2})
+    assert sim.status["phase"] == "Running"
+    sim.now += timedelta(seconds=61)
+    sim.step(progress={"step": 5, "loss": 3.2})
+    assert sim.status["phase"] == "Restarting"
+    assert cond(sim.status, "Restarting")["reason"] == "Hang"
+
+
+def test_progress_is_reported(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 25, "loss": 2.5, "tokensPerSecond": 1234.56, "stepTimeSeconds": 0.5,
+                       "lastCheckpoint": {"step": 20, "path": "/ckpt/step-20"}})
+    s = sim.status
+    assert (s["step"], s["loss"], s["tokensPerSecond"], s["progressPercentage"]) == (25, 2.5, 1234.6, 25)
+    assert s["estimatedRemainingSeconds"] == 37 and s["lastCheckpoint"]["step"] == 20
+
+
+def test_suspend_deletes_pods_and_resume_makes_a_new_gang(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.obj["spec"]["suspend"] = True
+    plan = sim.step()
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+    assert sim.status["phase"] == "Suspended" and cond(sim.status, "Suspended")["status"] == "True"
+    assert sim.step().create == []
+    sim.obj["spec"]["suspend"] = False
+    plan = sim.step()
+    assert sim.status["restartAttempt"] == 1 and sim.status["restarts"] == 0
+    assert [c["metadata"]["name"] for c in plan.create if c["kind"] == "Pod"] == ["job-node-0-1", "job-node-1-1"]
+
+
+def test_suspended_at_creation_creates_no_pods(job_obj):
+    job_obj["spec"]["suspend"] = True
+    sim = Sim(job_obj)
+    plan = sim.step()
+    assert not [c for c in plan.create if c["kind"] == "Pod"] and sim.status["phase"] == "Suspended"
+
+
+def test_active_deadline(job_obj):
+    job_obj["spec"]["activeDeadlineSeconds"] = 60
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.now += timedelta(seconds=59)
+    assert sim.step().requeue_after == pytest.approx(1)
+    sim.now += timedelta(seconds=2)
+    plan = sim.step()
+    assert sim.status["phase"] == "Failed" and cond(sim.status, "Failed")["reason"] == "DeadlineExceeded"
+    assert len(plan.delete_pods) == 2
+
+
+def test_ttl_after_finished_deletes_the_job(job_obj):
+    job_obj["spec"]["ttlSecondsAfterFinished"] = 30
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Succeeded", exit_code=0)
+    sim.step()
+    assert sim.step().delete_job is False
+    sim.now += timedelta(seconds=31)
+    assert sim.step().delete_job is True
+
+
+def test_invalid_spec_fails_creates_nothing(job_obj):
+    job_obj["spec"]["parallelism"] = {"tensor": 3}
+    sim = Sim(job_obj)
+    plan = sim.step()
+    assert plan.create == [] and sim.status["phase"] == "Failed"
+    valid = cond(sim.status, "Valid")
+    assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
+    assert "spec.parallelism" in valid["message"]
+    assert any(e[0] == "Warning" and e[1] == "InvalidSpec" for e in sim.events)
+    again = sim.step()
+    assert again.status is None and again.events == []  # stable: no churn, no event storm
+
+
+def test_unschedulable_gang_waits_then_times_out(job_obj):
+    job_obj["spec"]["scheduling"] = {"gangTimeoutSeconds": 60, "onGangTimeout": "Fail"}
+    sim = Sim(job_obj)
+    sim.step()
+    no = GangDecision(release=False, schedulable=False, reason="InsufficientCapacity", message="needs 2 nodes with 8 free nvidia.com/gpu; 1 fits")
+    sim.step(gang=lambda job, pods: no)
+    assert cond(sim.status, "Schedulable")["status"] == "False"
+    assert cond(sim.status, "Schedulable")["message"] == "needs 2 nodes with 8 free nvidia.com/gpu; 1 fits"
+    sim.now += timedelta(seconds=61)
+    sim.step(gang=lambda job, pods: no)
+    assert sim.status["phase"] == "Failed" and cond(sim.status, "Failed")["reason"] == "GangTimeout"
+
+
+def test_gang_pins_pods_to_planned_nodes(job_obj):
+    sim = Sim(job_obj)
+    sim.step()
+    pins = {"job-node-0-0": "node-a", "job-node-1-0": "node-b"}
+    plan = sim.step(gang=lambda job, pods: GangDecision(release=True, pins=pins, placement={"nodes": ["node-a", "node-b"], "span": {"block": 1}}))
+    assert plan.pins == pins
+    assert sim.pods["job-node-1-0"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    assert sim.status["placement"]["nodes"] == ["node-a", "node-b"]
+
+
+def test_stale_attempt_pods_are_deleted(job_obj):
+    sim = Sim(job_obj)
+    sim.step()
+    sim.obj["status"]["restartAttempt"] = 2
+    plan = sim.step()
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+
+
+def test_backoff_doubles_and_caps():
+    policy = FailurePolicy(backoff_seconds=10, max_backoff_seconds=60)
+    assert [backoff_seconds(n, policy) for n in range(0, 6)] == [0, 10, 20, 40, 60, 60]
