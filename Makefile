@@ -21,6 +21,7 @@ install:
 
 crds:
 	$(PYTHON) -m phalanx crd -o crds/phalanx.dev_trainingjobs.yaml
+	cp crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/
 
 lint:
 	$(PYTHON) -m ruff check operator runtime tests bench hack

@@ -55,6 +55,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10]
     settings.batching.worker_limit = 1000
+    settings.scanning.disabled = True  # no CRD/namespace scanning: least-privilege RBAC
     State.kube = Kube(load_client(State.kubeconfig), concurrency=State.config.pod_create_concurrency)
 
 

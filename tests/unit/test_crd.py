@@ -21,8 +21,12 @@ def _walk(schema, path="spec"):
         yield from _walk(schema["additionalProperties"], f"{path}{{}}")
 
 
+CHART_CRD_FILE = CRD_FILE.parents[1] / "charts" / "phalanx" / "crds" / CRD_FILE.name
+
+
 def test_crd_file_matches_models():
     assert CRD_FILE.read_text() == crd_yaml(), "crds/ drifted from the API models: run `make crds`"
+    assert CHART_CRD_FILE.read_text() == crd_yaml(), "charts/phalanx/crds drifted: run `make crds`"
 
 
 def test_crd_names_and_printer_columns():

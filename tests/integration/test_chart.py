@@ -1,0 +1,95 @@
+"""Helm chart: lint, template variants, least-privilege RBAC, operator config round-trip."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from phalanx.api.config import OperatorConfig
+from phalanx.localcluster.binaries import default_bin_dir
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "phalanx"
+
+
+def helm() -> str:
+    path = default_bin_dir() / "helm"
+    if not path.exists():
+        pytest.skip(f"helm not built ({path}); run hack/cluster/build.sh")
+    return str(path)
+
+
+def template(*sets: str) -> list[dict]:
+    args = [helm(), "template", "rel", str(CHART), "-n", "phalanx-system"]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint():
+    res = subprocess.run([helm(), "lint", str(CHART)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_deployment_single_replica_recreate_liveness():
+    deploy = by_kind(template(), "Deployment")[0]
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    c = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert c["command"] == ["phalanx"] and c["args"][0] == "operator"
+    assert "--all-namespaces" in c["args"]
+    assert c["securityContext"]["runAsNonRoot"] is True
+
+
+def test_operator_config_parses():
+    cm = by_kind(template(), "ConfigMap")[0]
+    config = OperatorConfig.model_validate(yaml.safe_load(cm["data"]["config.yaml"]))
+    assert list(config.network_profiles) == ["default"]
+    assert [lvl.name for lvl in config.topology.levels] == ["block", "subblock", "hostname"]
+
+
+def test_namespaced_mode_uses_roles_per_namespace():
+    docs = template("watch.allNamespaces=false", "watch.namespaces={team-a,team-b}")
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
+    assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--all-namespaces" not in args
+
+
+def test_namespaced_mode_without_namespaces_fails_clearly():
+    res = subprocess.run([helm(), "template", "rel", str(CHART), "--set", "watch.allNamespaces=false"], capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "watch.namespaces must list at least one namespace" in res.stderr
+
+
+def test_rbac_is_least_privilege():
+    rules = by_kind(template(), "ClusterRole")[0]["rules"]
+    flat = {(g, r): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert flat[("", "pods")] == {"get", "list", "watch", "create", "delete", "patch"}
+    assert flat[("", "services")] == flat[("", "configmaps")] == {"get", "list", "watch", "create"}
+    assert flat[("phalanx.dev", "trainingjobs/status")] == {"get", "patch"}
+    assert flat[("", "nodes")] == {"list", "watch"}
+    for verbs in flat.values():
+        assert "*" not in verbs and "update" not in verbs and "escalate" not in verbs
+    assert ("", "secrets") not in flat
+
+
+def test_crd_ships_with_chart():
+    crd = yaml.safe_load((CHART / "crds" / "phalanx.dev_trainingjobs.yaml").read_text())
+    assert crd["spec"]["names"]["shortNames"] == ["tj"]
+
+
+def test_service_monitor_optional():
+    assert not by_kind(template(), "ServiceMonitor")
+    sm = by_kind(template("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")[0]
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
