@@ -1,0 +1,52 @@
+"""Run a job's training as N local processes (torch.multiprocessing, spawn) and collect rank 0's
+result: the parity tests and the benchmarks use it. (For the full launcher path, torchrun
+included, see :mod:`phalanx_runtime.local`.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str, threads: int, fn_ref) -> None:
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
+                       "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(world)})
+    import torch
+
+    torch.set_num_threads(threads)
+    from phalanx_runtime.config import RuntimeConfig
+
+    cfg = RuntimeConfig.from_dict(cfg_doc)
+    if fn_ref is None:
+        from phalanx_runtime.train import train
+
+        res = train(cfg)
+        out = {**res.summary(), "losses": res.losses, "grad_norms": res.grad_norms, "step_times": res.step_times,
+               "data_state": res.data_state}
+    else:
+        out = fn_ref(cfg)
+    if local_rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(out, f)
+
+
+def run_ranks(cfg_doc: dict[str, Any], world_size: int, *, threads: int = 1, fn=None) -> dict:
+    """Spawn ``world_size`` ranks of ``train`` (or of ``fn(cfg)``, a picklable function) on
+    this machine with gloo; returns rank 0's result dict."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "result.json")
+        mp.start_processes(_worker, args=(world_size, free_port(), cfg_doc, out, threads, fn),
+                           nprocs=world_size, start_method="spawn", join=True)
+        with open(out) as f:
+            return json.load(f)
