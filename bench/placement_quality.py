@@ -81,7 +81,7 @@ def main() -> None:
     req = GangRequest.from_spec(spec, "ns/j")
     kw = dict(size_bytes=size, procs_per_node=8)
     lb = allreduce_estimate(compact_nodes(64, nodes, topo, dict(req.requests)), topo, CFG, **kw)
-    print(f"| cluster | placement | span block/subblock | bottleneck | ring (s) | hierarchical (s) | vs lower bound |")
+    print("| cluster | placement | span block/subblock | bottleneck | ring (s) | hierarchical (s) | vs lower bound |")
     print("|---|---|---|---|---|---|---|")
     for kind in ("random-45%", "subblocks+20%", "striped-half-gpu"):
         usage = fragment(nodes, kind, rng)

@@ -1,12 +1,20 @@
 import math
 
 import pytest
-
 from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.api.types import TrainingJobSpec
 from phalanx.gang.costmodel import (
-    Link, allreduce_estimate, compact_nodes, cost_report, dp_groups, gradient_bytes, hierarchical_seconds,
-    link_between, model_params, ring_seconds, zero_memory_per_gpu,
+    Link,
+    allreduce_estimate,
+    compact_nodes,
+    cost_report,
+    dp_groups,
+    gradient_bytes,
+    hierarchical_seconds,
+    link_between,
+    model_params,
+    ring_seconds,
+    zero_memory_per_gpu,
 )
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import Topology

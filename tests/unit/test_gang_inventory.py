@@ -3,10 +3,19 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from phalanx.gang.inventory import (
-    NodeInfo, PodUsage, Reservation, Taint, canonical_amount, format_amount, free_capacity,
-    nodes_from_list, parse_quantity, pod_requests, pods_from_list, reservations_from_pods,
+    NodeInfo,
+    PodUsage,
+    Reservation,
+    Taint,
+    canonical_amount,
+    format_amount,
+    free_capacity,
+    nodes_from_list,
+    parse_quantity,
+    pod_requests,
+    pods_from_list,
+    reservations_from_pods,
 )
 
 

@@ -3,12 +3,18 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from phalanx.api.config import TopologyConfig
 from phalanx.api.types import TrainingJobSpec
 from phalanx.gang.inventory import NodeInfo, PodUsage, Reservation, Taint
 from phalanx.gang.planner import (
-    GangRequest, Placement, Unschedulable, node_rejection, plan_gang, plan_queue, queue_order, tolerates,
+    GangRequest,
+    Placement,
+    Unschedulable,
+    node_rejection,
+    plan_gang,
+    plan_queue,
+    queue_order,
+    tolerates,
 )
 from phalanx.gang.topology import Topology
 

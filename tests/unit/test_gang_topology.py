@@ -1,5 +1,4 @@
 import pytest
-
 from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import UNKNOWN, Topology, topology_levels
