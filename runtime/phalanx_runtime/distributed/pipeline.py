@@ -69,6 +69,13 @@ class PipelineRunner:
 
 def build_pipeline(parts: list[nn.Module], stage_ids: list[int], n_stages: int, *, device: torch.device,
                    group: dist.ProcessGroup, schedule: str, microbatches: int, loss_fn) -> PipelineRunner:
+    from torch.nn.parallel import DistributedDataParallel
+
+    for part in parts:
+        if isinstance(part, DistributedDataParallel):
+            # PipelineStage arms DDP's reducer itself before the last microbatch's backward; a
+            # DDP forward in sync mode would arm it for every microbatch (reducer assert).
+            part.require_backward_grad_sync = False
     stages = [PipelineStage(part, sid, n_stages, device, group=group) for part, sid in zip(parts, stage_ids, strict=True)]
     cls = get_schedule_class(schedule)
     if schedule in MULTI_STAGE_SCHEDULES:
