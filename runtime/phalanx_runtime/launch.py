@@ -1,0 +1,207 @@
+"""``phalanx-runtime``: the pod's entrypoint. Reads the job config and the environment
+(Kubeflow ``PET_*``, Phalanx/torchrun names, or Slurm), refuses impossible layouts before any
+worker starts, then runs ``procsPerNode`` workers through the torch elastic launcher
+(``torch.distributed.run``, c10d rendezvous) — nccl on GPUs, gloo on CPU.
+
+Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+from phalanx.constants import (
+    DEFAULT_MASTER_PORT,
+    ENV_CONFIG_PATH,
+    ENV_JOB_NAME,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_PET_MASTER_ADDR,
+    ENV_PET_MASTER_PORT,
+    ENV_PET_MAX_RESTARTS,
+    ENV_PET_NNODES,
+    ENV_PET_NODE_RANK,
+    ENV_PET_NPROC_PER_NODE,
+    ENV_PET_RDZV_ENDPOINT,
+    ENV_PET_RDZV_ID,
+    ENV_RESTART_ATTEMPT,
+)
+from phalanx_runtime.config import RuntimeConfig, check_layout, default_config_path, load_config
+
+log = logging.getLogger("phalanx_runtime.launch")
+EXIT_INVALID = 2
+EXIT_WORKER_FAILED = 1
+
+
+@dataclass
+class LaunchEnv:
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    rdzv_id: str
+    max_restarts: int = 0
+    direct: bool = False  # Slurm one-task-per-rank: run the worker in this process
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    source: str = "spec"
+
+
+def expand_slurm_nodelist(nodelist: str) -> list[str]:
+    """``"gpu[01-03,07],cpu5"`` → ``["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]``."""
+    hosts: list[str] = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist):
+        prefix, ranges = m.group(1), m.group(2)
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            if "-" in part:
+                a, b = part.split("-", 1)
+                hosts.extend(f"{prefix}{i:0{len(a)}d}" for i in range(int(a), int(b) + 1))
+            else:
+                hosts.append(prefix + part)
+    return hosts
+
+
+def _first(env, *names, default=None):
+    for n in names:
+        if env.get(n) not in (None, ""):
+            return env[n]
+    return default
+
+
+def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") -> LaunchEnv:
+    env = dict(os.environ if env is None else env)
+    world = spec.nodes * spec.procs_per_node
+    rdzv_id = _first(env, ENV_PET_RDZV_ID, default=None) or f"{job_name}-{env.get(ENV_RESTART_ATTEMPT, '0')}"
+    max_restarts = int(_first(env, ENV_PET_MAX_RESTARTS, default=0))
+    if "SLURM_NTASKS" in env and not _first(env, ENV_PET_NNODES, ENV_NNODES):
+        ntasks = int(env["SLURM_NTASKS"])
+        snodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
+        hosts = expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost")))
+        addr = env.get(ENV_MASTER_ADDR) or (hosts[0] if hosts else "localhost")
+        port = int(env.get(ENV_MASTER_PORT, DEFAULT_MASTER_PORT))
+        rid = f"slurm-{env.get('SLURM_JOB_ID', job_name)}"
+        if ntasks == world and (ntasks > snodes or spec.procs_per_node == 1):
+            # srun started one task per rank: no torchrun, this process is the worker.
+            return LaunchEnv(snodes, int(env.get("SLURM_NODEID", 0)), spec.procs_per_node, addr, port, rid,
+                             direct=True, rank=int(env["SLURM_PROCID"]), world_size=ntasks,
+                             local_rank=int(env.get("SLURM_LOCALID", 0)), source="slurm-per-rank")
+        return LaunchEnv(snodes, int(env.get("SLURM_NODEID", 0)), spec.procs_per_node, addr, port, rid,
+                         max_restarts, source="slurm-per-node")
+    nnodes = int(_first(env, ENV_PET_NNODES, ENV_NNODES, default=spec.nodes))
+    node_rank = int(_first(env, ENV_PET_NODE_RANK, ENV_NODE_RANK, "GROUP_RANK", default=0))
+    nproc = int(_first(env, ENV_PET_NPROC_PER_NODE, ENV_NPROC_PER_NODE, default=spec.procs_per_node))
+    endpoint = _first(env, ENV_PET_RDZV_ENDPOINT, default=None)
+    if endpoint:
+        addr, _, port = endpoint.rpartition(":")
+    else:
+        addr = _first(env, ENV_PET_MASTER_ADDR, ENV_MASTER_ADDR, default="127.0.0.1")
+        port = _first(env, ENV_PET_MASTER_PORT, ENV_MASTER_PORT, default=DEFAULT_MASTER_PORT)
+    source = "kubeflow" if _first(env, ENV_PET_NNODES) else ("env" if _first(env, ENV_NNODES) else "spec")
+    return LaunchEnv(nnodes, node_rank, nproc, addr, int(port), rdzv_id, max_restarts, source=source)
+
+
+def torchrun_args(le: LaunchEnv, config_path: str, *, elastic: tuple[int, int] | None = None) -> list[str]:
+    """Arguments for ``torch.distributed.run``: c10d rendezvous hosted by node-rank 0."""
+    nnodes = f"{elastic[0]}:{elastic[1]}" if elastic else str(le.nnodes)
+    args = ["--nnodes", nnodes, "--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{le.master_addr}:{le.master_port}",
+            "--rdzv-id", le.rdzv_id, "--rdzv-conf", f"is_host={'true' if le.node_rank == 0 else 'false'}",
+            "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
+    if le.nnodes == 1 and not elastic:
+        # Single node: a private rendezvous on a free port (no clash with other jobs on the host).
+        args = ["--standalone", "--nnodes", "1", "--nproc-per-node", str(le.nproc_per_node),
+                "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
+    return args + ["-m", "phalanx_runtime.train", "--config", config_path]
+
+
+def choose_backend(spec) -> str:
+    import torch
+
+    # nccl for CUDA tensors, gloo for the few CPU-side collectives; gloo only on CPU machines.
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+
+
+def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available: bool | None = None) -> list[str]:
+    errors = check_layout(cfg.spec, cuda_available=cuda_available)
+    if le is not None and not cfg.spec.elastic:
+        world = le.world_size if le.direct else le.nnodes * le.nproc_per_node
+        if world != cfg.spec.nodes * cfg.spec.procs_per_node:
+            errors.append(f"nodes: the environment provides {world} ranks ({le.source}: {le.nnodes} nodes × "
+                          f"{le.nproc_per_node}) but the spec asks nodes {cfg.spec.nodes} × procsPerNode "
+                          f"{cfg.spec.procs_per_node}")
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="phalanx-runtime", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=None, help=f"runtime config JSON (default ${ENV_CONFIG_PATH} or {default_config_path()})")
+    ap.add_argument("--check", action="store_true", help="validate the config and layout, start nothing")
+    ap.add_argument("--dry-run", action="store_true", help="print the torchrun command, start nothing")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config_path = args.config or default_config_path()
+    try:
+        cfg = load_config(config_path)
+    except Exception as e:  # noqa: BLE001 — any unreadable config is a permanent error
+        print(f"phalanx-runtime: cannot read config {config_path}: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    import torch
+
+    le = resolve_env(cfg.spec, job_name=cfg.name)
+    errors = validate(cfg, le, cuda_available=torch.cuda.is_available())
+    if errors:
+        print("phalanx-runtime: invalid job, nothing started:", file=sys.stderr)
+        for e in errors:
+            print(f"  - {e}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.check:
+        print(f"ok: world {cfg.spec.nodes * cfg.spec.procs_per_node}, mesh (pp, dp_replicate, dp_shard, tp) = {cfg.layout.shape}")
+        return 0
+
+    os.environ["PHALANX_BACKEND"] = choose_backend(cfg.spec)
+    os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
+    os.environ.setdefault(ENV_JOB_NAME, cfg.name)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    if le.direct:
+        os.environ.update({"RANK": str(le.rank), "WORLD_SIZE": str(le.world_size), "LOCAL_RANK": str(le.local_rank),
+                           "MASTER_ADDR": le.master_addr, "MASTER_PORT": str(le.master_port)})
+        if args.dry_run:
+            print(f"direct worker rank {le.rank}/{le.world_size}")
+            return 0
+        from phalanx_runtime.train import main as worker_main
+
+        return worker_main(["--config", config_path])
+
+    elastic = (cfg.spec.elastic.min_nodes, cfg.spec.elastic.max_nodes) if cfg.spec.elastic else None
+    targs = torchrun_args(le, os.path.abspath(config_path), elastic=elastic)
+    if args.dry_run:
+        print("torchrun " + " ".join(targs))
+        return 0
+    log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
+             le.source, " ".join(targs))
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    try:
+        torchrun_main(targs)
+    except ChildFailedError as e:
+        log.error("worker failed: %s", e.format_msg() if hasattr(e, "format_msg") else e)
+        return EXIT_WORKER_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
