@@ -17,7 +17,7 @@ import kopf
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.kube import Kube, load_client
-from phalanx.lifecycle.reconcile import Observed, decide
+from phalanx.lifecycle.reconcile import Observed, decide, refused_status
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.render.names import config_map_name, service_name
 
@@ -26,6 +26,7 @@ log = logging.getLogger("phalanx.operator")
 RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
+REFUSAL_BACKOFF = 10.0
 
 
 class State:
@@ -147,7 +148,7 @@ async def job_loop(
             try:
                 plan = decide(obj, observed, datetime.now(UTC), State.config)
                 assert State.kube is not None
-                await State.kube.execute(namespace, plan, status, name)
+                refusals = await State.kube.execute(namespace, plan, status, name)
                 RECONCILES.labels("ok").inc()
             except Exception:  # noqa: BLE001 - one bad pass must not kill the loop
                 RECONCILES.labels("error").inc()
@@ -156,6 +157,13 @@ async def job_loop(
                 continue
             finally:
                 RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            if refusals:
+                await _report_refusals(body, obj, plan, refusals, namespace, name)
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=REFUSAL_BACKOFF)
+                except TimeoutError:
+                    pass
+                continue
             for type_, reason, message in plan.events:
                 kopf.event(body, type=type_, reason=reason, message=message)
                 if reason == "Restarting":
@@ -176,6 +184,17 @@ async def job_loop(
     finally:
         State.wakeups.pop(key, None)
         _track_phase(key, None)
+
+
+async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[str], namespace: str, name: str) -> None:
+    """The API server refused a creation (quota, admission, missing PriorityClass): say so."""
+    current = {**obj, "status": plan.status or obj.get("status")}
+    status = refused_status(current, refusals, datetime.now(UTC))
+    if status.get("message") == (obj.get("status") or {}).get("message"):
+        return  # already reported; retrying quietly
+    assert State.kube is not None
+    await State.kube.patch_status(namespace, name, status, current.get("status"))
+    kopf.event(body, type="Warning", reason="CreateRefused", message=status["message"])
 
 
 async def _poll_progress(pods: list[dict[str, Any]]) -> dict[str, Any] | None:

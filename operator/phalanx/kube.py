@@ -129,19 +129,38 @@ class Kube:
         finally:
             writer.close()
 
-    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> None:
+    async def _create_all(self, objs: list[dict[str, Any]]) -> list[str]:
+        """Create concurrently; return the API server's refusals (quota, admission, ...)."""
+        results = await asyncio.gather(*(self.create(o) for o in objs), return_exceptions=True)
+        refusals = []
+        for obj, result in zip(objs, results, strict=True):
+            if isinstance(result, ApiException) and result.status and 400 <= result.status < 500:
+                refusals.append(f"{obj['kind']} {obj['metadata']['name']}: {_api_message(result)}")
+            elif isinstance(result, BaseException):
+                raise result
+        return refusals
+
+    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> list[str]:
         """Deletes first (old attempts must go before new pods take their hostnames), then creates
-        (Service and ConfigMap before pods), then releases the gang, then the status."""
+        (Service and ConfigMap before pods), then releases the gang, then the status.
+        Returns the creations the API server refused."""
         if plan.delete_pods:
             await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods))
+        refusals: list[str] = []
         if plan.create:
-            first = [o for o in plan.create if o["kind"] != "Pod"]
-            pods = [o for o in plan.create if o["kind"] == "Pod"]
-            await asyncio.gather(*(self.create(o) for o in first))
-            await asyncio.gather(*(self.create(o) for o in pods))
-        if plan.release:
+            refusals += await self._create_all([o for o in plan.create if o["kind"] != "Pod"])
+            refusals += await self._create_all([o for o in plan.create if o["kind"] == "Pod"])
+        if plan.release and not refusals:
             await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
         if plan.status is not None:
             await self.patch_status(namespace, name, plan.status, before_status)
         if plan.delete_job:
             await self.delete_job(namespace, name)
+        return refusals
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)

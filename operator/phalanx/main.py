@@ -11,6 +11,8 @@ from prometheus_client import start_http_server
 
 
 def run_operator(args: argparse.Namespace) -> int:
+    if args.kubeconfig:  # before the kubernetes client is imported: it reads $KUBECONFIG once
+        os.environ["KUBECONFIG"] = args.kubeconfig
     import kopf
 
     from phalanx import handlers  # registers the handlers
@@ -18,8 +20,6 @@ def run_operator(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig
     handlers.State.kubeconfig = args.kubeconfig
     handlers.State.config = load_operator_config(args.config)
     if args.metrics_port:

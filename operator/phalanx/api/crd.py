@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from phalanx import constants as C
 from phalanx.api.types import TrainingJobSpec, TrainingJobStatus
@@ -63,6 +64,10 @@ def _structural(schema: Any) -> Any:
             # e.g. float | int | bool overrides: accept any scalar (checked by the operator).
             schema.pop(combinator)
             schema["x-kubernetes-preserve-unknown-fields"] = True
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(schema.get(bound), int | float) and not isinstance(schema.get(bound), bool):
+            schema[plain] = schema.pop(bound)  # OpenAPI v3.0: a number bound plus a boolean flag
+            schema[bound] = True
     if schema.get("default", 0) is None:
         schema.pop("default")
     if schema.get("type") == "integer":
@@ -77,10 +82,25 @@ def _structural(schema: Any) -> Any:
     return schema
 
 
-def openapi_schema(model: type) -> dict[str, Any]:
+def _default_nested_objects(model: type[BaseModel], schema: dict[str, Any]) -> None:
+    """Sub-objects built by default_factory get their full default value, so the API server
+    defaults them (and CEL rules see every field) even when the user leaves them out."""
+    for name, info in model.model_fields.items():
+        prop = schema.get("properties", {}).get(info.alias or name)
+        target = info.annotation
+        if prop is None or not (isinstance(target, type) and issubclass(target, BaseModel)):
+            continue
+        if info.default_factory is not None:
+            prop["default"] = info.default_factory().model_dump(by_alias=True, mode="json", exclude_none=True)
+        _default_nested_objects(target, prop)
+
+
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
-    return _structural(_inline(raw, defs))
+    schema = _structural(_inline(raw, defs))
+    _default_nested_objects(model, schema)
+    return schema
 
 
 PRINTER_COLUMNS = [

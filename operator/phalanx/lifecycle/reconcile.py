@@ -381,3 +381,12 @@ def _phase_from_pods(st: _Status, current: list[dict], nodes: int, now: datetime
         return
     if st.s.phase not in (Phase.RESTARTING,):
         st.phase(Phase.PENDING, "Pending", f"{len(current)}/{nodes} pods created")
+
+
+def refused_status(obj: dict[str, Any], refusals: list[str], now: datetime) -> dict[str, Any]:
+    """Status after the API server refused some creations: Created=False with its words."""
+    st = _Status(obj.get("status"), obj.get("metadata", {}).get("generation"), now)
+    message = "; ".join(refusals[:3]) + (f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else "")
+    st.cond(C.COND_CREATED, False, "CreateRefused", message)
+    st.s.message = message
+    return st.s.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -1,0 +1,178 @@
+"""Run the real operator as a process against the test cluster, plus waiting helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingjobs.yaml"
+GROUP, VERSION, PLURAL = "phalanx.dev", "v1alpha1", "trainingjobs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(fn, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
+
+
+class OperatorProcess:
+    """`phalanx operator` exactly as the chart's Deployment runs it, but as a local process."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, config: dict[str, Any] | None = None):
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.config_path = log_dir / "operator-config.yaml"
+        self.config_path.write_text(yaml.safe_dump(config or {}))
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> OperatorProcess:
+        self.liveness_port, self.metrics_port = free_port(), free_port()
+        self.starts += 1
+        self.log = self.log_dir / f"operator-{self.starts}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "phalanx", "operator", f"--kubeconfig={self.kubeconfig}", "--all-namespaces",
+             f"--config={self.config_path}", f"--liveness-port={self.liveness_port}", f"--metrics-port={self.metrics_port}"],
+            stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        wait_for(self.healthy, 60, "operator /healthz")
+        return self
+
+    def healthy(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"operator exited; log:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name: str, labels: str = "") -> float:
+        needle = f"{name}{{{labels}}}" if labels else name
+        for line in self.metrics().splitlines():
+            if line.startswith(needle + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up of any kind, like a node dying under the operator."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-n:]) if self.log.exists() else ""
+
+
+def install_crd(cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+
+
+@pytest.fixture(scope="session")
+def crd(cluster):
+    install_crd(cluster)
+    return CRD_FILE
+
+
+@pytest.fixture(scope="session")
+def operator(cluster, crd, tmp_path_factory):
+    op = OperatorProcess(cluster.kubeconfig, tmp_path_factory.mktemp("operator")).start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def api(cluster):
+    with cluster.api(pool_size=16) as a:
+        yield a
+
+
+class Jobs:
+    """TrainingJob CRUD and observations in one namespace."""
+
+    def __init__(self, api_client, namespace: str):
+        self.ns = namespace
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = {**obj, "metadata": {**obj["metadata"], "namespace": self.ns}}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, obj)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name, body)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name, body={"propagationPolicy": "Background"})
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.get(name).get("status") or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        return next((c for c in self.status(name).get("conditions", []) if c["type"] == type_), None)
+
+    def pods(self, name: str, attempt: int | None = None) -> list[Any]:
+        sel = f"phalanx.dev/job-name={name}"
+        if attempt is not None:
+            sel += f",phalanx.dev/restart-attempt={attempt}"
+        return self.core.list_namespaced_pod(self.ns, label_selector=sel).items
+
+    def events(self, name: str) -> list[Any]:
+        return [e for e in self.core.list_namespaced_event(self.ns).items if e.involved_object.name == name]
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
+        return wait_for(lambda: (s := self.status(name)).get("phase") == phase and s, timeout, f"{name} phase {phase}")
+
+
+def job_manifest(name: str, nodes: int = 2, procs: int = 4, gpus: int = 8, **spec: Any) -> dict[str, Any]:
+    base = {
+        "image": "phalanx/runtime:test",
+        "nodes": nodes,
+        "procsPerNode": procs,
+        "resources": {"gpus": gpus, "cpu": "1", "memory": "1Gi"},
+        "model": {"preset": "debug"},
+        "training": {"globalBatchSize": nodes * procs},
+        "failurePolicy": {"backoffSeconds": 1},
+    }
+    base.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": base}
