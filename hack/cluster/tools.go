@@ -7,6 +7,7 @@
 package tools
 
 import (
+	_ "go.etcd.io/etcd/server/v3"
 	_ "helm.sh/helm/v3/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build the local integration-test control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok, helm) from the Go
+# module proxy into a versioned cache dir.
+#
+# etcd is go.etcd.io/etcd/server/v3 at the version k8s.io/kubernetes itself
+# requires (v3.6.x), not Debian's etcd-server (3.4): client-go >= 0.34 opens
+# watch-list streams, which need etcd's RequestWatchProgress (etcd >= 3.5.13);
+# against 3.4 every informer's watch ends with "the required storage feature
+# RequestWatchProgress is disabled" and events arrive only on relists.
+#
+#   hack/cluster/build.sh            # build missing binaries, print the dir
+#   hack/cluster/build.sh --print-dir  # only print the cache dir
+#
+# Cache: ${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/<version>/ where <version>
+# is "<kubernetes version>-<first 10 hex of sha256(go.mod + go.sum + build.sh)>",
+# so a change of any pin or build flag gets a fresh dir. Binaries already present are skipped:
+# a rerun takes seconds. The Python side (phalanx.localcluster.binaries)
+# computes the same key.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$HERE"
+
+K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)"
+SUM="$(cat go.mod go.sum build.sh | sha256sum | cut -c1-10)"
+VERSION="${K8S_VERSION}-${SUM}"
+CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
+BIN_DIR="${PHALANX_BIN_DIR:-$CACHE/bin/$VERSION}"
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+log() { echo "[cluster-build] $*" >&2; }
+
+mkdir -p "$BIN_DIR"
+
+# name:import-path
+TARGETS=(
+  "kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver"
+  "kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager"
+  "kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler"
+  "kubectl:k8s.io/kubernetes/cmd/kubectl"
+  "kwok:sigs.k8s.io/kwok/cmd/kwok"
+  "helm:helm.sh/helm/v3/cmd/helm"
+  "etcd:go.etcd.io/etcd/server/v3"
+)
+
+missing=()
+for t in "${TARGETS[@]}"; do
+  name="${t%%:*}"; pkg="${t#*:}"
+  if [[ -x "$BIN_DIR/$name" ]]; then
+    log "have $name"
+  else
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  command -v go >/dev/null || { log "go toolchain not found"; exit 1; }
+  log "building ${#missing[@]} binaries into $BIN_DIR (go $(go env GOVERSION), k8s $K8S_VERSION)"
+  tmp="$(mktemp -d "$BIN_DIR/.build.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  start=$SECONDS
+  # One `go build` for all packages: shared packages compile once and the
+  # two cores stay busy. Static binaries; the versions come from go.mod.
+  # Stamp the versions `make` would (kube-apiserver /version, kubectl version,
+  # helm version); a plain module build reports v0.0.0-master.
+  minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  HELM_VERSION="$(awk '$1=="helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)"
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=module"
+  CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${missing[@]}"
+  # go names a /vN main package after the element before it: server/v3 -> server.
+  [[ -f "$tmp/server" ]] && mv -f "$tmp/server" "$tmp/etcd"
+  for f in "$tmp"/*; do mv -f "$f" "$BIN_DIR/"; done
+  log "built in $((SECONDS - start))s"
+fi
+
+echo "$BIN_DIR"

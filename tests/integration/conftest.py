@@ -1,0 +1,148 @@
+"""Integration tests: a real control plane, local or any cluster named by a kubeconfig.
+
+Which cluster the session-scoped ``cluster`` fixture uses, first match wins:
+
+1. ``KUBECONFIG_PHALANX`` (a kubeconfig path): that cluster, as is.
+2. ``KUBECONFIG`` (when it names an existing file): that cluster, as is.
+3. a cluster from ``make cluster-up`` (``.local-cluster/cluster.json``, still running).
+4. a fresh ``LocalCluster`` in a temp dir, with the ``PHALANX_TOPOLOGY`` (default
+   ``small-4``) kwok nodes; stopped at session end.
+
+If 4 is needed but the binaries are missing (``make cluster-binaries``), the tests are
+skipped, or fail when ``PHALANX_REQUIRE_CLUSTER`` is set (CI sets it).
+``PHALANX_TOPOLOGY`` also adds that topology's nodes to a reused cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from phalanx.localcluster import (
+    KWOK_ANNOTATION,
+    LocalCluster,
+    create_nodes,
+    default_bin_dir,
+    missing_binaries,
+)
+from phalanx.localcluster.nodes import api_client
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class ClusterHandle:
+    kubeconfig: Path
+    kubectl_bin: str | None
+    source: str  # "env:KUBECONFIG_PHALANX", "env:KUBECONFIG", "cluster-up", "local"
+    local: LocalCluster | None = None
+
+    def api(self, pool_size: int = 4):
+        """A fresh kubernetes.client.ApiClient for this cluster."""
+        return api_client(self.kubeconfig, pool_size=pool_size)
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        if not self.kubectl_bin:
+            pytest.skip("no kubectl binary")
+        return subprocess.run(
+            [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True, text=True, check=check, timeout=timeout,
+        )
+
+    def kwok_nodes(self) -> list[str]:
+        from kubernetes import client
+
+        with self.api() as api:
+            nodes = client.CoreV1Api(api).list_node().items
+        return sorted(
+            n.metadata.name
+            for n in nodes
+            if (n.metadata.annotations or {}).get(KWOK_ANNOTATION) == "fake"
+        )
+
+
+def _kubectl_for(bin_dir: Path) -> str | None:
+    p = bin_dir / "kubectl"
+    return str(p) if os.access(p, os.X_OK) else shutil.which("kubectl")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> ClusterHandle:
+    bin_dir = default_bin_dir()
+    topology = os.environ.get("PHALANX_TOPOLOGY")
+    for var in ("KUBECONFIG_PHALANX", "KUBECONFIG"):
+        kc = os.environ.get(var)
+        if kc and Path(kc).is_file():
+            h = ClusterHandle(Path(kc), _kubectl_for(bin_dir), f"env:{var}")
+            if topology:
+                create_nodes(h.kubeconfig, topology)
+            yield h
+            return
+
+    attached = LocalCluster.attach()
+    if attached is not None and attached.running():
+        h = ClusterHandle(attached.kubeconfig, _kubectl_for(attached.bin_dir), "cluster-up")
+        if topology:
+            create_nodes(h.kubeconfig, topology)
+        yield h
+        return
+
+    missing = missing_binaries(bin_dir)
+    if missing:
+        msg = (
+            f"no cluster: KUBECONFIG_PHALANX/KUBECONFIG unset and control-plane binaries "
+            f"missing from {bin_dir} ({', '.join(missing)}); run `make cluster-binaries` "
+            "(hack/cluster/build.sh) or point KUBECONFIG_PHALANX at a cluster"
+        )
+        if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+            pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
+        pytest.skip(msg)
+
+    work = tmp_path_factory.mktemp("local-cluster")
+    local = LocalCluster(work_dir=work, bin_dir=bin_dir)
+    t0 = time.monotonic()
+    local.start()
+    try:
+        create_nodes(local.kubeconfig, topology or "small-4")
+        print(f"\nlocal cluster up in {time.monotonic() - t0:.1f}s at {local.server} ({work})")
+        yield ClusterHandle(local.kubeconfig, local.kubectl, "local", local)
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def namespace(cluster: ClusterHandle):
+    """A fresh namespace (deleted afterwards) whose `default` service account exists."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    name = f"it-{uuid.uuid4().hex[:8]}"
+    with cluster.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": name, "labels": {"phalanx.dev/test": "true"}}})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                core.read_namespaced_service_account("default", name)
+                break
+            except ApiException as e:
+                if e.status != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield name
+        try:
+            core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
