@@ -16,8 +16,12 @@ import kopf
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
+from phalanx.api.types import TrainingJob
+from phalanx.gang.admission import admit, decision_for, gang_request
+from phalanx.gang.inventory import Reservation
+from phalanx.gang.planner import GangRequest
 from phalanx.kube import Kube, load_client
-from phalanx.lifecycle.reconcile import Observed, decide, refused_status
+from phalanx.lifecycle.reconcile import GangDecision, GangStep, Observed, decide, refused_status
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.render.names import config_map_name, service_name
 
@@ -27,6 +31,7 @@ RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
 REFUSAL_BACKOFF = 10.0
+PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 
 
 class State:
@@ -36,6 +41,8 @@ class State:
     kubeconfig: str | None = None
     kube: Kube | None = None
     wakeups: dict[tuple[str, str], asyncio.Event] = {}
+    waiting: dict[str, GangRequest] = {}  # gangs whose pods all exist, gated, by "ns/name"
+    pending: dict[str, tuple[list[Reservation], float]] = {}  # pins not yet seen in the index
     phases: dict[tuple[str, str], str] = {}
 
 
@@ -105,9 +112,78 @@ def job_config_maps(namespace: str, name: str, **_: Any) -> dict:
     return {(namespace, name): True}
 
 
-@kopf.on.event("pods", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def pod_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
-    wakeup(namespace, labels[C.LABEL_JOB_NAME]).set()
+@kopf.index("nodes")
+def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
+    meta = body["metadata"]
+    return {name: {"metadata": {"name": name, "labels": dict(meta.get("labels") or {})},
+                   "spec": {"taints": list(body.get("spec", {}).get("taints") or []),
+                            "unschedulable": body.get("spec", {}).get("unschedulable", False)},
+                   "status": {"allocatable": dict(body.get("status", {}).get("allocatable") or {}),
+                              "conditions": [c for c in body.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]}}}
+
+
+@kopf.index("pods")
+def cluster_pods(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
+    """Every live pod's requests and binding: the capacity the gang planner must respect."""
+    spec = body.get("spec", {})
+    return {None: {"metadata": {"name": name, "namespace": namespace, "labels": dict(body["metadata"].get("labels") or {})},
+                   "spec": {"nodeName": spec.get("nodeName"), "nodeSelector": dict(spec.get("nodeSelector") or {}),
+                            "containers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("containers") or []],
+                            "initContainers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("initContainers") or []],
+                            "overhead": spec.get("overhead")},
+                   "status": {"phase": body.get("status", {}).get("phase")}}}
+
+
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
+def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
+    return {name: int(body.get("value", 0))}
+
+
+@kopf.on.event("pods")
+def pod_changed(type: str, namespace: str, labels: dict[str, str], status: dict, **_: Any) -> None:
+    job = labels.get(C.LABEL_JOB_NAME)
+    if job:
+        wakeup(namespace, job).set()
+    if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
+        _wake_waiting_gangs()  # capacity freed
+
+
+@kopf.on.event("nodes")
+def node_changed(**_: Any) -> None:
+    _wake_waiting_gangs()
+
+
+def _wake_waiting_gangs() -> None:
+    for key in list(State.waiting):
+        namespace, name = key.split("/", 1)
+        wakeup(namespace, name).set()
+
+
+def _values(index: kopf.Index) -> list[Any]:
+    return [value for store in index.values() for value in store]
+
+
+def native_gang_step(cluster_nodes: kopf.Index, cluster_pods: kopf.Index, priority_classes: kopf.Index) -> GangStep:
+    """The reconcile's gang step: plan every waiting gang together; pin and release this one
+    only if it is placed. Runs synchronously inside decide(), so plans never interleave."""
+
+    def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
+        key = f"{job.metadata.namespace}/{job.metadata.name}"
+        prio_name = job.spec.scheduling.priority_class_name
+        priority = next(iter(priority_classes.get(prio_name, [0]))) if prio_name else 0
+        State.waiting[key] = gang_request(job, State.config, priority)
+        now = time.monotonic()
+        pending = [r for k, (rs, t) in State.pending.items() if k != key and now - t < PIN_TTL_SECONDS for r in rs]
+        nodes = _values(cluster_nodes)
+        admission = admit(State.waiting.values(), nodes, list(cluster_pods.get(None, [])), State.config, pending)
+        result = admission.results[key]
+        decision = decision_for(job, result, pods, nodes, State.config)
+        if decision.release:
+            State.waiting.pop(key, None)
+            State.pending[key] = (result.reservations(), now)
+        return decision
+
+    return step
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,10 +199,14 @@ async def job_loop(
     job_pods: kopf.Index,
     job_services: kopf.Index,
     job_config_maps: kopf.Index,
+    cluster_nodes: kopf.Index,
+    cluster_pods: kopf.Index,
+    priority_classes: kopf.Index,
     **_: Any,
 ) -> None:
     key = (namespace, name)
     wake = wakeup(namespace, name)
+    gang = native_gang_step(cluster_nodes, cluster_pods, priority_classes)
     last_progress_poll = 0.0
     progress: dict[str, Any] | None = None
     try:
@@ -146,7 +226,7 @@ async def job_loop(
             obj = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "status": status}
             started = time.perf_counter()
             try:
-                plan = decide(obj, observed, datetime.now(UTC), State.config)
+                plan = decide(obj, observed, datetime.now(UTC), State.config, gang=gang)
                 assert State.kube is not None
                 refusals = await State.kube.execute(namespace, plan, status, name)
                 RECONCILES.labels("ok").inc()
@@ -183,6 +263,8 @@ async def job_loop(
                 pass
     finally:
         State.wakeups.pop(key, None)
+        State.waiting.pop(f"{namespace}/{name}", None)
+        State.pending.pop(f"{namespace}/{name}", None)
         _track_phase(key, None)
 
 

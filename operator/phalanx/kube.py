@@ -18,6 +18,9 @@ from phalanx.metrics import API_REQUESTS, PODS_CREATED
 
 log = logging.getLogger("phalanx.kube")
 
+# Gang-backend objects the operator may create (Volcano/coscheduling PodGroup, Workload API).
+CUSTOM_PLURALS = {"PodGroup": "podgroups", "Workload": "workloads"}
+
 
 def load_client(kubeconfig: str | None = None, pool_size: int = 64) -> client.ApiClient:
     cfg = client.Configuration()
@@ -51,6 +54,8 @@ class Kube:
     async def create(self, obj: dict[str, Any]) -> bool:
         """Create a child; an existing one (409) counts as done. Returns True if created."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        if kind in CUSTOM_PLURALS:
+            return await self.create_custom(obj, CUSTOM_PLURALS[kind])
         fn = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,

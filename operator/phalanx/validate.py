@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from phalanx.api.config import OperatorConfig
 from phalanx.api.presets import resolve_shape
 from phalanx.api.types import TrainingJob, TrainingJobSpec
+from phalanx.backends import render_backend
 from phalanx.render.network import validate_network
 
 # Pod hostnames are "<job>-node-<rank>" and must stay a DNS label (63 chars).
@@ -166,6 +167,9 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
         if field == "network.profile":
             message += f"; known: {', '.join(sorted(config.network_profiles))}"
         out.append(Problem(f"spec.{field}", message))
+    stub = TrainingJob(metadata={"name": "validate"}, spec=spec)
+    for error in render_backend(stub, levels=config.topology.levels).errors:
+        out.append(Problem("spec.scheduling", error))
     levels = {lvl.name for lvl in config.topology.levels} | {lvl.label for lvl in config.topology.levels}
     for key in ("required", "preferred"):
         level = getattr(spec.scheduling.topology, key)

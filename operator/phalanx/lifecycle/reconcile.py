@@ -23,7 +23,7 @@ from phalanx.api.types import (
     TrainingJob,
     TrainingJobStatus,
 )
-from phalanx.lifecycle.conditions import get_condition, set_condition
+from phalanx.lifecycle.conditions import get_condition, is_true, set_condition
 from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, pod_rank
 from phalanx.render.job import render_children
 from phalanx.render.names import config_map_name, service_name
@@ -247,6 +247,8 @@ def decide(
             plan.create.append(child)
         elif kind == "Pod" and name not in have:
             plan.create.append(child)
+        elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.nodes:
+            plan.create.append(child)  # gang-backend objects (PodGroup, Workload) before pods
     if st.s.phase == Phase.PENDING and not current:
         st.events.append(("Normal", "Creating", f"creating {spec.nodes} pods (attempt {attempt})"))
     if stale:
@@ -277,7 +279,7 @@ def decide(
                 plan.delete_pods += [p["metadata"]["name"] for p in current]
                 plan.create = []
                 return done()
-    elif current and not gated and st.s.attempt_created:
+    elif current and not gated and st.s.attempt_created and not is_true(st.s.conditions, C.COND_SCHEDULABLE):
         st.cond(C.COND_SCHEDULABLE, True, "GatesLifted", "gang released to the scheduler")
 
     # 10. Phase from the pods.

@@ -7,28 +7,31 @@ from typing import Any
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob
+from phalanx.backends import apply_mutation, render_backend
 from phalanx.render.configmap import build_config_map
 from phalanx.render.names import spec_hash
-from phalanx.render.network import render_network
+from phalanx.render.network import NetworkWiring, render_network
 from phalanx.render.pod import build_pod
 from phalanx.render.service import build_service
 
 
-def render_pods(job: TrainingJob, config: OperatorConfig, attempt: int = 0) -> list[dict[str, Any]]:
+def job_wiring(job: TrainingJob, config: OperatorConfig) -> NetworkWiring:
     profile = config.network_profiles[job.spec.network.profile]
-    return [
-        build_pod(job, rank, attempt, profile, default_shm_size=str(config.default_shm_size))
-        for rank in range(job.spec.nodes)
-    ]
+    return render_network(job.spec, profile, job_key=f"{job.metadata.namespace}/{job.metadata.name}")
 
 
 def render_children(job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0) -> list[dict[str, Any]]:
-    """Service, ConfigMap, then one Pod per node-rank; every child carries the spec hash."""
+    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, then one Pod per node-rank.
+    Every child carries the spec hash."""
     config = config or OperatorConfig()
     profile = config.network_profiles[job.spec.network.profile]
-    key = f"{job.metadata.namespace}/{job.metadata.name}"
-    service = build_service(job, render_network(job.spec, profile, job_key=key).master_port)
-    children = [service, build_config_map(job), *render_pods(job, config, attempt)]
+    wiring = job_wiring(job, config)
+    backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
+    pods = [
+        apply_mutation(build_pod(job, rank, attempt, profile, default_shm_size=str(config.default_shm_size)), backend.pod)
+        for rank in range(job.spec.nodes)
+    ]
+    children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods]
     digest = spec_hash(job.spec.model_dump(by_alias=True, mode="json"))
     for child in children:
         child["metadata"].setdefault("annotations", {})[C.ANNOTATION_SPEC_HASH] = digest
