@@ -85,7 +85,8 @@ def _slim_pod(body: kopf.Body) -> dict[str, Any]:
             "labels": dict(body["metadata"].get("labels", {})),
             "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
         },
-        "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or [])},
+        "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or []),
+                 "nodeSelector": dict(spec.get("nodeSelector") or {})},
         "status": {
             "phase": status.get("phase"),
             "reason": status.get("reason"),

@@ -88,11 +88,11 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def release_pod(self, namespace: str, name: str, node: str | None) -> None:
-        """Lift the gang gate; pin to ``node`` first (allowed while a pod is gated)."""
+    async def release_pod(self, namespace: str, name: str, node_selector: dict[str, str] | None) -> None:
+        """Lift the gang gate; pin first (a gated pod may gain nodeSelector keys)."""
         ops: list[dict[str, Any]] = []
-        if node:
-            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
+        if node_selector:
+            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": node_selector})
         ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": []})
         try:
             await self._call("patch", self.core.patch_namespaced_pod, name, namespace, ops)

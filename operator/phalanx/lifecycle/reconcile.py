@@ -63,7 +63,7 @@ class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     release: list[str] = field(default_factory=list)  # pods whose gang gate is lifted
-    pins: dict[str, str] = field(default_factory=dict)
+    pins: dict[str, dict[str, str]] = field(default_factory=dict)  # pod → its full nodeSelector
     status: dict[str, Any] | None = None  # full new status (camelCase) when it changed
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     delete_job: bool = False
@@ -270,7 +270,11 @@ def decide(
         st.cond(C.COND_SCHEDULABLE, decision.schedulable, decision.reason, decision.message)
         if decision.release:
             plan.release = [p["metadata"]["name"] for p in gated]
-            plan.pins = dict(decision.pins)
+            for pod in gated:  # gated pods may only gain selector keys, never lose or change one
+                node = decision.pins.get(pod["metadata"]["name"])
+                if node:
+                    selector = dict(pod.get("spec", {}).get("nodeSelector") or {})
+                    plan.pins[pod["metadata"]["name"]] = {**selector, C.LABEL_HOSTNAME: node}
         elif not decision.schedulable:
             waited = _gang_waited(st, now)
             timeout = spec.scheduling.gang_timeout_seconds

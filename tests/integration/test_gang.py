@@ -1,0 +1,145 @@
+"""Native gang placement with the real kube-scheduler on a private pool of kwok GPU nodes."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from phalanx.localcluster import finish_pod, node_manifests, parse_topology, wait_nodes_ready
+from tests.integration.harness import Jobs, api, crd, job_manifest, operator, wait_for  # noqa: F401
+
+POOL_LABEL = "phalanx.dev/test-pool"
+TOPO_LABELS = ("phalanx.dev/topology-block", "phalanx.dev/topology-subblock", "phalanx.dev/topology-rack")
+
+
+@pytest.fixture
+def pool(cluster, api):  # noqa: F811
+    """16 nodes × 8 GPUs: 2 blocks × 2 subblocks × 2 racks × 2 nodes, tainted for this test only."""
+    pid = uuid.uuid4().hex[:6]
+    topo = parse_topology({
+        "name": f"pool-{pid}", "namePrefix": f"p{pid}",
+        "layout": {"block": 2, "subblock": 2, "rack": 2, "node": 2},
+        "node": {"gpu": 8, "labels": {POOL_LABEL: pid},
+                 "taints": [{"key": POOL_LABEL, "value": pid, "effect": "NoSchedule"}]},
+    })
+    core = client.CoreV1Api(api)
+    names = []
+    for m in node_manifests(topo):
+        for key in TOPO_LABELS:  # domains private to this pool
+            m["metadata"]["labels"][key] = f"{pid}-{m['metadata']['labels'][key]}"
+        core.create_node(m)
+        names.append(m["metadata"]["name"])
+    wait_nodes_ready(cluster.kubeconfig, set(names), timeout=60)
+    yield {"id": pid, "nodes": names, "labels": {n: core.read_node(n).metadata.labels for n in names}}
+    for n in names:
+        try:
+            core.delete_node(n)
+        except ApiException:
+            pass
+
+
+def pooled(pool, name, nodes, **spec):
+    pid = pool["id"]
+    return job_manifest(
+        name, nodes=nodes, procs=8, gpus=8,
+        tolerations=[{"key": POOL_LABEL, "operator": "Equal", "value": pid, "effect": "NoSchedule"}],
+        nodeSelector={POOL_LABEL: pid}, **spec,
+    )
+
+
+@pytest.fixture
+def jobs(api, namespace, operator):  # noqa: F811
+    return Jobs(api, namespace)
+
+
+def bound(jobs, name, attempt=0):
+    return [p for p in jobs.pods(name, attempt) if p.spec.node_name]
+
+
+def all_running(jobs, name, n):
+    pods = jobs.pods(name, 0)
+    return len(pods) == n and all(p.status.phase == "Running" for p in pods) and pods
+
+
+def schedulable(jobs, name):
+    return jobs.condition(name, "Schedulable") or {}
+
+
+def test_pods_bind_exactly_where_the_plan_says(jobs, pool):
+    jobs.create(pooled(pool, "placed", 4))
+    pods = wait_for(lambda: all_running(jobs, "placed", 4), 60, "gang Running")
+    status = jobs.status("placed")
+    planned = status["placement"]["nodes"]
+    by_rank = {int(p.metadata.labels["phalanx.dev/node-rank"]): p.spec.node_name for p in pods}
+    assert [by_rank[r] for r in range(4)] == planned
+    for p in pods:
+        assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+    # 4 nodes fit under one subblock: the plan must not spread wider.
+    subblocks = {pool["labels"][n]["phalanx.dev/topology-subblock"] for n in planned}
+    assert len(subblocks) == 1 and status["placement"]["span"]["subblock"] == 1
+    # Consecutive ranks share a rack (depth-first rank order).
+    racks = [pool["labels"][n]["phalanx.dev/topology-rack"] for n in planned]
+    assert racks[0] == racks[1] and racks[2] == racks[3]
+    assert status["placement"]["predictedAllreduceSeconds"] > 0
+    assert schedulable(jobs, "placed")["reason"] == "Placed"
+
+
+def test_required_topology_that_cannot_fit_waits_with_reason(jobs, pool):
+    jobs.create(pooled(pool, "toobig", 6, scheduling={"topology": {"required": "subblock"}}))
+    cond = wait_for(lambda: (c := schedulable(jobs, "toobig")).get("status") == "False" and c, 30, "Schedulable=False")
+    assert "under one subblock" in cond["message"] and "the largest has 4" in cond["message"], cond["message"]
+    assert not bound(jobs, "toobig")
+    assert all(p.spec.scheduling_gates for p in jobs.pods("toobig"))
+    assert jobs.status("toobig")["phase"] == "Scheduling"
+
+
+def test_gang_waits_then_starts_when_capacity_frees(cluster, jobs, pool):
+    jobs.create(pooled(pool, "first", 12))
+    first = wait_for(lambda: all_running(jobs, "first", 12), 90, "first gang Running")
+    jobs.create(pooled(pool, "second", 8))
+    cond = wait_for(lambda: (c := schedulable(jobs, "second")).get("status") == "False" and c, 30, "second waits")
+    assert "needs 8 nodes with 8 free nvidia.com/gpu" in cond["message"] and "4 fit" in cond["message"], cond["message"]
+    assert not bound(jobs, "second")  # all or nothing: no partial hold
+    for p in first:
+        finish_pod(cluster.kubeconfig, jobs.ns, p.metadata.name, 0)
+    jobs.wait_phase("first", "Succeeded", 60)
+    wait_for(lambda: all_running(jobs, "second", 8), 90, "second gang Running after capacity frees")
+
+
+def test_two_competing_gangs_never_deadlock(cluster, jobs, pool):
+    jobs.create(pooled(pool, "left", 10))
+    jobs.create(pooled(pool, "right", 10))
+
+    def one_whole_gang():
+        counts = {name: len(bound(jobs, name)) for name in ("left", "right")}
+        return sorted(counts.values()) == [0, 10] and counts
+
+    counts = wait_for(one_whole_gang, 90, "exactly one whole gang bound, the other none")
+    winner = max(counts, key=counts.get)
+    loser = "right" if winner == "left" else "left"
+    pods = wait_for(lambda: all_running(jobs, winner, 10), 60, "winner Running")
+    assert len(bound(jobs, loser)) == 0
+    for p in pods:
+        finish_pod(cluster.kubeconfig, jobs.ns, p.metadata.name, 0)
+    wait_for(lambda: all_running(jobs, loser, 10), 90, "the other gang runs next")
+
+
+def test_higher_priority_gang_goes_first(cluster, jobs, pool):
+    sched = client.SchedulingV1Api(jobs.core.api_client)
+    high = f"high-{pool['id']}"
+    sched.create_priority_class({"metadata": {"name": high}, "value": 100000})
+    try:
+        jobs.create(pooled(pool, "filler", 16))
+        filler = wait_for(lambda: all_running(jobs, "filler", 16), 90, "filler Running")
+        jobs.create(pooled(pool, "low", 10))
+        jobs.create(pooled(pool, "urgent", 10, scheduling={"priorityClassName": high}))
+        wait_for(lambda: schedulable(jobs, "urgent").get("status") == "False", 30, "urgent waits")
+        for p in filler:
+            finish_pod(cluster.kubeconfig, jobs.ns, p.metadata.name, 0)
+        wait_for(lambda: all_running(jobs, "urgent", 10), 90, "urgent Running first")
+        assert not bound(jobs, "low")
+    finally:
+        sched.delete_priority_class(high)
