@@ -22,6 +22,7 @@ install:
 crds:
 	$(PYTHON) -m phalanx crd -o crds/phalanx.dev_trainingjobs.yaml
 	cp crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/
+	$(PYTHON) -m phalanx crd --reference -o docs/api.md
 
 lint:
 	$(PYTHON) -m ruff check operator runtime tests bench hack

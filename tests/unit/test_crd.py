@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from phalanx.api.crd import build_crd, crd_yaml
+from phalanx.api.reference import api_reference
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "phalanx.dev_trainingjobs.yaml"
 
@@ -27,6 +28,7 @@ CHART_CRD_FILE = CRD_FILE.parents[1] / "charts" / "phalanx" / "crds" / CRD_FILE.
 def test_crd_file_matches_models():
     assert CRD_FILE.read_text() == crd_yaml(), "crds/ drifted from the API models: run `make crds`"
     assert CHART_CRD_FILE.read_text() == crd_yaml(), "charts/phalanx/crds drifted: run `make crds`"
+    assert (CRD_FILE.parents[1] / "docs" / "api.md").read_text() == api_reference(), "docs/api.md drifted: run `make crds`"
 
 
 def test_crd_names_and_printer_columns():
