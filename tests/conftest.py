@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Operator/cluster fixtures (crd, operator, api, pool) for the integration suites.
+pytest_plugins = ["tests.integration.harness"]
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 

@@ -223,6 +223,7 @@ async def job_loop(
                 service_exists=(namespace, service_name(name)) in job_services,
                 config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
                 progress=progress,
+                lost_nodes=_lost_nodes(pods, cluster_nodes),
             )
             obj = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "status": status}
             started = time.perf_counter()
@@ -278,6 +279,20 @@ async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list
     assert State.kube is not None
     await State.kube.patch_status(namespace, name, status, current.get("status"))
     kopf.event(body, type="Warning", reason="CreateRefused", message=status["message"])
+
+
+def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozenset[str]:
+    """Nodes of this job's pods that are gone from the inventory or not Ready."""
+    lost = set()
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if not node:
+            continue
+        entry = next(iter(cluster_nodes.get(node, [])), None)
+        ready = entry and any(c.get("status") == "True" for c in entry["status"]["conditions"])
+        if not ready:
+            lost.add(node)
+    return frozenset(lost)
 
 
 async def _poll_progress(pods: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -9,12 +9,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from phalanx.localcluster import node_manifests, parse_topology, wait_nodes_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingjobs.yaml"
@@ -176,3 +180,44 @@ def job_manifest(name: str, nodes: int = 2, procs: int = 4, gpus: int = 8, **spe
     }
     base.update(spec)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": base}
+
+
+POOL_LABEL = "phalanx.dev/test-pool"
+TOPO_LABELS = ("phalanx.dev/topology-block", "phalanx.dev/topology-subblock", "phalanx.dev/topology-rack")
+
+
+@pytest.fixture
+def pool(cluster, api):
+    """16 nodes × 8 GPUs: 2 blocks × 2 subblocks × 2 racks × 2 nodes, tainted for this test only."""
+    pid = uuid.uuid4().hex[:6]
+    topo = parse_topology({
+        "name": f"pool-{pid}", "namePrefix": f"p{pid}",
+        "layout": {"block": 2, "subblock": 2, "rack": 2, "node": 2},
+        "node": {"gpu": 8, "labels": {POOL_LABEL: pid},
+                 "taints": [{"key": POOL_LABEL, "value": pid, "effect": "NoSchedule"}]},
+    })
+    core = client.CoreV1Api(api)
+    names = []
+    for m in node_manifests(topo):
+        for key in TOPO_LABELS:  # domains private to this pool
+            m["metadata"]["labels"][key] = f"{pid}-{m['metadata']['labels'][key]}"
+        core.create_node(m)
+        names.append(m["metadata"]["name"])
+    wait_nodes_ready(cluster.kubeconfig, set(names), timeout=60)
+    yield {"id": pid, "nodes": names, "labels": {n: core.read_node(n).metadata.labels for n in names}}
+    for n in names:
+        try:
+            core.delete_node(n)
+        except ApiException:
+            pass
+
+
+def pooled(pool, name, nodes, **spec):
+    pid = pool["id"]
+    return job_manifest(
+        name, nodes=nodes, procs=8, gpus=8,
+        tolerations=[{"key": POOL_LABEL, "operator": "Equal", "value": pid, "effect": "NoSchedule"}],
+        nodeSelector={POOL_LABEL: pid}, **spec,
+    )
+
+

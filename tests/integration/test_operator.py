@@ -11,11 +11,11 @@ from kubernetes.client.rest import ApiException
 
 from phalanx.localcluster import finish_pod
 from tests.conftest import example_jobs
-from tests.integration.harness import Jobs, api, crd, job_manifest, operator, wait_for  # noqa: F401
+from tests.integration.harness import Jobs, job_manifest, wait_for
 
 
 @pytest.fixture
-def jobs(api, namespace, operator):  # noqa: F811
+def jobs(api, namespace, operator):
     return Jobs(api, namespace)
 
 
@@ -219,7 +219,7 @@ def test_delete_job_garbage_collects_children(jobs):
     wait_for(no_children, 60, "service collected")
 
 
-def test_kill_operator_mid_creation_no_duplicates_no_orphans(cluster, api, namespace, operator):  # noqa: F811
+def test_kill_operator_mid_creation_no_duplicates_no_orphans(cluster, api, namespace, operator):
     jobs = Jobs(api, namespace)
     nodes = 40
     # One GPU each on 4 nodes of 8 GPUs: most pods stay Pending, which is fine here.
@@ -240,7 +240,7 @@ def test_kill_operator_mid_creation_no_duplicates_no_orphans(cluster, api, names
     print(f"killed the operator with {seen}/{nodes} pods created; converged to {nodes}, no duplicates")
 
 
-def test_metrics_endpoint(operator):  # noqa: F811
+def test_metrics_endpoint(operator):
     text = operator.metrics()
     for name in ("phalanx_reconciles_total", "phalanx_reconcile_duration_seconds", "phalanx_jobs", "phalanx_pods_created_total", "phalanx_api_requests_total"):
         assert name in text

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+
 from phalanx.api.types import TrainingJob
 
 SCHEMAS = Path(__file__).parent / "schemas"

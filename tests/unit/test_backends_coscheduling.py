@@ -1,6 +1,7 @@
+from test_backends_common import job, pod, validate
+
 from phalanx.backends import apply_mutation
 from phalanx.backends.coscheduling import render
-from test_backends_common import job, pod, validate
 
 
 def test_podgroup_matches_crd_and_fields():

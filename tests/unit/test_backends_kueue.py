@@ -1,7 +1,8 @@
+from test_backends_common import job, pod
+
 from phalanx.api.config import TopologyConfig
 from phalanx.backends import apply_mutation
 from phalanx.backends.kueue import render
-from test_backends_common import job, pod
 
 LEVELS = TopologyConfig().levels
 

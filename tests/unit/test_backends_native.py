@@ -1,6 +1,7 @@
+from test_backends_common import job
+
 from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.base import PodMutation
-from test_backends_common import job
 
 
 def test_native_gates_pods():

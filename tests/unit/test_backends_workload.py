@@ -1,7 +1,8 @@
 import pytest
+from test_backends_common import job, pod, validate
+
 from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.workload import render
-from test_backends_common import job, pod, validate
 
 
 def test_v1alpha1_workload_and_pod_ref():

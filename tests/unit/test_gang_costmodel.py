@@ -1,6 +1,7 @@
 import math
 
 import pytest
+
 from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.api.types import TrainingJobSpec
 from phalanx.gang.costmodel import (

@@ -3,6 +3,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from phalanx.gang.inventory import (
     NodeInfo,
     PodUsage,

@@ -3,6 +3,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from phalanx.api.config import TopologyConfig
 from phalanx.api.types import TrainingJobSpec
 from phalanx.gang.inventory import NodeInfo, PodUsage, Reservation, Taint

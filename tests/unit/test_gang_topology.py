@@ -1,4 +1,5 @@
 import pytest
+
 from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import UNKNOWN, Topology, topology_levels

@@ -1,4 +1,5 @@
 import pytest
+
 from phalanx.api.config import NetworkProfile
 from phalanx.api.types import TrainingJobSpec
 from phalanx.render.network import apply_network, host_ports, render_network, validate_network

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import yaml
+
 from phalanx.plan import EXIT_INPUT_ERROR, EXIT_PLACED, EXIT_UNSCHEDULABLE, run_plan
 
 ROOT = Path(__file__).resolve().parents[2]

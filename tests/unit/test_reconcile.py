@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from phalanx import constants as C
+from phalanx.api.types import FailurePolicy
 from phalanx.lifecycle.failures import backoff_seconds, exit_code_retryable
 from phalanx.lifecycle.reconcile import GangDecision, Observed, decide
-from phalanx.api.types import FailurePolicy
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -26,9 +26,9 @@ class Sim:
         self.events: list[tuple[str, str, str]] = []
         self.creates = 0
 
-    def step(self, gang=None, progress=None, apply_status=True):
+    def step(self, gang=None, progress=None, apply_status=True, lost_nodes=frozenset()):
         observed = Observed(pods=copy.deepcopy(list(self.pods.values())), service_exists=self.svc,
-                            config_map_exists=self.cm, progress=progress)
+                            config_map_exists=self.cm, progress=progress, lost_nodes=lost_nodes)
         kwargs = {"gang": gang} if gang else {}
         plan = decide(copy.deepcopy(self.obj), observed, self.now, **kwargs)
         for name in plan.delete_pods:
@@ -108,7 +108,8 @@ def test_gates_are_lifted_together_only_when_all_pods_exist(job_obj):
 
 def test_phases_scheduling_running_succeeded(job_obj):
     sim = Sim(job_obj)
-    sim.step(); sim.step()
+    sim.step()
+    sim.step()
     assert sim.status["phase"] == "Scheduling"
     sim.set_pods("Running")
     sim.step()
@@ -350,3 +351,13 @@ def test_stale_attempt_pods_are_deleted(job_obj):
 def test_backoff_doubles_and_caps():
     policy = FailurePolicy(backoff_seconds=10, max_backoff_seconds=60)
     assert [backoff_seconds(n, policy) for n in range(0, 6)] == [0, 10, 20, 40, 60, 60]
+
+
+def test_node_lost_restarts_gang(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    plan = sim.step(lost_nodes=frozenset({"n-1"}))
+    assert sim.status["phase"] == "Restarting"
+    restarting = cond(sim.status, "Restarting")
+    assert restarting["reason"] == "NodeLost" and "node n-1 is gone or NotReady" in restarting["message"]
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]

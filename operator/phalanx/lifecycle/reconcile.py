@@ -56,6 +56,7 @@ class Observed:
     service_exists: bool = True
     config_map_exists: bool = True
     progress: dict[str, Any] | None = None  # rank 0's progress endpoint, if reachable
+    lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
 
 
 @dataclass
@@ -317,6 +318,10 @@ def _first_failure(st: _Status, current: list[dict], spec, now: datetime, observ
         failure = classify_pod(pod, spec.failure_policy)
         if failure is not None:
             return failure
+    for pod in sorted(current, key=pod_rank):
+        node = pod.get("spec", {}).get("nodeName")
+        if node and node in observed.lost_nodes and _alive(pod):
+            return Failure(pod["metadata"]["name"], pod_rank(pod), "NodeLost", f"node {node} is gone or NotReady", None, True)
     if st.s.attempt_created:
         ranks = {pod_rank(p) for p in current}
         missing = [r for r in range(spec.nodes) if r not in ranks]
