@@ -240,6 +240,12 @@ def test_hang_detection_restarts(job_obj):
     sim.step(progress={"step": 5, "loss": 3.2})
     assert sim.status["phase"] == "Restarting"
     assert cond(sim.status, "Restarting")["reason"] == "Hang"
+    # The new gang gets a fresh hang clock.
+    sim.now += timedelta(seconds=11)
+    sim.run_until_running()
+    sim.now += timedelta(seconds=30)
+    sim.step()
+    assert sim.status["phase"] == "Running"
 
 
 def test_progress_is_reported(job_obj):

@@ -379,6 +379,7 @@ def _phase_from_pods(st: _Status, current: list[dict], nodes: int, now: datetime
         st.s.start_time = st.s.start_time or st.now
         if st.s.phase != Phase.RUNNING:
             st.cond(C.COND_RESTARTING, False, "Running", "")
+            st.s.last_progress_time = st.now  # the hang clock starts afresh with each gang
         st.cond(C.COND_RUNNING, True, "AllNodesRunning", f"{len(running)}/{nodes} nodes running")
         st.phase(Phase.RUNNING, "Running", f"all {nodes} nodes running")
         return

@@ -1,0 +1,41 @@
+"""Recovery on the real control plane: node loss → re-placement, hang → restart."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from tests.integration.harness import Jobs, pooled, wait_for
+
+
+def running(jobs, name, attempt, n):
+    pods = jobs.pods(name, attempt)
+    return len(pods) == n and all(p.status.phase == "Running" for p in pods) and pods
+
+
+def test_node_loss_restarts_gang_on_other_nodes(api, namespace, operator, pool):
+    jobs = Jobs(api, namespace)
+    jobs.create(pooled(pool, "survivor", 2))
+    pods = wait_for(lambda: running(jobs, "survivor", 0, 2), 60, "gang Running")
+    lost = pods[0].spec.node_name
+    client.CoreV1Api(api).delete_node(lost)  # the machine is gone
+    wait_for(lambda: jobs.status("survivor").get("restarts") == 1, 60, "restart after node loss")
+    cond = jobs.condition("survivor", "Restarting")
+    assert cond["reason"] == "NodeLost" and f"node {lost} is gone or NotReady" in cond["message"]
+    new = wait_for(lambda: running(jobs, "survivor", 1, 2), 90, "re-placed gang Running")
+    assert lost not in {p.spec.node_name for p in new}
+    assert lost not in jobs.status("survivor")["placement"]["nodes"]
+    jobs.wait_phase("survivor", "Running")
+
+
+def test_hang_without_progress_restarts(api, namespace, operator, pool):
+    jobs = Jobs(api, namespace)
+    # kwok pods never report step progress: with a 3 s hang timeout that is a hang.
+    jobs.create(pooled(pool, "stuck", 1, failurePolicy={"hangTimeoutSeconds": 3, "backoffSeconds": 0, "maxRestarts": 1}))
+    wait_for(lambda: running(jobs, "stuck", 0, 1), 60, "Running")
+    wait_for(lambda: jobs.status("stuck").get("restarts") == 1, 60, "hang restart")
+    cond = jobs.condition("stuck", "Restarting")
+    assert cond["reason"] == "Hang" and "no step progress for" in cond["message"]
+    wait_for(lambda: running(jobs, "stuck", 1, 1), 60, "new gang Running")
+    status = jobs.wait_phase("stuck", "Failed", 60)
+    assert jobs.condition("stuck", "Failed")["reason"] == "MaxRestartsExceeded"
+    assert status["restarts"] == 1
