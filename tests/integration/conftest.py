@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from phalanx.localcluster import (
     KWOK_ANNOTATION,
     LocalCluster,

@@ -7,6 +7,7 @@ import time
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
 from phalanx.localcluster import LABEL_GPU_CLIQUE, finish_pod
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from phalanx.localcluster import topology as T
 from phalanx.localcluster.binaries import cache_key
 
