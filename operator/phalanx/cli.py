@@ -112,9 +112,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from phalanx_runtime.local import run_local
+    from phalanx_runtime.local import LayoutError, run_local
 
-    return run_local(args.job, json=args.json, nproc=args.nproc, steps=args.steps)
+    try:
+        run_local(args.job, json=args.json, timeout=args.timeout)
+    except LayoutError as exc:
+        for problem in exc.errors:
+            print(f"error: {args.job}: {problem}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        print(f"error: {args.job}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -155,8 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("local", help="run a job's runtime on this machine as local processes")
     p.add_argument("job")
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    p.add_argument("--nproc", type=int, help="override nodes × procsPerNode with one node of N processes")
-    p.add_argument("--steps", type=int, help="override training.steps")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds")
     p.set_defaults(fn=cmd_local)
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
