@@ -10,8 +10,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def apply_ddp(module: nn.Module, group: dist.ProcessGroup, *, device, comm_hook: str = "none",
               bucket_cap_mb: int = 25) -> DDP:
     device_ids = [device.index] if device.type == "cuda" else None
-    ddp = DDP(module, process_group=group, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
-              broadcast_buffers=False, gradient_as_bucket_view=True)
+    kwargs = dict(process_group=group, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
+                  gradient_as_bucket_view=True)
+    # Our only buffer (RoPE cache) is computed identically on every rank: never sync it.
+    try:
+        ddp = DDP(module, forward_sync_buffers=False, **kwargs)
+    except TypeError:  # older torch
+        ddp = DDP(module, broadcast_buffers=False, **kwargs)
     if comm_hook == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

@@ -49,7 +49,10 @@ def build_model_parts(cfg, pmesh: ParallelMesh, device: torch.device, ctx: Model
 
     shape = cfg.shape
     meta = shape.num_params() > META_INIT_PARAMS and pmesh.layout.world_size > 1
-    model = build_transformer(shape, seed=tr.seed, device="meta" if meta else "cpu")
+    # CPU: build on the host (bit-identical to the single-process reference, for parity). GPU:
+    # initialise on the device (fast); very large models: on meta, then each shard in place.
+    build_on = "meta" if meta else (device if device.type == "cuda" else "cpu")
+    model = build_transformer(shape, seed=tr.seed, device=build_on)
     if not meta:
         model = model.to(device)
     if par.pipeline > 1:
