@@ -9,17 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from phalanx.localcluster import LABEL_GPU_CLIQUE, finish_pod
-
-
-def wait_for(fn, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
+from tests.integration.harness import wait_for
 
 
 @pytest.fixture
