@@ -57,7 +57,7 @@ def measure(cfg) -> list[dict]:
             stage = runner.stages[0]
             mod = parts.parts[0]
 
-            def busy_once():
+            def busy_once(m=m, x=x, y=y, stage=stage, mod=mod, seq=seq, dim=dim):
                 for j in range(m):
                     inp = x[j * MBS:(j + 1) * MBS] if stage.is_first else torch.randn(MBS, seq, dim, requires_grad=True)
                     out = mod(inp)

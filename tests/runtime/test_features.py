@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 import torch
-
 from parity_util import job, max_rel
 
 pytestmark = pytest.mark.runtime
@@ -66,7 +65,13 @@ def test_entrypoint_model(tmp_path):
 def test_data_sharding_and_resume(tmp_path):
     import numpy as np
 
-    from phalanx_runtime.components.data import CorpusSource, DataLoader, SyntheticSource, TokenSource, corpus_files
+    from phalanx_runtime.components.data import (
+        CorpusSource,
+        DataLoader,
+        SyntheticSource,
+        TokenSource,
+        corpus_files,
+    )
 
     src = SyntheticSource(256, 16, seed=1)
     full = DataLoader(src, global_batch=8, dp_rank=0, dp_size=1, seed=3)

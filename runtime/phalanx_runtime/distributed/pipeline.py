@@ -63,7 +63,7 @@ class PipelineRunner:
         else:
             self.schedule.step(**kwargs)
         if self.has_last:
-            return torch.stack([l.detach().float() for l in losses]).mean()
+            return torch.stack([t.detach().float() for t in losses]).mean()
         return None
 
 

@@ -13,7 +13,11 @@ from phalanx.api.presets import ModelShape
 from phalanx_runtime.distributed.mesh import ParallelMesh
 from phalanx_runtime.distributed.parallelize import apply_data_parallel
 from phalanx_runtime.models.entrypoint import ModelContext, build_entrypoint_model
-from phalanx_runtime.models.parallelize_transformer import apply_ac, apply_transformer_tp, pipeline_split
+from phalanx_runtime.models.parallelize_transformer import (
+    apply_ac,
+    apply_transformer_tp,
+    pipeline_split,
+)
 from phalanx_runtime.models.transformer import build_transformer
 
 META_INIT_PARAMS = 1_000_000_000  # above this, build on meta and initialise shards in place
