@@ -145,7 +145,7 @@ def run_local(job_yaml_path: str | os.PathLike, json: bool = False, *, timeout: 
         print(f"job {cfg.name}: {summary['steps']} steps on {world} ranks, final loss {summary['final_loss']:.4f}, "
               f"{summary['tokens_per_s']:.0f} tokens/s", flush=True)
     return {**summary, "losses": full.get("losses", []), "grad_norms": full.get("grad_norms", []),
-            "mfu": full.get("mfu")}
+            "step_times": full.get("step_times", []), "mfu": full.get("mfu")}
 
 
 def main(argv: list[str] | None = None) -> int:
