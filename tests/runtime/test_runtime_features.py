@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 import torch
-from parity_util import job, max_rel
+from runtime_parity_util import job, max_rel
 
 pytestmark = pytest.mark.runtime
 
@@ -56,7 +56,7 @@ def test_entrypoint_model(tmp_path):
     from phalanx_runtime.spawn import run_ranks
 
     doc = job({"zero": 2}, world=2, steps=4)
-    doc["spec"]["model"] = {"entrypoint": "user_model:build"}
+    doc["spec"]["model"] = {"entrypoint": "runtime_user_model:build"}
     out = run_ranks(doc, 2)
     assert out["world_size"] == 2 and len(out["losses"]) == 4
     assert out["losses"][-1] < out["losses"][0]

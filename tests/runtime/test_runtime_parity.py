@@ -9,7 +9,7 @@ step within 1e-4 (differences in reduction order compound through Adam).
 from __future__ import annotations
 
 import pytest
-from parity_util import job, max_rel
+from runtime_parity_util import job, max_rel
 
 LOSS_RTOL = 1e-5
 GNORM1_RTOL = 1e-5

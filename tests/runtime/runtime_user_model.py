@@ -1,4 +1,4 @@
-"""A user model for the entrypoint test: ``tests/runtime/user_model.py:build``."""
+"""A user model for the entrypoint test: ``runtime_user_model:build``."""
 
 import torch
 from torch import nn
