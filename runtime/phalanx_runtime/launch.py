@@ -114,12 +114,21 @@ def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") 
 
 
 def torchrun_args(le: LaunchEnv, config_path: str, *, elastic: tuple[int, int] | None = None) -> list[str]:
-    """Arguments for ``torch.distributed.run``: c10d rendezvous hosted by node-rank 0."""
-    nnodes = f"{elastic[0]}:{elastic[1]}" if elastic else str(le.nnodes)
-    args = ["--nnodes", nnodes, "--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{le.master_addr}:{le.master_port}",
-            "--rdzv-id", le.rdzv_id, "--rdzv-conf", f"is_host={'true' if le.node_rank == 0 else 'false'}",
-            "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
+    """Arguments for ``torch.distributed.run``.
+
+    Fixed size: static rendezvous at node-rank 0, so global rank = NODE_RANK × nproc + local
+    rank — the order the operator's topology-aware placement chose (c10d would number nodes by
+    arrival). Elastic (min:max nodes): c10d rendezvous hosted by node-rank 0.
+    """
+    common = ["--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
+              "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
+    if elastic:
+        args = ["--nnodes", f"{elastic[0]}:{elastic[1]}", *common,
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{le.master_addr}:{le.master_port}",
+                "--rdzv-id", le.rdzv_id, "--rdzv-conf", f"is_host={'true' if le.node_rank == 0 else 'false'}"]
+    else:
+        args = ["--nnodes", str(le.nnodes), *common, "--rdzv-backend", "static",
+                "--master-addr", le.master_addr, "--master-port", str(le.master_port)]
     if le.nnodes == 1 and not elastic:
         # Single node: a private rendezvous on a free port (no clash with other jobs on the host).
         args = ["--standalone", "--nnodes", "1", "--nproc-per-node", str(le.nproc_per_node),

@@ -126,10 +126,15 @@ def test_launcher_env_resolution():
                          "PET_MASTER_ADDR": "job-node-0-0.job", "PET_MASTER_PORT": "29500"}, "job")
     assert (le.nnodes, le.node_rank, le.nproc_per_node, le.master_addr, le.master_port) == (2, 1, 4, "job-node-0-0.job", 29500)
     args = torchrun_args(le, "/etc/phalanx/config.json")
-    assert "--rdzv-backend" in args and args[args.index("--rdzv-backend") + 1] == "c10d"
-    assert args[args.index("--rdzv-endpoint") + 1] == "job-node-0-0.job:29500"
-    assert "is_host=false" in args
+    # Fixed size: static rendezvous, so global ranks follow NODE_RANK (the planned placement).
+    assert args[args.index("--rdzv-backend") + 1] == "static"
+    assert args[args.index("--master-addr") + 1] == "job-node-0-0.job"
+    assert args[args.index("--master-port") + 1] == "29500"
+    assert args[args.index("--node-rank") + 1] == "1"
     assert args[-4:] == ["-m", "phalanx_runtime.train", "--config", "/etc/phalanx/config.json"]
+    elastic = torchrun_args(le, "/etc/phalanx/config.json", elastic=(1, 2))
+    assert elastic[elastic.index("--rdzv-backend") + 1] == "c10d" and "is_host=false" in elastic
+    assert elastic[elastic.index("--nnodes") + 1] == "1:2"
     # Slurm: one task per node.
     le = resolve_env(s, {"SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
                          "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "42"}, "job")
