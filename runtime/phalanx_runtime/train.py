@@ -9,6 +9,8 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from phalanx.constants import ENV_METRICS_PORT, ENV_PROGRESS_PORT
+from phalanx.constants import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_PROGRESS_PORT
+from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.metrics import MetricsLogger, device_peak_flops
 from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer
@@ -44,6 +47,11 @@ class TrainResult:
     mfu: float = 0.0
     peak_memory_bytes: int = 0
     data_state: dict = field(default_factory=dict)
+    start_step: int = 0  # resumed from this checkpoint step (0 = fresh start)
+    preempted: bool = False  # stopped on SIGTERM after saving a checkpoint (exit EXIT_PREEMPTED)
+    last_checkpoint: dict | None = None
+    checkpoint_stall_s: list[float] = field(default_factory=list)  # training blocked per save
+    checkpoint_save_s: list[float] = field(default_factory=list)  # start of save → committed
 
     @property
     def final_loss(self) -> float:
@@ -97,10 +105,45 @@ def grad_sync(parts, enabled: bool):
 
 
 # --------------------------------------------------------------------------------------------
+# Preemption: SIGTERM sets a flag; the loop agrees on it across ranks at the next step
+# boundary, saves a checkpoint and exits EXIT_PREEMPTED (143, retryable).
+
+_stop = threading.Event()
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    _stop.set()
+
+
+@contextlib.contextmanager
+def sigterm_flag():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _stop.clear()
+    prev = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+def checkpoint_dir(cfg: RuntimeConfig) -> str | None:
+    """``$PHALANX_CHECKPOINT_DIR`` (the operator sets ``<mountPath>/<namespace>/<job>``; local mode a
+    temporary or ``--checkpoint-dir`` directory). None: this run does not checkpoint."""
+    return os.environ.get(ENV_CHECKPOINT_DIR) or None
+
+
+# --------------------------------------------------------------------------------------------
 # The loop
 
 
 def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port: int | None = None) -> TrainResult:
+    with sigterm_flag():
+        return _train(cfg, progress_port=progress_port, metrics_port=metrics_port)
+
+
+def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port: int | None = None) -> TrainResult:
     spec, par, tr = cfg.spec, cfg.spec.parallelism, cfg.spec.training
 
     # 1. Process group, device, layout checks (the launcher checked too; entrypoints may not).
@@ -146,9 +189,16 @@ def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port:
     local_batch = loader.local_batch
     accum = 1 if pipeline else local_batch // tr.micro_batch_size
 
-    # 6. Checkpoint seam: a checkpointer (components/checkpoint.py, DCP) will restore model parts,
-    #    optimizer, scheduler and loader.state_dict() here and set start_step.
-    start_step = 0
+    # 6. Checkpoints (components/checkpoint.py, DCP): resume model parts, optimizer, scheduler,
+    #    loader position and RNG from the newest committed checkpoint.
+    progress = Progress(tr.steps, world, cfg.name)
+    ckpt = None
+    ckpt_dir = checkpoint_dir(cfg)
+    if ckpt_dir:
+        ckpt = Checkpointer(CheckpointConfig.from_spec(spec.checkpoint, ckpt_dir), parts=model.parts,
+                            optimizer=optimizer, scheduler=scheduler, loader=loader, progress=progress,
+                            layout=f"(pp, dp_replicate, dp_shard, tp) = {layout.shape}, zero {par.zero}")
+    start_step = ckpt.resume() if ckpt is not None else 0
 
     # 7. Metrics (Prometheus per pod) and progress (node-rank 0).
     tokens_per_step = tr.global_batch_size * spec.data.seq_len
@@ -160,7 +210,6 @@ def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port:
                             peak_flops=peak, world_size=world, tokens_per_step=tokens_per_step, device=device,
                             prometheus_port=metrics_port if local_rank == 0 else None,
                             labels={"job": cfg.name, "rank": str(rank)})
-    progress = Progress(tr.steps, world, cfg.name)
     server = None
     if progress_port is None and os.environ.get(ENV_PROGRESS_PORT) and rank == 0:
         progress_port = int(os.environ[ENV_PROGRESS_PORT])
@@ -173,7 +222,7 @@ def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port:
                 else contextlib.nullcontext())
     pp_group = pmesh.group("pp") if par.pipeline > 1 else None
     is_last_stage = pipeline is None or pipeline.has_last
-    result = TrainResult(steps=tr.steps, world_size=world, tokens_per_step=tokens_per_step)
+    result = TrainResult(steps=tr.steps, world_size=world, tokens_per_step=tokens_per_step, start_step=start_step)
     progress.update(phase="Running", step=start_step)
 
     # 8. Steps.
@@ -198,11 +247,13 @@ def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
-        # Global mean loss: last-stage ranks hold their dp shard's loss (tp ranks repeat it).
+        # Global mean loss: last-stage ranks hold their dp shard's loss (tp ranks repeat it). The
+        # second element counts ranks that got SIGTERM: every rank stops at the same step.
         lsum = (loss.detach().float() if (is_last_stage and loss is not None) else torch.zeros((), device=device))
-        lsum = lsum.reshape(1).to(device)
+        lsum = torch.cat([lsum.reshape(1).to(device), torch.full((1,), float(_stop.is_set()), device=device)])
         dist.all_reduce(lsum, op=dist.ReduceOp.SUM)
-        global_loss = float(lsum) / (dp_size * layout.tp)
+        global_loss = float(lsum[0]) / (dp_size * layout.tp)
+        stop = float(lsum[1]) > 0
         step_time = time.perf_counter() - t0
 
         m = metrics.record(step=step, loss=global_loss, grad_norm=float(gnorm),
@@ -217,10 +268,30 @@ def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port:
             log.info("step %d/%d loss %.5f gnorm %.4f lr %.3g %.3fs %.0f tok/s mfu %.2f%% mem %.0fMiB",
                      step, tr.steps, global_loss, m.grad_norm, m.lr, step_time, m.tokens_per_s, 100 * m.mfu,
                      m.peak_memory_bytes / 2**20)
-        # Checkpoint seam: save every checkpoint.intervalSteps here.
+        if ckpt is not None:
+            ckpt.poll()
+            if stop:
+                if rank == 0:
+                    log.warning("SIGTERM: saving a checkpoint at step %d and exiting %d", step, EXIT_PREEMPTED)
+                ckpt.save(step, force_sync=True)
+                result.preempted = True
+                break
+            if ckpt.should_save(step, tr.steps):
+                ckpt.save(step, force_sync=step == tr.steps)
+        elif stop:
+            result.preempted = True
+            break
 
+    if ckpt is not None:
+        ckpt.close()
+        if spec.checkpoint.export_consolidated and not result.preempted:
+            ckpt.export_consolidated()
+        if os.environ.get("PHALANX_DEBUG_FULL_STATE"):
+            ckpt.dump_full_state(os.environ["PHALANX_DEBUG_FULL_STATE"])
+        result.last_checkpoint = ckpt.last
+        result.checkpoint_stall_s, result.checkpoint_save_s = ckpt.stall_seconds, ckpt.save_seconds
     result.data_state = loader.state_dict()
-    progress.update(phase="Succeeded")
+    progress.update(phase="Preempted" if result.preempted else "Succeeded")
     if server is not None:
         server.close()
     if created:
@@ -239,8 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("RANK", 0)) == 0 and os.environ.get(ENV_RESULT_FILE):
         with open(os.environ[ENV_RESULT_FILE], "w") as f:
             json.dump({**result.summary(), "losses": result.losses, "grad_norms": result.grad_norms,
-                       "step_times": result.step_times, "mfu": result.mfu}, f)
-    return 0
+                       "step_times": result.step_times, "mfu": result.mfu, "start_step": result.start_step,
+                       "preempted": result.preempted, "last_checkpoint": result.last_checkpoint,
+                       "checkpoint_stall_s": result.checkpoint_stall_s,
+                       "checkpoint_save_s": result.checkpoint_save_s}, f)
+    return EXIT_PREEMPTED if result.preempted else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,394 @@
+"""Sharded, atomically committed checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+Layout under the checkpoint directory (``$PHALANX_CHECKPOINT_DIR`` = ``<mountPath>/<ns>/<job>``)::
+
+    step-<N>/                committed: DCP shards + .metadata + rng/rank-<r>.pt + COMMITTED
+    .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
+    final/model.pt           consolidated model (checkpoint.exportConsolidated)
+
+What a checkpoint holds (one DCP state dict, resharded on load):
+
+* ``model`` / ``optim``: ``get_state_dict`` (``flatten_optimizer_state_dict``), so DDP, FSDP2
+  (DTensor), TP and PP layouts load into each other at any world size;
+* ``trainer``: step, LR scheduler, data-loader position (global batches consumed: the position
+  re-splits over any data-parallel degree);
+* per rank (``rng/rank-<r>.pt``, torch.save): torch / python / numpy RNG; a rank that did not
+  exist in the saved run keeps its seeded RNG.
+
+Commit protocol: every rank writes into ``.tmp-step-N``; DCP's coordinator (rank 0) writes
+``.metadata`` only after it has gathered every rank's write result, so when rank 0's save has
+returned (sync) or its future completed (async) all shards are on disk; rank 0 then writes
+``COMMITTED`` (fsync) and renames the directory to ``step-N`` (atomic on POSIX filesystems).
+A resume considers only ``step-*`` directories whose COMMITTED marker and DCP metadata read back
+and whose shard files have every byte the metadata points at; otherwise it falls back to the
+previous one. Pruning (keepLast) touches committed directories only, after a commit.
+
+Async save (``dcp.async_save``) runs on its own gloo process group (a second save on the default
+group while training continues aborts on gloo, anchors §6): training is blocked while the state
+is staged (copied to host memory); the write runs in a thread; the next save, and exit, wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("phalanx_runtime.checkpoint")
+
+EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpoint saved on SIGTERM, job not finished (retryable)
+COMMIT_MARKER = "COMMITTED"
+STEP_RE = re.compile(r"^step-(\d+)$")
+TMP_PREFIX = ".tmp-step-"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def committed_steps(directory: str | os.PathLike) -> list[int]:
+    """Steps with a committed directory (newest first), validated or not."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    steps = [int(m.group(1)) for p in d.iterdir() if (m := STEP_RE.match(p.name)) and p.is_dir()]
+    return sorted(steps, reverse=True)
+
+
+def validate_checkpoint(path: str | os.PathLike) -> str | None:
+    """None if the committed checkpoint at ``path`` is complete, else why not."""
+    p = Path(path)
+    marker = p / COMMIT_MARKER
+    try:
+        info = json.loads(marker.read_text())
+        int(info["step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"commit marker unreadable: {e}"
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        md = FileSystemReader(str(p)).read_metadata()
+    except Exception as e:  # noqa: BLE001 — any unreadable metadata means a damaged checkpoint
+        return f"DCP metadata unreadable: {type(e).__name__}: {e}"
+    need: dict[str, int] = {}
+    for si in (md.storage_data or {}).values():
+        rel = getattr(si, "relative_path", None)
+        if rel is None:
+            continue
+        need[rel] = max(need.get(rel, 0), int(si.offset) + int(si.length))
+    for rel, size in need.items():
+        f = p / rel
+        try:
+            have = f.stat().st_size
+        except OSError:
+            return f"shard {rel} missing"
+        if have < size:
+            return f"shard {rel} truncated ({have} < {size} bytes)"
+    for r in range(int(info.get("world_size", 0))):
+        if not (p / "rng" / f"rank-{r}.pt").exists():
+            return f"rng/rank-{r}.pt missing"
+    return None
+
+
+def latest_valid(directory: str | os.PathLike) -> tuple[int, Path] | None:
+    """Newest committed checkpoint that validates (damaged ones are logged and skipped)."""
+    for step in committed_steps(directory):
+        path = Path(directory) / f"step-{step}"
+        why = validate_checkpoint(path)
+        if why is None:
+            return step, path
+        log.warning("checkpoint %s is damaged (%s); falling back to the previous one", path, why)
+    return None
+
+
+def _rng_state() -> dict:
+    st = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    try:
+        import numpy as np
+
+        st["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state()
+    return st
+
+
+def _set_rng_state(st: dict) -> None:
+    torch.set_rng_state(st["torch"])
+    random.setstate(st["python"])
+    if "numpy" in st:
+        import numpy as np
+
+        np.random.set_state(st["numpy"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state(st["cuda"])
+
+
+@dataclass
+class CheckpointConfig:
+    directory: str
+    interval_steps: int = 0
+    keep_last: int = 3
+    async_save: bool = True
+    resume: bool = True
+    export_consolidated: bool = False
+
+    @classmethod
+    def from_spec(cls, spec_ckpt, directory: str) -> CheckpointConfig:
+        return cls(directory=directory, interval_steps=spec_ckpt.interval_steps, keep_last=spec_ckpt.keep_last,
+                   async_save=spec_ckpt.async_save, resume=spec_ckpt.resume,
+                   export_consolidated=spec_ckpt.export_consolidated)
+
+
+class Checkpointer:
+    """Save / restore model parts, optimizer, scheduler, loader and RNG. Collective: every rank
+    calls every method (except :meth:`poll`, which is rank-local) at the same step."""
+
+    def __init__(self, cfg: CheckpointConfig, *, parts, optimizer, scheduler, loader, progress=None,
+                 layout: str = ""):
+        self.cfg = cfg
+        self.dir = Path(cfg.directory)
+        self.parts, self.optimizer, self.scheduler, self.loader = list(parts), optimizer, scheduler, loader
+        self.progress = progress
+        self.layout = layout
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # Own gloo group for DCP (async saves run collectives from a thread while training uses
+        # the default group).
+        self.pg = dist.new_group(backend="gloo")
+        self._pending = None  # (future, step, tmp path)
+        self.last: dict | None = None  # {"step", "path", "time"}
+        self.stall_seconds: list[float] = []  # time training was blocked per save
+        self.save_seconds: list[float] = []  # total time per save (until committed)
+        self._t_start: dict[int, float] = {}
+        if self.rank == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for p in self.dir.glob(TMP_PREFIX + "*"):
+                log.info("removing uncommitted checkpoint %s", p)
+                shutil.rmtree(p, ignore_errors=True)
+        dist.barrier(group=self.pg)
+
+    # ---------------------------------------------------------------- state dicts
+
+    def _model(self):
+        if len(self.parts) != 1:
+            raise NotImplementedError("checkpoints of several model parts per rank (virtual pipeline stages) "
+                                      "are not supported yet")
+        return self.parts[0]
+
+    def _optim(self):
+        opt = self.optimizer
+        if opt.__class__.__name__ == "ZeroRedundancyOptimizer":
+            # ZeRO-1: the local shard's AdamW; its keys (FQNs) are disjoint across ranks.
+            return opt.optim
+        return opt
+
+    def _options(self, **kw):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(flatten_optimizer_state_dict=True, **kw)
+
+    def state_dict(self, step: int) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        msd, osd = get_state_dict(self._model(), self._optim(), options=self._options())
+        return {"model": msd, "optim": osd,
+                "trainer": {"step": step, "scheduler": self.scheduler.state_dict(),
+                            "loader": self.loader.state_dict()}}
+
+    # ---------------------------------------------------------------- save
+
+    def should_save(self, step: int, total: int) -> bool:
+        iv = self.cfg.interval_steps
+        return step == total or (iv > 0 and step % iv == 0)
+
+    def save(self, step: int, *, force_sync: bool = False) -> None:
+        """Save at ``step`` (after the optimizer step). Async unless disabled or ``force_sync``."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        self.wait()  # one save in flight at a time
+        if self.last and self.last["step"] == step:
+            return
+        t0 = time.perf_counter()
+        self._t_start[step] = t0
+        tmp = self.dir / f"{TMP_PREFIX}{step}"
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "rng").mkdir(parents=True, exist_ok=True)
+        dist.barrier(group=self.pg)
+        torch.save(_rng_state(), tmp / "rng" / f"rank-{self.rank}.pt")
+        sd = self.state_dict(step)
+        writer = FileSystemWriter(str(tmp), sync_files=True)
+        if self.cfg.async_save and not force_sync:
+            fut = dcp.async_save(sd, storage_writer=writer, process_group=self.pg)
+            if hasattr(fut, "upload_completion"):
+                fut.staging_completion.result()
+                fut = fut.upload_completion
+            self.stall_seconds.append(time.perf_counter() - t0)
+            self._pending = (fut, step, tmp)
+        else:
+            dcp.save(sd, storage_writer=writer, process_group=self.pg)
+            self.stall_seconds.append(time.perf_counter() - t0)
+            self._commit(step, tmp)
+
+    def poll(self) -> None:
+        """Commit a finished async save (rank-local, cheap): call at step boundaries."""
+        if self._pending is not None and self._pending[0].done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the in-flight async save is written, then commit it."""
+        if self._pending is None:
+            return
+        fut, step, tmp = self._pending
+        self._pending = None
+        fut.result()  # raises if the write failed: the checkpoint stays uncommitted
+        self._commit(step, tmp)
+
+    def _commit(self, step: int, tmp: Path) -> None:
+        final = self.dir / f"step-{step}"
+        self.save_seconds.append(time.perf_counter() - self._t_start.pop(step, time.perf_counter()))
+        self.last = {"step": step, "path": str(final), "time": _utc_now()}
+        if self.rank != 0:
+            return
+        # Every rank's shards are on disk: DCP's coordinator wrote .metadata after gathering all
+        # write results, and rank 0's save returned only after that.
+        info = {"step": step, "world_size": self.world, "layout": self.layout, "time": self.last["time"]}
+        with open(tmp / COMMIT_MARKER, "w") as f:
+            json.dump(info, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # a damaged checkpoint of the same step, skipped at resume
+            trash = self.dir / f".old-step-{step}-{os.getpid()}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(tmp, final)
+        _fsync_dir(self.dir)
+        log.info("checkpoint step %d committed at %s", step, final)
+        if self.progress is not None:
+            self.progress.update(lastCheckpoint=dict(self.last))
+        self._prune()
+
+    def _prune(self) -> None:
+        keep = max(self.cfg.keep_last, 1)
+        for step in committed_steps(self.dir)[keep:]:
+            p = self.dir / f"step-{step}"
+            trash = self.dir / f".old-step-{step}-{os.getpid()}"
+            try:
+                os.rename(p, trash)  # gone from the committed set at once
+            except OSError:
+                continue
+            shutil.rmtree(trash, ignore_errors=True)
+
+    # ---------------------------------------------------------------- load
+
+    def find_resume(self) -> tuple[int, Path] | None:
+        """Rank 0 picks the newest valid committed checkpoint; every rank gets the same answer."""
+        found = [latest_valid(self.dir) if (self.rank == 0 and self.cfg.resume) else None]
+        dist.broadcast_object_list(found, src=0, group=self.pg)
+        return found[0]
+
+    def load(self, path: str | os.PathLike) -> int:
+        """Restore everything from a committed checkpoint; returns its step."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        path = Path(path)
+        sd = self.state_dict(0)
+        dcp.load(sd, storage_reader=FileSystemReader(str(path)), process_group=self.pg)
+        set_state_dict(self._model(), self._optim(), model_state_dict=sd["model"], optim_state_dict=sd["optim"],
+                       options=self._options())
+        tr = sd["trainer"]
+        self.scheduler.load_state_dict(tr["scheduler"])
+        self.loader.load_state_dict(tr["loader"])
+        rng = path / "rng" / f"rank-{self.rank}.pt"
+        if rng.exists():
+            _set_rng_state(torch.load(rng, weights_only=False))
+        step = int(tr["step"])
+        self.last = {"step": step, "path": str(path), "time": _read_time(path)}
+        if self.progress is not None:
+            self.progress.update(lastCheckpoint=dict(self.last))
+        if self.rank == 0:
+            log.info("resumed from %s (step %d)", path, step)
+        return step
+
+    def resume(self) -> int:
+        """Load the newest valid committed checkpoint if resume is on; returns the start step."""
+        found = self.find_resume()
+        if found is None:
+            return 0
+        return self.load(found[1])
+
+    # ---------------------------------------------------------------- end
+
+    def export_consolidated(self) -> Path | None:
+        """Rank 0 reads the model of the last committed checkpoint into full tensors and writes
+        ``final/model.pt`` (torch.save of a plain state dict: the single-process model's keys)."""
+        self.wait()
+        out = None
+        if self.rank == 0 and self.last is not None:
+            from torch.distributed.checkpoint import FileSystemReader
+            from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+            from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+            sd: dict = {}
+            _load_state_dict(sd, storage_reader=FileSystemReader(self.last["path"]),
+                             planner=_EmptyStateDictLoadPlanner(keys={"model"}), no_dist=True)
+            model = {k: v for k, v in sd["model"].items()}
+            out = self.dir / "final" / "model.pt"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".pt.tmp")
+            torch.save(model, tmp)
+            os.replace(tmp, out)
+            log.info("consolidated model (%d tensors) written to %s", len(model), out)
+        dist.barrier(group=self.pg)
+        return out
+
+    def dump_full_state(self, path: str | os.PathLike) -> None:
+        """Debugging / tests (``$PHALANX_DEBUG_FULL_STATE``): rank 0 writes the full (unsharded)
+        model and flattened optimizer state plus trainer state with torch.save. Collective."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        msd, osd = get_state_dict(self._model(), self._optim(),
+                                  options=self._options(full_state_dict=True, cpu_offload=True))
+        if self.rank == 0:
+            torch.save({"model": msd, "optim": osd, "scheduler": self.scheduler.state_dict(),
+                        "loader": self.loader.state_dict()}, path)
+        dist.barrier(group=self.pg)
+
+    def close(self) -> None:
+        self.wait()
+        dist.barrier(group=self.pg)
+
+
+def _read_time(path: Path) -> str | None:
+    try:
+        return json.loads((path / COMMIT_MARKER).read_text()).get("time")
+    except (OSError, ValueError):
+        return None
