@@ -135,4 +135,4 @@ def test_cli_refuses_invalid_job(tmp_path, capsys):
     assert main(["render", str(bad)]) == 1
     err = capsys.readouterr()
     assert err.out == ""
-    assert "spec.parallelism.tensor: procsPerNode 3 is not a multiple of tensor 2" in err.err
+    assert "spec.parallelism.tensor: tensor 2 must divide procsPerNode 3 (a tensor-parallel group may not straddle nodes)" in err.err
