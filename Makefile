@@ -6,7 +6,7 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR)$(if $(PYTHON
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-integration lint crds crds-check demo bench e2e clean
+.PHONY: help install test test-unit test-runtime test-integration lint crds crds-check demo bench clean
 
 help:
 	@echo "make demo              run the main job (see README)"
@@ -42,9 +42,6 @@ test: lint cluster-binaries
 
 demo:
 	hack/demo.sh
-
-e2e:
-	$(PYTEST) tests/e2e -q
 
 bench:
 	@ls bench/*.py | sed 's/^/  python /'
