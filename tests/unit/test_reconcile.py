@@ -367,3 +367,22 @@ def test_node_lost_restarts_gang(job_obj):
     restarting = cond(sim.status, "Restarting")
     assert restarting["reason"] == "NodeLost" and "node n-1 is gone or NotReady" in restarting["message"]
     assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+
+
+def test_released_gang_not_bound_in_time_is_replanned(job_obj):
+    sim = Sim(job_obj)
+    sim.step()
+    sim.step(gang=lambda job, pods: GangDecision(release=True, pins={"job-node-0-0": "a", "job-node-1-0": "b"}))
+    sim.now += timedelta(seconds=119)
+    assert sim.step().delete_pods == []
+    sim.now += timedelta(seconds=2)
+    plan = sim.step()
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+    assert sim.status["restartAttempt"] == 1 and sim.status["restarts"] == 0
+    assert cond(sim.status, "Schedulable")["reason"] == "Replanning"
+    plan = sim.step()
+    assert [c["metadata"]["name"] for c in plan.create if c["kind"] == "Pod"] == ["job-node-0-1", "job-node-1-1"]
+    assert cond(sim.status, "Schedulable")["status"] == "Unknown"
+    sim.step(gang=lambda job, pods: GangDecision(release=True))
+    sim.now += timedelta(seconds=60)
+    assert sim.step().delete_pods == []  # the new gang has its own bind clock

@@ -80,4 +80,7 @@ class OperatorConfig(Model):
     network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     pod_create_concurrency: int = Field(32, ge=1, le=1024)
+    bind_timeout_seconds: int = Field(
+        120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
+    )
     default_shm_size: Quantity = "2Gi"

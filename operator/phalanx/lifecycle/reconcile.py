@@ -225,6 +225,18 @@ def decide(
     if failure is not None:
         return _on_failure(st, plan, failure, current, spec, now, done)
 
+    # 6b. A released gang the scheduler did not bind in time (its nodes changed under it): the
+    # gates cannot come back, so replace the gang and plan again. Not a failure: no restart counted.
+    stuck = _unbound_too_long(st, current, spec.nodes, now, config.bind_timeout_seconds)
+    if stuck:
+        message = f"{stuck} pods not bound {config.bind_timeout_seconds}s after release; re-planning the gang"
+        st.s.restart_attempt += 1
+        st.s.attempt_created = False
+        st.cond(C.COND_SCHEDULABLE, False, "Replanning", message)
+        st.phase(Phase.PENDING, "Replanning", message, warning=True)
+        plan.delete_pods += [p["metadata"]["name"] for p in current if not p["metadata"].get("deletionTimestamp")]
+        return done()
+
     # 7. Restart backoff.
     restart_at = _parse(st.s.next_restart_time)
     if restart_at is not None and now < restart_at:
@@ -261,6 +273,8 @@ def decide(
         st.cond(C.COND_CREATED, True, "PodsCreated", f"{spec.nodes} pods (attempt {attempt})")
     else:
         st.cond(C.COND_CREATED, False, "CreatingPods", f"{len(have)}/{spec.nodes} pods created")
+        # A new gang: placement is undecided until every pod exists (and the clock restarts).
+        st.cond(C.COND_SCHEDULABLE, "Unknown", "GangIncomplete", "waiting for every pod of the gang")
 
     # 9. Gang: all pods exist → decide placement and lift the gates together.
     gated = [p for p in current if _is_gated(p)]
@@ -359,6 +373,15 @@ def _on_failure(st: _Status, plan: Plan, failure: Failure, current: list[dict], 
     plan.requeue_after = max(float(delay), 0.5)
     _count_ready(st, [])
     return done()
+
+
+def _unbound_too_long(st: _Status, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
+    """Pods released (gate lifted) but still unbound ``timeout`` s after the gang was placed."""
+    cond = get_condition(st.s.conditions, C.COND_SCHEDULABLE)
+    released = _parse(cond.last_transition_time) if cond and cond.status == "True" else None
+    if released is None or len(current) != nodes or (now - released).total_seconds() < timeout:
+        return 0
+    return sum(1 for p in current if not _is_gated(p) and not p.get("spec", {}).get("nodeName") and _alive(p))
 
 
 def _gang_waited(st: _Status, now: datetime) -> float:
