@@ -18,6 +18,8 @@ sys.path.insert(0, str(ROOT / "tests" / "runtime"))
 
 from runtime_parity_util import job  # noqa: E402
 
+EXIT_PREEMPTED = 143  # phalanx_runtime.components.checkpoint.EXIT_PREEMPTED (no torch import here)
+
 
 def ckpt_job(*, world: int = 2, steps: int = 8, interval: int = 2, keep_last: int = 3, async_save: bool = True,
              zero: int = 0, export: bool = False, resume: bool = True, **kw) -> dict:
@@ -74,10 +76,11 @@ class Workers:
         return any(p.poll() is None for p in self.procs)
 
     def wait(self, timeout: float = 300) -> list[int]:
-        """Wait for every rank; once one fails, kill the others (the agent's behaviour)."""
+        """Wait for every rank; once one fails, kill the others (the agent's behaviour). A rank
+        that saved on SIGTERM and exited 143 is not a failure: the others are finishing too."""
         deadline = time.time() + timeout
         while self.alive():
-            if any(p.poll() not in (None, 0) for p in self.procs):
+            if any(p.poll() not in (None, 0, EXIT_PREEMPTED) for p in self.procs):
                 for p in self.procs:
                     if p.poll() is None:
                         p.kill()

@@ -228,7 +228,6 @@ class Checkpointer:
     def save(self, step: int, *, force_sync: bool = False) -> None:
         """Save at ``step`` (after the optimizer step). Async unless disabled or ``force_sync``."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemWriter
 
         self.wait()  # one save in flight at a time
         if self.last and self.last["step"] == step:
@@ -242,7 +241,7 @@ class Checkpointer:
         dist.barrier(group=self.pg)
         torch.save(_rng_state(), tmp / "rng" / f"rank-{self.rank}.pt")
         sd = self.state_dict(step)
-        writer = FileSystemWriter(str(tmp), sync_files=True)
+        writer = _writer(str(tmp))
         if self.cfg.async_save and not force_sync:
             fut = dcp.async_save(sd, storage_writer=writer, process_group=self.pg)
             if hasattr(fut, "upload_completion"):
@@ -385,6 +384,29 @@ class Checkpointer:
     def close(self) -> None:
         self.wait()
         dist.barrier(group=self.pg)
+
+
+ENV_TEST_WRITE_DELAY = "PHALANX_CHECKPOINT_TEST_WRITE_DELAY"
+
+
+def _writer(path: str):
+    """DCP's FileSystemWriter; with ``$PHALANX_CHECKPOINT_TEST_WRITE_DELAY`` (seconds, tests and the
+    chaos benchmark only) each rank pauses after writing its shards, before DCP's metadata and the
+    commit — a window in which to kill a rank mid-checkpoint."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    delay = float(os.environ.get(ENV_TEST_WRITE_DELAY) or 0)
+    if delay <= 0:
+        return FileSystemWriter(path, sync_files=True)
+
+    class _SlowWriter(FileSystemWriter):
+        def write_data(self, plan, planner):
+            fut = super().write_data(plan, planner)
+            fut.wait()
+            time.sleep(delay)
+            return fut
+
+    return _SlowWriter(path, sync_files=True)
 
 
 def _read_time(path: Path) -> str | None:
