@@ -3,7 +3,11 @@
 worker starts, then runs ``procsPerNode`` workers through the torch elastic launcher
 (``torch.distributed.run``, c10d rendezvous) — nccl on GPUs, gloo on CPU.
 
-Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed.
+Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 143 stopped by
+SIGTERM (preemption, suspend, pod deletion) after the workers saved a checkpoint (retryable).
+SIGTERM reaches the workers through torchrun's agent, which waits up to
+``$TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (default here 100 s, inside the pod's 120 s grace period)
+before it kills them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from phalanx_runtime.config import RuntimeConfig, check_layout, default_config_p
 log = logging.getLogger("phalanx_runtime.launch")
 EXIT_INVALID = 2
 EXIT_WORKER_FAILED = 1
+EXIT_PREEMPTED = 143  # = phalanx_runtime.components.checkpoint.EXIT_PREEMPTED
+SHUTDOWN_TIMEOUT_S = "100"  # torchrun waits this long for workers to checkpoint after SIGTERM
 
 
 @dataclass
@@ -184,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
     os.environ.setdefault(ENV_JOB_NAME, cfg.name)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
     if le.direct:
         os.environ.update({"RANK": str(le.rank), "WORLD_SIZE": str(le.world_size), "LOCAL_RANK": str(le.local_rank),
                            "MASTER_ADDR": le.master_addr, "MASTER_PORT": str(le.master_port)})
@@ -201,12 +208,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     try:
         torchrun_main(targs)
+    except SignalException as e:
+        # The agent forwarded the signal to the workers and waited for them (checkpoint on SIGTERM).
+        log.warning("stopped by signal %s; workers were asked to checkpoint and exit", e.sigval)
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
+        codes = {f.exitcode for f in getattr(e, "failures", {}).values()}
+        if codes == {EXIT_PREEMPTED}:
+            log.warning("workers stopped after a SIGTERM checkpoint (exit %d)", EXIT_PREEMPTED)
+            return EXIT_PREEMPTED
         log.error("worker failed: %s", e.format_msg() if hasattr(e, "format_msg") else e)
         return EXIT_WORKER_FAILED
     return 0

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from phalanx.constants import (
+    ENV_CHECKPOINT_DIR,
     ENV_CONFIG_PATH,
     ENV_JOB_NAME,
     ENV_MASTER_ADDR,
@@ -66,10 +67,14 @@ def _free_port() -> int:
 
 
 def run_local(job_yaml_path: str | os.PathLike, json: bool = False, *, timeout: float | None = None,
-              progress_port: int | None = None, env: dict[str, str] | None = None) -> dict:
+              progress_port: int | None = None, env: dict[str, str] | None = None,
+              checkpoint_dir: str | os.PathLike | None = None) -> dict:
     """Run the job to completion on this machine; returns the summary dict (and prints it as the
     last stdout line when ``json``). Raises :class:`LayoutError` before starting anything if the
-    layout is impossible here, RuntimeError if a worker fails."""
+    layout is impossible here, RuntimeError if a worker fails.
+
+    Checkpoints (``spec.checkpoint``) go to ``checkpoint_dir`` (``--checkpoint-dir``; a rerun with
+    the same directory resumes) or, by default, to ``<job tmp dir>/checkpoints``, removed at the end."""
     cfg = load_job(job_yaml_path) if not isinstance(job_yaml_path, RuntimeConfig) else job_yaml_path
     spec = cfg.spec
     if spec.model is None:
@@ -97,6 +102,8 @@ def run_local(job_yaml_path: str | os.PathLike, json: bool = False, *, timeout: 
                      ENV_NNODES: str(spec.nodes), ENV_NPROC_PER_NODE: str(spec.procs_per_node),
                      ENV_MASTER_ADDR: "127.0.0.1", ENV_MASTER_PORT: str(master_port),
                      "PHALANX_RESULT_FILE": result_path, "PYTHONUNBUFFERED": "1",
+                     ENV_CHECKPOINT_DIR: os.path.abspath(checkpoint_dir) if checkpoint_dir
+                     else os.path.join(d, "checkpoints"),
                      "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // world))})
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS", "PET_NNODES", "PET_NODE_RANK"):
             base.pop(k, None)
@@ -154,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.local")
     ap.add_argument("job")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--checkpoint-dir", default=None,
+                    help="keep checkpoints here (a rerun resumes); default: the run's temporary directory")
     args = ap.parse_args(argv)
     try:
-        run_local(args.job, json=args.json)
+        run_local(args.job, json=args.json, checkpoint_dir=args.checkpoint_dir)
     except LayoutError as e:
         print(str(e), file=sys.stderr)
         return 2

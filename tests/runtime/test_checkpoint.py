@@ -214,3 +214,29 @@ def test_export_consolidated(tmp_path):
     assert sd.keys() == ref.keys()
     assert all(sd[k].shape == ref[k].shape for k in ref)
     assert any(not torch.equal(sd[k], ref[k]) for k in ref)  # trained, not the init
+
+
+def test_launcher_forwards_sigterm(tmp_path):
+    """(d) through ``phalanx-runtime`` (torchrun agent): SIGTERM to the launcher reaches the workers,
+    they checkpoint, and the launcher exits 143."""
+    import os
+    import subprocess
+    import sys
+
+    from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, latest_valid
+
+    cfg, d, log = tmp_path / "c.json", tmp_path / "ckpt", tmp_path / "launch.log"
+    cfg.write_text(json.dumps(ckpt_job(world=2, steps=500, interval=0)))
+    env = dict(os.environ, PHALANX_CHECKPOINT_DIR=str(d), OMP_NUM_THREADS="1")
+    with open(log, "w") as f:
+        p = subprocess.Popen([sys.executable, "-m", "phalanx_runtime.launch", "--config", str(cfg)], env=env,
+                             stdout=f, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: "step 3/" in log.read_text())
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=120) == EXIT_PREEMPTED
+        finally:
+            if p.poll() is None:
+                p.kill()
+    step, _ = latest_valid(d)
+    assert 3 <= step < 500
