@@ -197,7 +197,8 @@ def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port
     if ckpt_dir:
         ckpt = Checkpointer(CheckpointConfig.from_spec(spec.checkpoint, ckpt_dir), parts=model.parts,
                             optimizer=optimizer, scheduler=scheduler, loader=loader, progress=progress,
-                            layout=f"(pp, dp_replicate, dp_shard, tp) = {layout.shape}, zero {par.zero}")
+                            layout=f"(pp, dp_replicate, dp_shard, tp) = {layout.shape}, zero {par.zero}",
+                            dp_rank=dp_rank, dp_size=dp_size)
     start_step = ckpt.resume() if ckpt is not None else 0
 
     # 7. Metrics (Prometheus per pod) and progress (node-rank 0).

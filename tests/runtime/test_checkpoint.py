@@ -74,7 +74,10 @@ def reference(tmp_path_factory):
     out = {}
     for mode in ("sync", "async"):
         doc = ckpt_job(world=2, steps=STEPS, interval=INTERVAL, keep_last=2, async_save=mode == "async")
-        codes, res = run(doc, base / mode, base / f"work-{mode}")
+        # Async: writes slowed by 0.3 s, so training mutates the parameters while the previous
+        # checkpoint is being written (a staged copy must be what is written).
+        env = {"PHALANX_CHECKPOINT_TEST_WRITE_DELAY": "0.3"} if mode == "async" else None
+        codes, res = run(doc, base / mode, base / f"work-{mode}", env=env)
         assert codes == [0, 0], (base / f"work-{mode}")
         out[mode] = res
     out["dir"] = base
