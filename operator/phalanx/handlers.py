@@ -31,6 +31,7 @@ RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
 REFUSAL_BACKOFF = 10.0
+WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 
 
@@ -59,7 +60,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=C.GROUP, key="last-handled-configuration")
     settings.persistence.finalizer = C.FINALIZER
-    settings.posting.level = logging.INFO
+    settings.posting.level = logging.WARNING  # our Events are explicit; no per-handler chatter
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10]
     settings.batching.worker_limit = 1000
@@ -129,6 +130,7 @@ def cluster_pods(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
     spec = body.get("spec", {})
     return {None: {"metadata": {"name": name, "namespace": namespace, "labels": dict(body["metadata"].get("labels") or {})},
                    "spec": {"nodeName": spec.get("nodeName"), "nodeSelector": dict(spec.get("nodeSelector") or {}),
+                            "affinity": dict(spec.get("affinity") or {}),
                             "containers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("containers") or []],
                             "initContainers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("initContainers") or []],
                             "overhead": spec.get("overhead")},
@@ -261,6 +263,7 @@ async def job_loop(
             delay = min(plan.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
             try:
                 await asyncio.wait_for(wake.wait(), timeout=delay)
+                await asyncio.sleep(WAKE_COALESCE_SECONDS)  # one pass for a burst of pod events
             except TimeoutError:
                 pass
     finally:

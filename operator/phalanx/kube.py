@@ -13,6 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants as C
+from phalanx.gang.pins import pin_affinity
 from phalanx.lifecycle.reconcile import Plan
 from phalanx.metrics import API_REQUESTS, PODS_CREATED
 
@@ -45,11 +46,20 @@ class Kube:
         self.pool = ThreadPoolExecutor(max_workers=max(4, self.concurrency), thread_name_prefix="kube")
         self.gate = asyncio.Semaphore(self.concurrency)
 
-    async def _call(self, verb: str, fn, *args, **kwargs) -> Any:
+    async def _call(self, verb: str, fn, *args, **kwargs) -> bytes:
+        """One API call in the pool. The raw response is read and its connection returned to the
+        pool (keep-alive: no new TLS handshake per request); no model deserialisation."""
+
+        def call() -> bytes:
+            response = fn(*args, _preload_content=False, **kwargs)
+            try:
+                return response.data
+            finally:
+                response.release_conn()
+
         async with self.gate:
             API_REQUESTS.labels(verb).inc()
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, lambda: fn(*args, _preload_content=False, **kwargs))
+            return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     async def create(self, obj: dict[str, Any]) -> bool:
         """Create a child; an existing one (409) counts as done. Returns True if created."""
@@ -88,11 +98,13 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def release_pod(self, namespace: str, name: str, node_selector: dict[str, str] | None) -> None:
-        """Lift the gang gate; pin first (a gated pod may gain nodeSelector keys)."""
+    async def release_pod(self, namespace: str, name: str, node: str | None) -> None:
+        """Pin to ``node`` and lift the gang gate in one patch. The pin is required node affinity
+        on ``metadata.name`` (a gated pod may gain affinity): the scheduler's PreFilter then
+        narrows the pod to that one node instead of filtering every node."""
         ops: list[dict[str, Any]] = []
-        if node_selector:
-            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": node_selector})
+        if node:
+            ops.append({"op": "add", "path": "/spec/affinity", "value": pin_affinity(node)})
         ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": []})
         try:
             await self._call("patch", self.core.patch_namespaced_pod, name, namespace, ops)

@@ -20,6 +20,8 @@ def run_operator(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # a line per pod event drowns the log at scale
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     handlers.State.kubeconfig = args.kubeconfig
     handlers.State.config = load_operator_config(args.config)
     if args.metrics_port:

@@ -35,7 +35,8 @@ def test_pods_bind_exactly_where_the_plan_says(jobs, pool):
     by_rank = {int(p.metadata.labels["phalanx.dev/node-rank"]): p.spec.node_name for p in pods}
     assert [by_rank[r] for r in range(4)] == planned
     for p in pods:
-        assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+        field = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms[0].match_fields[0]
+        assert (field.key, field.operator, field.values) == ("metadata.name", "In", [p.spec.node_name])
     # 4 nodes fit under one subblock: the plan must not spread wider.
     subblocks = {pool["labels"][n]["phalanx.dev/topology-subblock"] for n in planned}
     assert len(subblocks) == 1 and status["placement"]["span"]["subblock"] == 1

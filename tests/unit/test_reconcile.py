@@ -9,6 +9,7 @@ import pytest
 
 from phalanx import constants as C
 from phalanx.api.types import FailurePolicy
+from phalanx.gang.pins import pin_affinity, pinned_node
 from phalanx.lifecycle.failures import backoff_seconds, exit_code_retryable
 from phalanx.lifecycle.reconcile import GangDecision, Observed, decide
 
@@ -45,7 +46,7 @@ class Sim:
         for name in plan.release:
             self.pods[name]["spec"]["schedulingGates"] = []
             if name in plan.pins:
-                self.pods[name]["spec"]["nodeSelector"] = plan.pins[name]
+                self.pods[name]["spec"]["affinity"] = pin_affinity(plan.pins[name])
         if plan.status is not None and apply_status:
             self.obj["status"] = plan.status
         self.events += plan.events
@@ -333,17 +334,9 @@ def test_gang_pins_pods_to_planned_nodes(job_obj):
     sim.step()
     pins = {"job-node-0-0": "node-a", "job-node-1-0": "node-b"}
     plan = sim.step(gang=lambda job, pods: GangDecision(release=True, pins=pins, placement={"nodes": ["node-a", "node-b"], "span": {"block": 1}}))
-    assert plan.pins == {pod: {"kubernetes.io/hostname": node} for pod, node in pins.items()}
-    assert sim.pods["job-node-1-0"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    assert plan.pins == pins
+    assert pinned_node(sim.pods["job-node-1-0"]["spec"]) == "node-b"
     assert sim.status["placement"]["nodes"] == ["node-a", "node-b"]
-
-
-def test_pins_keep_the_users_node_selector(job_obj):
-    job_obj["spec"]["nodeSelector"] = {"pool": "a"}
-    sim = Sim(job_obj)
-    sim.step()
-    plan = sim.step(gang=lambda job, pods: GangDecision(release=True, pins={"job-node-0-0": "n0", "job-node-1-0": "n1"}))
-    assert plan.pins["job-node-0-0"] == {"pool": "a", "kubernetes.io/hostname": "n0"}
 
 
 def test_stale_attempt_pods_are_deleted(job_obj):

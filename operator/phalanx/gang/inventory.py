@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from phalanx.constants import RESOURCE_CPU, RESOURCE_PODS
+from phalanx.gang.pins import pinned_node
 
 Resources = dict[str, int]
 
@@ -282,8 +283,8 @@ def reservations_from_pods(
     hostname_to_node: Mapping[str, str] | None = None,
     hostname_label: str = "kubernetes.io/hostname",
 ) -> list[Reservation]:
-    """Reservations held by pods that are pinned to a node (nodeSelector on the hostname label,
-    as the gang controller pins them) but not bound yet and not terminal.
+    """Reservations held by pods that are pinned to a node (node affinity on metadata.name, as the
+    gang controller pins them, or a nodeSelector on the hostname label) but not bound yet and not terminal.
 
     ``gang_of(pod) -> str`` names the gang (default: ``namespace/<phalanx.dev/job-name label>``);
     ``hostname_to_node`` maps hostname label values to node names when they differ.
@@ -301,9 +302,10 @@ def reservations_from_pods(
         spec = pod.get("spec") or {}
         if spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
             continue
+        pinned = pinned_node(spec)
         host = (spec.get("nodeSelector") or {}).get(hostname_label)
-        if not host:
+        if not pinned and not host:
             continue
-        node = (hostname_to_node or {}).get(host, host)
+        node = pinned or (hostname_to_node or {}).get(host, host)
         out.append(Reservation(gang=gang_of(pod), node=node, requests=pod_requests(pod)))
     return out

@@ -26,7 +26,7 @@ from phalanx.api.types import (
 from phalanx.lifecycle.conditions import get_condition, is_true, set_condition
 from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, pod_rank
 from phalanx.render.job import render_children
-from phalanx.render.names import config_map_name, service_name
+from phalanx.render.names import config_map_name, pod_name, service_name
 from phalanx.validate import validate_job
 
 
@@ -64,7 +64,7 @@ class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     release: list[str] = field(default_factory=list)  # pods whose gang gate is lifted
-    pins: dict[str, dict[str, str]] = field(default_factory=dict)  # pod → its full nodeSelector
+    pins: dict[str, str] = field(default_factory=dict)  # pod → node (pinned by node affinity)
     status: dict[str, Any] | None = None  # full new status (camelCase) when it changed
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     delete_job: bool = False
@@ -246,12 +246,15 @@ def decide(
     st.s.next_restart_time = None
 
     # 8. Create what is missing (children are deterministic: 409 on replay is fine).
-    children = render_children(job, config, attempt)
     have = {p["metadata"]["name"] for p in current}
+    missing = [r for r in range(spec.nodes) if pod_name(job.metadata.name, r, attempt) not in have]
     if stale:
         # BlockingRecreate: a new gang reuses the hostnames, so the old one must be gone first.
-        children = [c for c in children if c["kind"] != "Pod"]
+        missing = []
         plan.requeue_after = 1.0
+    children = []
+    if missing or not observed.service_exists or not observed.config_map_exists:
+        children = render_children(job, config, attempt, ranks=missing)  # only what is missing
     for child in children:
         kind, name = child["kind"], child["metadata"]["name"]
         if kind == "Service" and not observed.service_exists and name == service_name(job.metadata.name):
@@ -285,11 +288,7 @@ def decide(
         st.cond(C.COND_SCHEDULABLE, decision.schedulable, decision.reason, decision.message)
         if decision.release:
             plan.release = [p["metadata"]["name"] for p in gated]
-            for pod in gated:  # gated pods may only gain selector keys, never lose or change one
-                node = decision.pins.get(pod["metadata"]["name"])
-                if node:
-                    selector = dict(pod.get("spec", {}).get("nodeSelector") or {})
-                    plan.pins[pod["metadata"]["name"]] = {**selector, C.LABEL_HOSTNAME: node}
+            plan.pins = dict(decision.pins)
         elif not decision.schedulable:
             waited = _gang_waited(st, now)
             timeout = spec.scheduling.gang_timeout_seconds

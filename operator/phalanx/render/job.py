@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from phalanx import constants as C
@@ -20,16 +21,19 @@ def job_wiring(job: TrainingJob, config: OperatorConfig) -> NetworkWiring:
     return render_network(job.spec, profile, job_key=f"{job.metadata.namespace}/{job.metadata.name}")
 
 
-def render_children(job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0) -> list[dict[str, Any]]:
-    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, then one Pod per node-rank.
-    Every child carries the spec hash."""
+def render_children(
+    job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0, ranks: Iterable[int] | None = None
+) -> list[dict[str, Any]]:
+    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, then one Pod per node-rank
+    (only ``ranks`` when given: the reconcile renders just what is missing). Every child carries
+    the spec hash."""
     config = config or OperatorConfig()
     profile = config.network_profiles[job.spec.network.profile]
     wiring = job_wiring(job, config)
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
     pods = [
         apply_mutation(build_pod(job, rank, attempt, profile, default_shm_size=str(config.default_shm_size)), backend.pod)
-        for rank in range(job.spec.nodes)
+        for rank in (range(job.spec.nodes) if ranks is None else ranks)
     ]
     children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods]
     digest = spec_hash(job.spec.model_dump(by_alias=True, mode="json"))

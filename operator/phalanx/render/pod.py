@@ -151,3 +151,4 @@ def build_pod(
     )
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
     return apply_network(pod, wiring)
+
