@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--interval", type=int, default=5)
-    ap.add_argument("--write-delay", type=float, default=0.3,
+    ap.add_argument("--write-delay", type=float, default=0.1,
                     help="seconds each rank pauses after writing its shards (slow storage: a window for kills)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stall-dim", type=int, default=512)

@@ -243,3 +243,20 @@ def test_launcher_forwards_sigterm(tmp_path):
                 p.kill()
     step, _ = latest_valid(d)
     assert 3 <= step < 500
+
+
+def test_single_process_in_process_and_status_shape(tmp_path, monkeypatch):
+    """One process, ``train()`` in-process: checkpoints on, resume at the end step is a no-op, and
+    ``lastCheckpoint`` has the shape the operator's status expects ({step, path, time})."""
+    from phalanx.api.types import CheckpointStatus
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.train import train
+
+    monkeypatch.setenv("PHALANX_CHECKPOINT_DIR", str(tmp_path))
+    cfg = RuntimeConfig.from_dict(ckpt_job(world=1, steps=4, interval=2, async_save=True))
+    r = train(cfg)
+    assert committed(tmp_path) == [2, 4] and r.start_step == 0
+    st = CheckpointStatus.model_validate(r.last_checkpoint)
+    assert st.step == 4 and st.path == str(tmp_path / "step-4") and st.time
+    again = train(cfg)
+    assert again.start_step == 4 and again.losses == []
