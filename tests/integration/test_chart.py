@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_namespaced_mode_uses_roles_per_namespace():
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
-    assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+                             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]}]
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--all-namespaces" not in args
 
@@ -93,3 +95,49 @@ def test_service_monitor_optional():
     assert not by_kind(template(), "ServiceMonitor")
     sm = by_kind(template("metrics.serviceMonitor.enabled=true"), "ServiceMonitor")[0]
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def _token_kubeconfig(admin_kubeconfig, token: str, path) -> None:
+    cfg = yaml.safe_load(open(admin_kubeconfig).read())
+    cfg["users"] = [{"name": "sa", "user": {"token": token}}]
+    cfg["contexts"] = [{"name": "sa", "context": {"cluster": cfg["clusters"][0]["name"], "user": "sa"}}]
+    cfg["current-context"] = "sa"
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, operator, api, namespace, tmp_path):
+    """helm install onto the cluster, then run the operator exactly as the Deployment does, with the
+    chart's ServiceAccount token: a job must go all the way to Succeeded (RBAC is sufficient)."""
+    from phalanx.localcluster import finish_pod
+    from tests.integration.harness import Jobs, OperatorProcess, job_manifest, wait_for
+
+    release, ns = f"rbac-{namespace[-6:]}", f"{namespace}-sys"
+    install = subprocess.run([helm(), "install", release, str(CHART), "-n", ns, "--create-namespace",
+                              f"--kubeconfig={cluster.kubeconfig}", "--wait=false"], capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    operator.stop()  # one operator at a time
+    rbac_op = None
+    try:
+        deploy = json.loads(cluster.kubectl("get", "deploy", f"{release}-operator", "-n", ns, "-o", "json").stdout)
+        container = deploy["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][:1] == ["operator"] and "--all-namespaces" in container["args"]
+        config = yaml.safe_load(json.loads(cluster.kubectl("get", "cm", f"{release}-operator-config", "-n", ns, "-o", "json").stdout)["data"]["config.yaml"])
+        token = cluster.kubectl("create", "token", f"{release}-operator", "-n", ns).stdout.strip()
+        kubeconfig = tmp_path / "sa-kubeconfig"
+        _token_kubeconfig(cluster.kubeconfig, token, kubeconfig)
+        rbac_op = OperatorProcess(kubeconfig, tmp_path, config=config).start()
+        jobs = Jobs(api, namespace)
+        jobs.create(job_manifest("rbac", nodes=2))
+        pods = wait_for(lambda: len(p := jobs.pods("rbac")) == 2 and all(x.status.phase == "Running" for x in p) and p, 90, "Running")
+        jobs.wait_phase("rbac", "Running")
+        for pod in pods:
+            finish_pod(cluster.kubeconfig, namespace, pod.metadata.name, 0)
+        jobs.wait_phase("rbac", "Succeeded", 60)
+        wait_for(lambda: any(e.reason == "Succeeded" for e in jobs.events("rbac")), 30, "event posted with the SA")
+        assert "forbidden" not in rbac_op.tail(400).lower(), rbac_op.tail(40)
+    finally:
+        if rbac_op:
+            rbac_op.stop()
+        operator.start()
+        subprocess.run([helm(), "uninstall", release, "-n", ns, f"--kubeconfig={cluster.kubeconfig}"], capture_output=True)
+        cluster.kubectl("delete", "ns", ns, "--wait=false", check=False)
