@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     c = chaos(args.kills, world=args.world, steps=args.steps, interval=args.interval, write_delay=args.write_delay,
               seed=args.seed, work=work) if args.kills else None
-    s = None if args.no_stall else stall(world=args.world, dim=args.stall_dim, steps=12, interval=2, work=work)
+    s = None if args.no_stall else stall(world=args.world, dim=args.stall_dim, steps=22, interval=2, work=work)
     cmd = "python bench/chaos_checkpoint.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"**{time.strftime('%Y-%m-%d')}** — {machine()}. "
              f"Command: `{cmd.strip()}` ({time.time() - t0:.0f} s)", ""]

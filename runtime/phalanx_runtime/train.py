@@ -244,6 +244,8 @@ def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port
                 loss += mb_loss.detach()
 
         gnorm = clip_grad_norm_(params, tr.grad_clip, pp_group=pp_group)
+        if ckpt is not None:
+            ckpt.before_update()  # an async checkpoint's staging copy is complete
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

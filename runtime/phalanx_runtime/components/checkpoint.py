@@ -181,6 +181,7 @@ class Checkpointer:
         # the default group).
         self.pg = dist.new_group(backend="gloo")
         self._pending = None  # (future, step, tmp path)
+        self._staging = None  # staging future of the in-flight async save
         self.last: dict | None = None  # {"step", "path", "time"}
         self.stall_seconds: list[float] = []  # time training was blocked per save
         self.save_seconds: list[float] = []  # total time per save (until committed)
@@ -269,10 +270,18 @@ class Checkpointer:
         t2 = time.perf_counter()
         writer = _writer(str(tmp))
         if self.cfg.async_save and not force_sync:
-            fut = dcp.async_save(sd, storage_writer=writer, process_group=self.pg)
-            if hasattr(fut, "upload_completion"):
-                fut.staging_completion.result()
-                fut = fut.upload_completion
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            # Staging (the copy to host memory) runs in a thread too, overlapping the next step's
+            # forward/backward; before_update() waits for it before the optimizer changes anything.
+            stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                                  use_async_staging=True, use_non_blocking_copy=False))
+            resp = dcp.async_save(sd, storage_writer=writer, process_group=self.pg, async_stager=stager)
+            if hasattr(resp, "upload_completion"):
+                self._staging, fut = resp.staging_completion, resp.upload_completion
+            else:  # staging finished inside async_save
+                fut = resp
+            fut.add_done_callback(lambda _f, st=stager: st.close())
             self.stall_seconds.append(time.perf_counter() - t0)
             log.debug("save step %d: rng %.1f ms, state dict %.1f ms, staging %.1f ms", step, 1e3 * (t1 - t0),
                       1e3 * (t2 - t1), 1e3 * (time.perf_counter() - t2))
@@ -281,6 +290,16 @@ class Checkpointer:
             dcp.save(sd, storage_writer=writer, process_group=self.pg)
             self.stall_seconds.append(time.perf_counter() - t0)
             self._commit(step, tmp)
+
+    def before_update(self) -> None:
+        """Call before ``optimizer.step()``: an async save's staging copy must be complete before
+        parameters or optimizer state change. The wait counts as stall."""
+        if self._staging is not None:
+            t0 = time.perf_counter()
+            self._staging.result()
+            self._staging = None
+            if self.stall_seconds:
+                self.stall_seconds[-1] += time.perf_counter() - t0
 
     def poll(self) -> None:
         """Commit a finished async save (rank-local, cheap): call at step boundaries."""
@@ -291,6 +310,7 @@ class Checkpointer:
         """Block until the in-flight async save is written, then commit it."""
         if self._pending is None:
             return
+        self.before_update()
         fut, step, tmp = self._pending
         self._pending = None
         fut.result()  # raises if the write failed: the checkpoint stays uncommitted
