@@ -150,7 +150,7 @@ def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port
     rank, world, local_rank, created = init_distributed()
     device = device_for_rank(local_rank)
     gloo = device.type == "cpu"
-    errors = check_layout(spec, cuda_available=device.type == "cuda")
+    errors = check_layout(spec, cuda_available=device.type == "cuda", checkpointing=checkpoint_dir(cfg) is not None)
     if errors:
         raise SystemExit("invalid layout:\n  " + "\n  ".join(errors))
     if tr.precision == "bf16" and device.type != "cuda" and rank == 0:

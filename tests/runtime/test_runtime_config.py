@@ -42,7 +42,13 @@ def test_config_module_is_torch_free():
                                         "microbatches": 4}},
 ])
 def test_valid_layouts(kw):
-    assert check_layout(spec(**kw), cuda_available=False) == []
+    assert check_layout(spec(**kw), cuda_available=False, checkpointing=False) == []
+
+
+def test_virtual_stages_refused_when_checkpointing():
+    zbv = spec(procsPerNode=2, parallelism={"pipeline": 2, "pipelineSchedule": "ZBVZeroBubble", "virtualStages": 2,
+                                            "microbatches": 4})
+    assert_error(check_layout(zbv, cuda_available=False), "parallelism.virtualStages", "not supported yet")
 
 
 def test_world_cannot_hold_layout():

@@ -77,8 +77,11 @@ def model_shape(spec: TrainingJobSpec) -> ModelShape | None:
     return resolve_shape(spec.model.preset, spec.model.overrides)
 
 
-def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None) -> list[str]:
+def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, checkpointing: bool = True) -> list[str]:
     """Every reason this spec cannot run, as ``"<field>: <reason>"`` messages (empty = fine).
+
+    ``checkpointing``: the run writes checkpoints (always, in a pod or in local mode; only the
+    in-process test harness trains without them).
 
     Pure: no torch, no processes. ``cuda_available`` is what the runtime knows about its machine;
     the operator passes None and the check uses ``resources.gpus`` instead.
@@ -156,6 +159,9 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None) -
     if pp > 1 and p.pipeline_schedule == "ZBVZeroBubble" and p.microbatches < n_stages:
         errors.append(f"parallelism.microbatches: ZBVZeroBubble needs microbatches >= pipeline × virtualStages = {n_stages}")
 
+    if checkpointing and pp > 1 and v > 1:
+        errors.append(f"parallelism.virtualStages: checkpoints of {v} pipeline stages per rank are not "
+                      "supported yet; use virtualStages 1 (GPipe or 1F1B)")
     if p.sequence_parallel and tp == 1:
         errors.append("parallelism.sequenceParallel: sequence parallelism needs tensor > 1")
 

@@ -197,8 +197,9 @@ class Checkpointer:
 
     def _model(self):
         if len(self.parts) != 1:
-            raise NotImplementedError("checkpoints of several model parts per rank (virtual pipeline stages) "
-                                      "are not supported yet")
+            # check_layout refuses such jobs before any process starts; this guards direct callers.
+            raise ValueError("checkpoints of several model parts per rank (virtual pipeline stages) "
+                             "are not supported: use virtualStages 1 with checkpointing")
         return self.parts[0]
 
     def _optim(self):
