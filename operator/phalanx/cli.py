@@ -115,7 +115,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     from phalanx_runtime.local import LayoutError, run_local
 
     try:
-        run_local(args.job, json=args.json, timeout=args.timeout)
+        run_local(args.job, json=args.json, timeout=args.timeout, checkpoint_dir=args.checkpoint_dir)
     except LayoutError as exc:
         for problem in exc.errors:
             print(f"error: {args.job}: {problem}", file=sys.stderr)
@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
     p.add_argument("--timeout", type=float, help="give up after this many seconds")
+    p.add_argument("--checkpoint-dir", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
     p.set_defaults(fn=cmd_local)
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
