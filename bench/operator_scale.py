@@ -40,6 +40,7 @@ Needs the cluster binaries (hack/cluster/build.sh) and the training-operator
 from __future__ import annotations
 
 import argparse
+import abc
 import base64
 import collections
 import datetime as dt
@@ -244,13 +245,14 @@ class Proc:
                 self.proc.wait(10)
 
 
-class Operator:
+class Operator(abc.ABC):
     kind = "?"
     group = api_version = plural = ""
     p: Proc | None = None
 
+    @abc.abstractmethod
     def manifest(self, name: str, pods: int) -> dict[str, Any]:
-        raise NotImplementedError
+        """The job object this operator reconciles."""
 
     def create_job(self, api: client.ApiClient, ns: str, name: str, pods: int) -> None:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
