@@ -39,8 +39,8 @@ Needs the cluster binaries (hack/cluster/build.sh) and the training-operator
 
 from __future__ import annotations
 
-import argparse
 import abc
+import argparse
 import base64
 import collections
 import datetime as dt
