@@ -98,6 +98,8 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
     if spec.elastic and not spec.elastic.min_nodes <= spec.nodes <= spec.elastic.max_nodes:
         out.append(Problem("spec.elastic", f"nodes {spec.nodes} is outside [minNodes {spec.elastic.min_nodes}, maxNodes {spec.elastic.max_nodes}]"))
     fp = spec.failure_policy
+    if fp.hang_timeout_seconds and spec.command:
+        out.append(Problem("spec.failurePolicy.hangTimeoutSeconds", "hang detection reads the built-in runtime's progress endpoint; a user command reports no progress"))
     both = sorted(set(fp.retryable_exit_codes) & set(fp.permanent_exit_codes))
     if both:
         out.append(Problem("spec.failurePolicy", f"exit codes {both} are both retryable and permanent"))

@@ -65,6 +65,7 @@ def test_minimal_is_valid():
         ({"elastic": {"minNodes": 3, "maxNodes": 4}}, "spec.elastic", "outside [minNodes 3"),
         ({"failurePolicy": {"retryableExitCodes": [3], "permanentExitCodes": [3]}}, "spec.failurePolicy", "both retryable and permanent"),
         ({"checkpoint": {"intervalSteps": 10}}, "spec.checkpoint.volume", "shared storage"),
+        ({"command": ["python", "x.py"], "failurePolicy": {"hangTimeoutSeconds": 60}}, "spec.failurePolicy.hangTimeoutSeconds", "reports no progress"),
         ({"nodes": 0}, "spec.nodes", "greater than or equal to 1"),
         ({"parallelism": {"zero": 4}}, "spec.parallelism.zero", "less than or equal to 3"),
         ({"parallelism": {"pipelineSchedule": "Looping"}}, "spec.parallelism.pipelineSchedule", "Input should be"),
