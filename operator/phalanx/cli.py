@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from phalanx import __version__
+from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 
 
@@ -174,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     p.add_argument("--config", help="operator config YAML (network profiles, topology)")
-    p.add_argument("--liveness-port", type=int, default=8080)
-    p.add_argument("--metrics-port", type=int, default=9090)
+    p.add_argument("--liveness-port", type=int, default=C.DEFAULT_LIVENESS_PORT)
+    p.add_argument("--metrics-port", type=int, default=C.DEFAULT_OPERATOR_METRICS_PORT)
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(fn=cmd_operator)
     return parser

@@ -13,7 +13,6 @@ CATEGORIES = ["all", "phalanx"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # Labels on every child object.
-LABEL_PREFIX = f"{GROUP}/"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_RESTART_ATTEMPT = f"{GROUP}/restart-attempt"
@@ -27,8 +26,7 @@ COMPONENT_CONFIG = "config"
 
 # Annotations.
 ANNOTATION_SPEC_HASH = f"{GROUP}/spec-hash"
-ANNOTATION_PLACEMENT = f"{GROUP}/placement"
-ANNOTATION_PROGRESS_PREFIX = f"{GROUP}/kopf"
+ANNOTATION_KOPF_PREFIX = GROUP  # kopf's progress/diff-base annotations live under phalanx.dev/
 
 # Scheduling gate that holds a gang until the whole gang is placed.
 GANG_SCHEDULING_GATE = f"{GROUP}/gang"

@@ -57,8 +57,8 @@ def wakeup(namespace: str, name: str) -> asyncio.Event:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=C.GROUP, key="last-handled-configuration")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.ANNOTATION_KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=C.ANNOTATION_KOPF_PREFIX, key="last-handled-configuration")
     settings.persistence.finalizer = C.FINALIZER
     settings.posting.level = logging.WARNING  # our Events are explicit; no per-handler chatter
     settings.watching.server_timeout = 300
