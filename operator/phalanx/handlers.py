@@ -19,9 +19,16 @@ from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob
 from phalanx.gang.admission import admit, decision_for, gang_request
 from phalanx.gang.inventory import Reservation
-from phalanx.gang.planner import GangRequest
+from phalanx.gang.planner import GangRequest, Placement
 from phalanx.kube import Kube, load_client
-from phalanx.lifecycle.reconcile import GangDecision, GangStep, Observed, decide, refused_status
+from phalanx.lifecycle.reconcile import (
+    Fits,
+    GangDecision,
+    GangStep,
+    Observed,
+    decide,
+    refused_status,
+)
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.render.names import config_map_name, service_name
 
@@ -110,8 +117,8 @@ def job_services(namespace: str, name: str, **_: Any) -> dict:
 
 
 @kopf.index("configmaps", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def job_config_maps(namespace: str, name: str, **_: Any) -> dict:
-    return {(namespace, name): True}
+def job_config_maps(namespace: str, name: str, annotations: dict[str, str], **_: Any) -> dict:
+    return {(namespace, name): annotations.get(C.ANNOTATION_SPEC_HASH)}
 
 
 @kopf.index("nodes")
@@ -172,9 +179,7 @@ def native_gang_step(cluster_nodes: kopf.Index, cluster_pods: kopf.Index, priori
 
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
         key = f"{job.metadata.namespace}/{job.metadata.name}"
-        prio_name = job.spec.scheduling.priority_class_name
-        priority = next(iter(priority_classes.get(prio_name, [0]))) if prio_name else 0
-        State.waiting[key] = gang_request(job, State.config, priority)
+        State.waiting[key] = gang_request(job, State.config, _priority(job, priority_classes))
         now = time.monotonic()
         pending = [r for k, (rs, t) in State.pending.items() if k != key and now - t < PIN_TTL_SECONDS for r in rs]
         nodes = _values(cluster_nodes)
@@ -210,6 +215,7 @@ async def job_loop(
     key = (namespace, name)
     wake = wakeup(namespace, name)
     gang = native_gang_step(cluster_nodes, cluster_pods, priority_classes)
+    fits = elastic_probe(namespace, name, cluster_nodes, cluster_pods, priority_classes)
     last_progress_poll = 0.0
     progress: dict[str, Any] | None = None
     try:
@@ -226,11 +232,12 @@ async def job_loop(
                 config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
                 progress=progress,
                 lost_nodes=_lost_nodes(pods, cluster_nodes),
+                config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),
             )
             obj = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "status": status}
             started = time.perf_counter()
             try:
-                plan = decide(obj, observed, datetime.now(UTC), State.config, gang=gang)
+                plan = decide(obj, observed, datetime.now(UTC), State.config, gang=gang, fits=fits)
                 assert State.kube is not None
                 refusals = await State.kube.execute(namespace, plan, status, name)
                 RECONCILES.labels("ok").inc()
@@ -282,6 +289,30 @@ async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list
     assert State.kube is not None
     await State.kube.patch_status(namespace, name, status, current.get("status"))
     kopf.event(body, type="Warning", reason="CreateRefused", message=status["message"])
+
+
+def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
+    name = job.spec.scheduling.priority_class_name
+    return next(iter(priority_classes.get(name, [0]))) if name else 0
+
+
+def elastic_probe(namespace: str, name: str, cluster_nodes: kopf.Index, cluster_pods: kopf.Index,
+                  priority_classes: kopf.Index) -> Fits:
+    """Could this job's gang be placed at another size? Its own pods count as free (they would be
+    replaced); other waiting gangs keep their queue order; nothing is pinned or reserved."""
+    key = f"{namespace}/{name}"
+
+    def fits(candidate: TrainingJob) -> bool:
+        now = time.monotonic()
+        pods = [p for p in cluster_pods.get(None, [])
+                if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
+        pending = [r for k, (rs, t) in State.pending.items() if k != key and now - t < PIN_TTL_SECONDS for r in rs]
+        gangs = [g for k, g in State.waiting.items() if k != key]
+        gangs.append(gang_request(candidate, State.config, _priority(candidate, priority_classes)))
+        admission = admit(gangs, _values(cluster_nodes), pods, State.config, pending)
+        return isinstance(admission.results[key], Placement)
+
+    return fits
 
 
 def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozenset[str]:

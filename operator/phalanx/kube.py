@@ -91,6 +91,12 @@ class Kube:
             raise
         return True
 
+    async def update_config_map(self, obj: dict[str, Any]) -> None:
+        """Bring an existing ConfigMap to ``obj``'s data and annotations (merge patch)."""
+        meta = obj["metadata"]
+        body = {"metadata": {"annotations": meta.get("annotations", {})}, "data": obj["data"]}
+        await self._call("patch", self.core.patch_namespaced_config_map, meta["name"], meta["namespace"], body)
+
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:
             await self._call("delete", self.core.delete_namespaced_pod, name, namespace)
@@ -164,6 +170,8 @@ class Kube:
         if plan.delete_pods:
             await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods))
         refusals: list[str] = []
+        if plan.update:  # before new pods read it
+            await asyncio.gather(*(self.update_config_map(o) for o in plan.update))
         if plan.create:
             refusals += await self._create_all([o for o in plan.create if o["kind"] != "Pod"])
             refusals += await self._create_all([o for o in plan.create if o["kind"] == "Pod"])

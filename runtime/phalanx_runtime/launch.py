@@ -119,23 +119,16 @@ def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") 
     return LaunchEnv(nnodes, node_rank, nproc, addr, int(port), rdzv_id, max_restarts, source=source)
 
 
-def torchrun_args(le: LaunchEnv, config_path: str, *, elastic: tuple[int, int] | None = None) -> list[str]:
-    """Arguments for ``torch.distributed.run``.
-
-    Fixed size: static rendezvous at node-rank 0, so global rank = NODE_RANK × nproc + local
-    rank — the order the operator's topology-aware placement chose (c10d would number nodes by
-    arrival). Elastic (min:max nodes): c10d rendezvous hosted by node-rank 0.
+def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
+    """Arguments for ``torch.distributed.run``: static rendezvous at node-rank 0, so global rank =
+    NODE_RANK × nproc + local rank — the order the operator's topology-aware placement chose (c10d
+    would number nodes by arrival). Elastic jobs too: the operator resizes by replacing the whole
+    gang, and every gang has a fixed size.
     """
-    common = ["--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
-              "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
-    if elastic:
-        args = ["--nnodes", f"{elastic[0]}:{elastic[1]}", *common,
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{le.master_addr}:{le.master_port}",
-                "--rdzv-id", le.rdzv_id, "--rdzv-conf", f"is_host={'true' if le.node_rank == 0 else 'false'}"]
-    else:
-        args = ["--nnodes", str(le.nnodes), *common, "--rdzv-backend", "static",
-                "--master-addr", le.master_addr, "--master-port", str(le.master_port)]
-    if le.nnodes == 1 and not elastic:
+    args = ["--nnodes", str(le.nnodes), "--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
+            "--max-restarts", str(le.max_restarts), "--monitor-interval", "1", "--rdzv-backend", "static",
+            "--master-addr", le.master_addr, "--master-port", str(le.master_port)]
+    if le.nnodes == 1:
         # Single node: a private rendezvous on a free port (no clash with other jobs on the host).
         args = ["--standalone", "--nnodes", "1", "--nproc-per-node", str(le.nproc_per_node),
                 "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
@@ -151,7 +144,7 @@ def choose_backend(spec) -> str:
 
 def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available: bool | None = None) -> list[str]:
     errors = check_layout(cfg.spec, cuda_available=cuda_available)
-    if le is not None and not cfg.spec.elastic:
+    if le is not None:
         world = le.world_size if le.direct else le.nnodes * le.nproc_per_node
         if world != cfg.spec.nodes * cfg.spec.procs_per_node:
             errors.append(f"nodes: the environment provides {world} ranks ({le.source}: {le.nnodes} nodes × "
@@ -201,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return worker_main(["--config", config_path])
 
-    elastic = (cfg.spec.elastic.min_nodes, cfg.spec.elastic.max_nodes) if cfg.spec.elastic else None
-    targs = torchrun_args(le, os.path.abspath(config_path), elastic=elastic)
+    targs = torchrun_args(le, os.path.abspath(config_path))
     if args.dry_run:
         print("torchrun " + " ".join(targs))
         return 0

@@ -78,7 +78,8 @@ def test_rbac_is_least_privilege():
     rules = by_kind(template(), "ClusterRole")[0]["rules"]
     flat = {(g, r): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
     assert flat[("", "pods")] == {"get", "list", "watch", "create", "delete", "patch"}
-    assert flat[("", "services")] == flat[("", "configmaps")] == {"get", "list", "watch", "create"}
+    assert flat[("", "services")] == {"get", "list", "watch", "create"}
+    assert flat[("", "configmaps")] == {"get", "list", "watch", "create", "patch"}
     assert flat[("phalanx.dev", "trainingjobs/status")] == {"get", "patch"}
     assert flat[("", "nodes")] == {"list", "watch"}
     for verbs in flat.values():

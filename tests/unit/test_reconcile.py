@@ -27,10 +27,14 @@ class Sim:
         self.events: list[tuple[str, str, str]] = []
         self.creates = 0
 
-    def step(self, gang=None, progress=None, apply_status=True, lost_nodes=frozenset()):
+    cm_hash = None
+
+    def step(self, gang=None, progress=None, apply_status=True, lost_nodes=frozenset(), fits=None):
         observed = Observed(pods=copy.deepcopy(list(self.pods.values())), service_exists=self.svc,
-                            config_map_exists=self.cm, progress=progress, lost_nodes=lost_nodes)
+                            config_map_exists=self.cm, progress=progress, lost_nodes=lost_nodes,
+                            config_map_hash=self.cm_hash)
         kwargs = {"gang": gang} if gang else {}
+        kwargs["fits"] = fits
         plan = decide(copy.deepcopy(self.obj), observed, self.now, **kwargs)
         for name in plan.delete_pods:
             self.pods.pop(name, None)
@@ -379,3 +383,57 @@ def test_released_gang_not_bound_in_time_is_replanned(job_obj):
     sim.step(gang=lambda job, pods: GangDecision(release=True))
     sim.now += timedelta(seconds=60)
     assert sim.step().delete_pods == []  # the new gang has its own bind clock
+
+
+def _elastic_job(job_obj):
+    job_obj["spec"].update(nodes=4, procsPerNode=4, elastic={"minNodes": 2, "maxNodes": 4, "replaceTimeoutSeconds": 30},
+                           training={"globalBatchSize": 48})
+    return job_obj
+
+
+def test_elastic_shrinks_when_the_gang_cannot_be_placed(job_obj):
+    sim = Sim(_elastic_job(job_obj))
+    sim.step()
+    no_room = GangDecision(release=False, schedulable=False, reason="Insufficient", message="needs 4 nodes; 3 fit")
+    def fits(job):
+        return job.spec.nodes <= 3
+    plan = sim.step(gang=lambda job, pods: no_room, fits=fits)
+    assert plan.delete_pods == [] and sim.status["activeNodes"] == 4
+    sim.now += timedelta(seconds=31)
+    plan = sim.step(gang=lambda job, pods: no_room, fits=fits)
+    assert sorted(plan.delete_pods) == [f"job-node-{r}-0" for r in range(4)]
+    assert sim.status["activeNodes"] == 3 and sim.status["restartAttempt"] == 1 and sim.status["restarts"] == 0
+    assert "resizing the gang from 4 to 3 nodes" in sim.status["message"]
+    sim.cm_hash = "stale"
+    plan = sim.step(fits=fits)
+    pods = [c for c in plan.create if c["kind"] == "Pod"]
+    assert [p["metadata"]["name"] for p in pods] == ["job-node-0-1", "job-node-1-1", "job-node-2-1"]
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["NNODES"] == "3" and env["WORLD_SIZE"] == "12"
+    import json
+    (cm,) = plan.update
+    assert json.loads(cm["data"]["config.json"])["spec"]["nodes"] == 3
+    assert sim.status["nodes"] == "0/3"
+
+
+def test_elastic_grows_back_when_capacity_returns(job_obj):
+    job_obj = _elastic_job(job_obj)
+    job_obj["status"] = {"activeNodes": 2}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    assert len(sim.pods) == 2
+    grow = sim.step(fits=lambda job: True)
+    assert grow.delete_pods == []  # not before replaceTimeoutSeconds at this size
+    sim.now += timedelta(seconds=31)
+    plan = sim.step(fits=lambda job: job.spec.nodes <= 3)
+    assert sorted(plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+    assert sim.status["activeNodes"] == 3 and "capacity returned" in sim.status["message"]
+
+
+def test_elastic_sizes_respect_the_layout(job_obj):
+    from phalanx.lifecycle.elastic import runnable_sizes
+    from phalanx.validate import parse_job
+
+    job_obj["spec"].update(nodes=4, procsPerNode=4, elastic={"minNodes": 1, "maxNodes": 4}, training={"globalBatchSize": 32})
+    # 32 sequences over 4·n data-parallel ranks: n = 3 would need 32 % 12 == 0.
+    assert runnable_sizes(parse_job(job_obj), 1, 4) == [4, 2, 1]

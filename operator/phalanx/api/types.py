@@ -271,9 +271,14 @@ class FailurePolicy(Model):
 
 
 class ElasticSpec(Model):
+    """Run with fewer nodes (down to minNodes) when the gang cannot be placed for
+    replaceTimeoutSeconds; grow back towards spec.nodes when capacity returns."""
+
     min_nodes: int = Field(..., ge=1)
     max_nodes: int = Field(..., ge=1)
-    replace_timeout_seconds: int = Field(120, ge=0, description="Wait this long for a replacement node before shrinking.")
+    replace_timeout_seconds: int = Field(
+        120, ge=0, description="Wait this long for a replacement node before shrinking; also the least time at one size before growing."
+    )
 
 
 class TrainingJobSpec(Model):
@@ -367,6 +372,7 @@ class TrainingJobStatus(Model):
     total_nodes: int = 0
     nodes: str = Field("0/0", description="ready/total, for the printer column.")
     world_size: int | None = None
+    active_nodes: int | None = Field(None, description="Nodes in the current gang (elastic jobs shrink and grow it).")
     restarts: int = 0
     restart_attempt: int = Field(0, description="Generation of the pod set (bumped by restarts and resume).")
     attempt_created: bool = Field(False, description="Every pod of the current attempt was created once.")

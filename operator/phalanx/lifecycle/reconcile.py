@@ -24,9 +24,10 @@ from phalanx.api.types import (
     TrainingJobStatus,
 )
 from phalanx.lifecycle.conditions import get_condition, is_true, set_condition
+from phalanx.lifecycle.elastic import active_size, at_size, runnable_sizes
 from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, pod_rank
 from phalanx.render.job import render_children
-from phalanx.render.names import config_map_name, pod_name, service_name
+from phalanx.render.names import config_map_name, pod_name, service_name, spec_hash
 from phalanx.validate import validate_job
 
 
@@ -43,6 +44,8 @@ class GangDecision:
 
 
 GangStep = Callable[[TrainingJob, list[dict[str, Any]]], GangDecision]
+# Could a gang of this job (at some size) be placed now, its own pods' capacity counted as free?
+Fits = Callable[[TrainingJob], bool]
 
 
 def release_all(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
@@ -57,11 +60,13 @@ class Observed:
     config_map_exists: bool = True
     progress: dict[str, Any] | None = None  # rank 0's progress endpoint, if reachable
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
+    config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
 
 
 @dataclass
 class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
+    update: list[dict[str, Any]] = field(default_factory=list)  # children to patch to this content
     delete_pods: list[str] = field(default_factory=list)
     release: list[str] = field(default_factory=list)  # pods whose gang gate is lifted
     pins: dict[str, str] = field(default_factory=dict)  # pod → node (pinned by node affinity)
@@ -140,6 +145,7 @@ def decide(
     now: datetime,
     config: OperatorConfig | None = None,
     gang: GangStep = release_all,
+    fits: Fits | None = None,
 ) -> Plan:
     config = config or OperatorConfig()
     meta = obj.get("metadata", {})
@@ -160,7 +166,12 @@ def decide(
             st.finish(Phase.FAILED, "InvalidSpec", message)
         plan.delete_pods = [p["metadata"]["name"] for p in observed.pods if _alive(p)]
         return done()
+    requested = job
+    active = active_size(job, st.s.active_nodes)
+    job = at_size(job, active)  # elastic jobs run at their current gang size
     spec = job.spec
+    if spec.elastic is not None:
+        st.s.active_nodes = active
     st.cond(C.COND_VALID, True, "Validated", "spec is valid")
     st.s.total_nodes = spec.nodes
     st.s.world_size = spec.world_size
@@ -253,8 +264,11 @@ def decide(
         missing = []
         plan.requeue_after = 1.0
     children = []
-    if missing or not observed.service_exists or not observed.config_map_exists:
+    config_drift = observed.config_map_hash is not None and observed.config_map_hash != spec_hash(spec.model_dump(by_alias=True, mode="json"))
+    if missing or not observed.service_exists or not observed.config_map_exists or config_drift:
         children = render_children(job, config, attempt, ranks=missing)  # only what is missing
+    if config_drift:  # the gang was resized: the runtime config must say the new size
+        plan.update += [c for c in children if c["kind"] == "ConfigMap"]
     for child in children:
         kind, name = child["kind"], child["metadata"]["name"]
         if kind == "Service" and not observed.service_exists and name == service_name(job.metadata.name):
@@ -291,6 +305,11 @@ def decide(
             plan.pins = dict(decision.pins)
         elif not decision.schedulable:
             waited = _gang_waited(st, now)
+            elastic = spec.elastic
+            if elastic is not None and fits is not None and waited >= elastic.replace_timeout_seconds:
+                for n in runnable_sizes(requested, elastic.min_nodes, active - 1):
+                    if fits(at_size(requested, n)):
+                        return _resize(st, plan, current, active, n, f"no room for {active} nodes for {int(waited)}s", done)
             timeout = spec.scheduling.gang_timeout_seconds
             if timeout and waited >= timeout and spec.scheduling.on_gang_timeout == "Fail":
                 st.finish(Phase.FAILED, "GangTimeout", f"gang not placed within {timeout}s: {decision.message}")
@@ -302,6 +321,28 @@ def decide(
 
     # 10. Phase from the pods.
     _phase_from_pods(st, current, spec.nodes, now)
+
+    # 11. Elastic: grow back towards spec.nodes once the current size has run for a while.
+    elastic = spec.elastic
+    running = get_condition(st.s.conditions, C.COND_RUNNING)
+    since = _parse(running.last_transition_time) if running and running.status == "True" else None
+    if elastic is not None and fits is not None and active < requested.spec.nodes and since is not None \
+            and (now - since).total_seconds() >= elastic.replace_timeout_seconds:
+        for n in runnable_sizes(requested, active + 1, requested.spec.nodes):
+            if fits(at_size(requested, n)):
+                return _resize(st, plan, current, active, n, "capacity returned", done)
+    return done()
+
+
+def _resize(st: _Status, plan: Plan, current: list[dict], old: int, new: int, why: str, done) -> Plan:
+    """Replace the gang with one of ``new`` nodes; it resumes from the checkpoint saved on SIGTERM."""
+    message = f"resizing the gang from {old} to {new} nodes ({why}); resuming from the last checkpoint"
+    st.s.active_nodes = new
+    st.s.restart_attempt += 1
+    st.s.attempt_created = False
+    st.cond(C.COND_RUNNING, False, "Resizing", message)
+    st.phase(Phase.PENDING, "Resizing", message, warning=new < old)
+    plan.delete_pods += [p["metadata"]["name"] for p in current if not p["metadata"].get("deletionTimestamp")]
     return done()
 
 
