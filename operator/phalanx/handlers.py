@@ -169,6 +169,12 @@ def _wake_waiting_gangs() -> None:
         wakeup(namespace, name).set()
 
 
+def _pending_pins(except_key: str) -> list[Reservation]:
+    """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS)."""
+    now = time.monotonic()
+    return [r for k, (rs, t) in State.pending.items() if k != except_key and now - t < PIN_TTL_SECONDS for r in rs]
+
+
 def _values(index: kopf.Index) -> list[Any]:
     return [value for store in index.values() for value in store]
 
@@ -181,7 +187,7 @@ def native_gang_step(cluster_nodes: kopf.Index, cluster_pods: kopf.Index, priori
         key = f"{job.metadata.namespace}/{job.metadata.name}"
         State.waiting[key] = gang_request(job, State.config, _priority(job, priority_classes))
         now = time.monotonic()
-        pending = [r for k, (rs, t) in State.pending.items() if k != key and now - t < PIN_TTL_SECONDS for r in rs]
+        pending = _pending_pins(except_key=key)
         nodes = _values(cluster_nodes)
         admission = admit(State.waiting.values(), nodes, list(cluster_pods.get(None, [])), State.config, pending)
         result = admission.results[key]
@@ -303,10 +309,9 @@ def elastic_probe(namespace: str, name: str, cluster_nodes: kopf.Index, cluster_
     key = f"{namespace}/{name}"
 
     def fits(candidate: TrainingJob) -> bool:
-        now = time.monotonic()
         pods = [p for p in cluster_pods.get(None, [])
                 if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
-        pending = [r for k, (rs, t) in State.pending.items() if k != key and now - t < PIN_TTL_SECONDS for r in rs]
+        pending = _pending_pins(except_key=key)
         gangs = [g for k, g in State.waiting.items() if k != key]
         gangs.append(gang_request(candidate, State.config, _priority(candidate, priority_classes)))
         admission = admit(gangs, _values(cluster_nodes), pods, State.config, pending)

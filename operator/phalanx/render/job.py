@@ -28,11 +28,10 @@ def render_children(
     (only ``ranks`` when given: the reconcile renders just what is missing). Every child carries
     the spec hash."""
     config = config or OperatorConfig()
-    profile = config.network_profiles[job.spec.network.profile]
     wiring = job_wiring(job, config)
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
     pods = [
-        apply_mutation(build_pod(job, rank, attempt, profile, default_shm_size=str(config.default_shm_size)), backend.pod)
+        apply_mutation(build_pod(job, rank, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
         for rank in (range(job.spec.nodes) if ranks is None else ranks)
     ]
     children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.api.config import NetworkProfile
 from phalanx.api.types import TrainingJob
 from phalanx.render.names import (
     config_map_name,
@@ -15,7 +14,7 @@ from phalanx.render.names import (
     pod_name,
     service_name,
 )
-from phalanx.render.network import apply_network, render_network
+from phalanx.render.network import NetworkWiring, apply_network
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
 TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
@@ -95,12 +94,12 @@ def build_pod(
     job: TrainingJob,
     rank: int,
     attempt: int,
-    profile: NetworkProfile,
+    wiring: NetworkWiring,
     default_shm_size: str = C.DEFAULT_SHM_SIZE,
     gated: bool = True,
 ) -> dict[str, Any]:
+    """``wiring`` is the job's network wiring (render.job.job_wiring), computed once per job."""
     spec, name = job.spec, job.metadata.name
-    wiring = render_network(spec, profile, job_key=f"{job.metadata.namespace}/{name}")
     master_port = wiring.master_port
     shm_size = str(spec.shm_size or wiring.shm_size or default_shm_size)
     volumes, mounts = _volumes(job, shm_size)
