@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local integration-test control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok, helm) from the Go
-# module proxy into a versioned cache dir.
+# kube-controller-manager, kube-scheduler, kubectl, kwok, helm) and the kind
+# node binaries (kubelet, kubeadm, kube-proxy) from the Go module proxy into a
+# versioned cache dir.
 #
 # etcd is go.etcd.io/etcd/server/v3 at the version k8s.io/kubernetes itself
 # requires (v3.6.x), not Debian's etcd-server (3.4): client-go >= 0.34 opens
@@ -43,6 +44,9 @@ TARGETS=(
   "kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler"
   "kubectl:k8s.io/kubernetes/cmd/kubectl"
+  "kubelet:k8s.io/kubernetes/cmd/kubelet"
+  "kubeadm:k8s.io/kubernetes/cmd/kubeadm"
+  "kube-proxy:k8s.io/kubernetes/cmd/kube-proxy"
   "kwok:sigs.k8s.io/kwok/cmd/kwok"
   "helm:helm.sh/helm/v3/cmd/helm"
   "etcd:go.etcd.io/etcd/server/v3"

@@ -1,4 +1,4 @@
-"""The `phalanx` command: render | crd | validate | plan | local | operator."""
+"""The `phalanx` command: render | crd | validate | plan | local | watch | operator."""
 
 from __future__ import annotations
 
@@ -127,6 +127,15 @@ def cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from kubernetes import client, config
+
+    from phalanx.watch import watch
+
+    config.load_kube_config(config_file=args.kubeconfig)
+    return watch(client.CustomObjectsApi(), args.job, args.namespace, args.timeout)
+
+
 def cmd_operator(args: argparse.Namespace) -> int:
     from phalanx.main import run_operator
 
@@ -168,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="give up after this many seconds")
     p.add_argument("--checkpoint-dir", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
     p.set_defaults(fn=cmd_local)
+
+    p = sub.add_parser("watch", help="follow a TrainingJob's phase, step, loss and tokens/s until it finishes")
+    p.add_argument("job", help="TrainingJob name")
+    p.add_argument("-n", "--namespace", default="default")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds (exit 3)")
+    p.set_defaults(fn=cmd_watch)
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Phalanx on a kind cluster (1 control plane + 2 workers): real pods that train.
+#
+#   hack/kind-e2e.sh up      build or reuse everything, create the cluster, install the chart
+#   hack/kind-e2e.sh demo    up + train examples/cpu-3d-demo.yaml, streaming progress
+#   hack/kind-e2e.sh test    up + the e2e suite (tests/e2e)
+#   hack/kind-e2e.sh down    delete the cluster
+#
+# Two routes to a node image, chosen automatically (PHALANX_KIND_NODE_IMAGE overrides):
+#   stock    a normal Docker that can pull: kind's own kindest/node image, stock kind.
+#   offline  no registry: hack/kind/node-image.sh builds one from Debian packages and the
+#            Go module proxy; if the engine refuses --privileged, kind runs through
+#            hack/kind/shim/docker.
+# Images of Phalanx itself never come from a registry: hack/kind/app-images.sh builds them
+# and `kind load` puts them on the nodes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+source hack/kind/versions.sh
+CLUSTER="${PHALANX_KIND_CLUSTER:-phalanx}"
+STATE="${PHALANX_KIND_DIR:-$ROOT/.kind}"
+SHARED="$STATE/shared"                     # host dir mounted on every node: the shared volume
+export KUBECONFIG="$STATE/kubeconfig"
+NAMESPACE="${PHALANX_NAMESPACE:-default}"
+JOB_FILE="${JOB:-examples/cpu-3d-demo.yaml}"
+log() { echo "phalanx-kind: $*" >&2; }
+
+ensure_host() {
+  if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+      command -v dockerd >/dev/null || { log "installing docker.io"; DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null; }
+      if ! docker info >/dev/null 2>&1; then
+        log "starting dockerd"; (nohup dockerd >/var/log/phalanx-dockerd.log 2>&1 &)
+        for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+      fi
+    fi
+    docker info >/dev/null 2>&1 || { log "a running Docker engine is needed"; exit 1; }
+  fi
+  python3 -c "import phalanx, kopf" 2>/dev/null || python3 -m pip install -q -e '.[dev,runtime]'
+  K8S_BIN="$(hack/cluster/build.sh)"       # kubectl, helm (and the node binaries)
+  TOOLS="$(hack/kind/tools.sh)"            # kind
+  export PATH="$K8S_BIN:$TOOLS:$PATH"
+}
+
+choose_node_image() {
+  if [[ -n "${PHALANX_KIND_NODE_IMAGE:-}" ]]; then NODE_IMAGE="$PHALANX_KIND_NODE_IMAGE"; return; fi
+  local stock="kindest/node:$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' hack/cluster/go.mod)"
+  if docker image inspect "$stock" >/dev/null 2>&1 || timeout 60 docker pull -q "$stock" >/dev/null 2>&1; then
+    NODE_IMAGE="$stock"; OFFLINE=0
+  else
+    command -v debootstrap >/dev/null || { [[ $EUID -eq 0 ]] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; }
+    log "no registry: building the node image offline"
+    NODE_IMAGE="$(hack/kind/node-image.sh)"; OFFLINE=1
+  fi
+}
+
+use_shim_if_needed() {
+  if ! docker run --rm --privileged --entrypoint /bin/true "$NODE_IMAGE" >/dev/null 2>&1; then
+    log "docker refuses --privileged here: kind runs through hack/kind/shim/docker"
+    export PATH="$ROOT/hack/kind/shim:$PATH"
+  fi
+}
+
+cluster_config() {
+  local mount="    extraMounts: [{hostPath: \"$SHARED\", containerPath: /phalanx-shared}]"
+  cat <<YAML
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+name: $CLUSTER
+nodes:
+  - role: control-plane
+$mount
+  - role: worker
+$mount
+  - role: worker
+$mount
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+YAML
+  if [[ "${OFFLINE:-0}" == 1 ]]; then
+    cat <<YAML
+  - |
+    kind: ClusterConfiguration
+    dns:
+      imageTag: $COREDNS_VERSION
+YAML
+  fi
+}
+
+shared_volume() {
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: phalanx-shared-$NAMESPACE, labels: {phalanx.dev/shared: "true"}}
+spec:
+  capacity: {storage: 50Gi}
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  hostPath: {path: /phalanx-shared, type: DirectoryOrCreate}
+  claimRef: {namespace: $NAMESPACE, name: phalanx-shared}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: phalanx-shared, namespace: $NAMESPACE}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: phalanx-shared-$NAMESPACE
+  resources: {requests: {storage: 50Gi}}
+YAML
+}
+
+up() {
+  local start=$SECONDS
+  ensure_host
+  choose_node_image
+  mkdir -p "$SHARED"
+  if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    log "cluster $CLUSTER exists"
+    kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
+  else
+    use_shim_if_needed
+    log "creating cluster $CLUSTER from $NODE_IMAGE"
+    cluster_config >"$STATE/kind-config.yaml"
+    kind create cluster --image "$NODE_IMAGE" --config "$STATE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 5m
+  fi
+  local images
+  mapfile -t images < <(hack/kind/app-images.sh operator runtime)
+  for image in "${images[@]}"; do
+    local id nodes=()
+    id="$(docker image inspect -f '{{.Id}}' "$image")"
+    # only nodes that lack this exact image (kind load re-imports otherwise)
+    for node in $(kind get nodes --name "$CLUSTER"); do
+      [[ "$image" == phalanx/runtime:* && "$node" == *control-plane ]] && continue
+      docker exec "$node" crictl inspecti -q "$image" 2>/dev/null | grep -q "$id" || nodes+=("$node")
+    done
+    if ((${#nodes[@]})); then
+      log "loading $image onto ${nodes[*]}"
+      kind load docker-image "$image" --name "$CLUSTER" --nodes "$(IFS=,; echo "${nodes[*]}")"
+    fi
+  done
+  shared_volume
+  log "installing charts/phalanx"
+  kubectl get ns phalanx-system >/dev/null 2>&1 || kubectl create ns phalanx-system >/dev/null
+  helm upgrade --install phalanx charts/phalanx -n phalanx-system --set image.pullPolicy=Never \
+    --set-string podAnnotations.phalanx\\.dev/image-id="$(docker image inspect -f '{{.Id}}' "phalanx/operator:$(awk -F'"' '/^version = /{print $2; exit}' pyproject.toml)" | cut -c8-20)" \
+    --wait --timeout 5m >/dev/null
+  log "ready in $((SECONDS - start))s: export KUBECONFIG=$KUBECONFIG"
+}
+
+demo() {
+  up
+  local name
+  name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$JOB_FILE")"
+  kubectl -n "$NAMESPACE" delete trainingjob "$name" --ignore-not-found --wait >/dev/null
+  log "applying $JOB_FILE (checkpoints on the shared volume: $SHARED/$NAMESPACE; a rerun resumes)"
+  kubectl -n "$NAMESPACE" apply -f "$JOB_FILE"
+  python3 -m phalanx watch "$name" -n "$NAMESPACE" --timeout 1800
+  log "committed checkpoints:"
+  for d in "$SHARED/$NAMESPACE/$name"/step-*; do [[ -f "$d/COMMITTED" ]] && echo "  $d ($(du -sh "$d" | cut -f1))"; done
+  cat <<TEXT
+
+The cluster keeps running:
+  export KUBECONFIG=$KUBECONFIG PATH=$K8S_BIN:\$PATH
+  kubectl get tj,pods -o wide              # jobs (short name tj) and their pods
+  kubectl describe tj $name                 # conditions and events
+  kubectl logs -n phalanx-system deploy/phalanx-operator
+  hack/kind-e2e.sh test                     # the e2e suite against this cluster
+  hack/kind-e2e.sh down                     # delete the cluster
+TEXT
+}
+
+e2e() {
+  up
+  python3 -m pytest tests/e2e -q -p no:cacheprovider "$@"
+}
+
+down() {
+  ensure_host
+  kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG"
+}
+
+case "${1:-}" in
+  up) up ;;
+  demo) demo ;;
+  test) shift; e2e "$@" ;;
+  down) down ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,10 @@
+# Pinned versions of the kind route (sourced by hack/kind/*.sh).
+# Tools follow kind's base image; images follow kubeadm's defaults for the Kubernetes
+# version in hack/cluster/go.mod.
+KIND_VERSION=v0.33.0
+CONTAINERD_VERSION=v2.3.4
+CRICTL_VERSION=v1.37.0          # kind uses v1.36.0, not served by the proxy
+CNI_PLUGINS_VERSION=v1.9.1
+COREDNS_VERSION=v1.14.3         # kubeadm defaults to v1.14.2, not served: set via imageTag
+PAUSE_VERSION=3.10.2            # kubeadm's PauseVersion; containerd's sandbox image is set to it
+ETCD_IMAGE_TAG=3.6.8-0          # kubeadm's DefaultEtcdVersion; the binary is hack/cluster's etcd v3.6.8

@@ -1,0 +1,82 @@
+"""End-to-end tests: real pods that train, on a cluster with Phalanx installed by its chart.
+
+The cluster is the one ``PHALANX_E2E_KUBECONFIG`` names, else ``KUBECONFIG``; ``hack/kind-e2e.sh
+test`` creates a kind cluster, loads the images, installs the chart and runs this suite. Without a
+cluster the tests skip, unless ``PHALANX_REQUIRE_E2E=1`` (then they fail).
+
+Environment: ``PHALANX_E2E_IMAGE`` (runtime image, default phalanx/runtime:<version>),
+``PHALANX_E2E_NAMESPACE`` (default ``default``; needs a ReadWriteMany PVC ``phalanx-shared``),
+``PHALANX_E2E_SHARED_DIR`` (optional: where that volume is visible on this machine, to check the
+checkpoint files themselves).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from phalanx import __version__
+from tests.integration.harness import Jobs, wait_for
+
+GROUP, VERSION = "phalanx.dev", "v1alpha1"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def e2e_api():
+    path = os.environ.get("PHALANX_E2E_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    if not path or not Path(path).is_file():
+        if os.environ.get("PHALANX_REQUIRE_E2E") == "1":
+            pytest.fail("PHALANX_REQUIRE_E2E=1 but no kubeconfig (PHALANX_E2E_KUBECONFIG / KUBECONFIG)")
+        pytest.skip("no e2e cluster: run hack/kind-e2e.sh test")
+    api_client = config.new_client_from_config(config_file=path)
+    apps = client.AppsV1Api(api_client)
+    deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx").items
+    assert deployments, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
+    wait_for(lambda: all((d := apps.read_namespaced_deployment(x.metadata.name, x.metadata.namespace)).status.ready_replicas
+                         for x in deployments) or None, 180, "the operator Deployment to be ready")
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture(scope="session")
+def namespace() -> str:
+    return os.environ.get("PHALANX_E2E_NAMESPACE", "default")
+
+
+@pytest.fixture
+def jobs(e2e_api, namespace):
+    created: list[str] = []
+    j = Jobs(e2e_api, namespace)
+    create = j.create
+
+    def tracked(obj):
+        created.append(obj["metadata"]["name"])
+        return create(obj)
+
+    j.create = tracked  # type: ignore[method-assign]
+    yield j
+    for name in created:
+        try:
+            j.delete(name)
+        except client.ApiException:
+            pass
+
+
+@pytest.fixture(scope="session")
+def runtime_image() -> str:
+    return os.environ.get("PHALANX_E2E_IMAGE", f"phalanx/runtime:{__version__}")
+
+
+@pytest.fixture(scope="session")
+def shared_dir(namespace) -> Path | None:
+    d = os.environ.get("PHALANX_E2E_SHARED_DIR")
+    return Path(d) if d else None
