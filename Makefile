@@ -6,10 +6,13 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR)$(if $(PYTHON
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-integration lint crds crds-check demo bench clean
+.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down images bench clean
 
 help:
-	@echo "make demo              run the main job (see README)"
+	@echo "make demo              kind cluster + chart + the demo job training on real pods (see README)"
+	@echo "make demo-local        the demo job as local processes, no cluster"
+	@echo "make test-e2e          the e2e suite on the kind cluster (creates it when missing)"
+	@echo "make kind-up | kind-down | images"
 	@echo "make test              everything CI runs: lint, unit, runtime parity, integration"
 	@echo "make test-unit | test-runtime | test-integration"
 	@echo "make crds              regenerate crds/ from the pydantic API"
@@ -41,7 +44,22 @@ test: lint cluster-binaries
 	$(PYTEST) tests/unit tests/runtime tests/integration -q -p no:cacheprovider
 
 demo:
+	hack/kind-e2e.sh demo
+
+demo-local:
 	hack/demo.sh
+
+test-e2e:
+	hack/kind-e2e.sh test
+
+kind-up:
+	hack/kind-e2e.sh up
+
+kind-down:
+	hack/kind-e2e.sh down
+
+images:
+	hack/kind/app-images.sh operator runtime
 
 bench:
 	@ls bench/*.py | sed 's/^/  python /'

@@ -113,35 +113,45 @@ spec:
 YAML
 }
 
+# `kind load docker-image`, frugal with disk: streams `docker save` into each node's
+# containerd (no temporary tarball on the host), drops the replaced image first and keeps only
+# the unpacked layers (--discard-unpacked-layers), so a node holds one copy of the 3.5 GB
+# runtime image instead of three. Skips nodes that already have this exact image.
+load_image() {
+  local image="$1" id pids=() node
+  id="$(docker image inspect -f '{{.Id}}' "$image")"
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    [[ "$image" == phalanx/runtime:* && "$node" == *control-plane ]] && continue   # no training there
+    docker exec "$node" ctr -n k8s.io images ls -q "name==docker.io/$image" 2>/dev/null | grep -q . &&
+      docker exec "$node" crictl inspecti -q "$image" 2>/dev/null | grep -q "$id" && continue
+    log "loading $image onto $node"
+    ( set -o pipefail
+      docker exec "$node" ctr -n k8s.io images rm "docker.io/$image" >/dev/null 2>&1 || true
+      docker save "$image" | docker exec -i "$node" ctr -n k8s.io images import --local --digests \
+        --snapshotter=overlayfs --discard-unpacked-layers - >/dev/null 2>"$STATE/load-$node.log" ||
+        { grep -v DEPRECATION "$STATE/load-$node.log" >&2; exit 1; } ) &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { log "loading $image failed"; exit 1; }; done
+}
+
 up() {
   local start=$SECONDS
   ensure_host
   choose_node_image
+  use_shim_if_needed
   mkdir -p "$SHARED"
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     log "cluster $CLUSTER exists"
     kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
   else
-    use_shim_if_needed
     log "creating cluster $CLUSTER from $NODE_IMAGE"
     cluster_config >"$STATE/kind-config.yaml"
     kind create cluster --image "$NODE_IMAGE" --config "$STATE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 5m
   fi
   local images
   mapfile -t images < <(hack/kind/app-images.sh operator runtime)
-  for image in "${images[@]}"; do
-    local id nodes=()
-    id="$(docker image inspect -f '{{.Id}}' "$image")"
-    # only nodes that lack this exact image (kind load re-imports otherwise)
-    for node in $(kind get nodes --name "$CLUSTER"); do
-      [[ "$image" == phalanx/runtime:* && "$node" == *control-plane ]] && continue
-      docker exec "$node" crictl inspecti -q "$image" 2>/dev/null | grep -q "$id" || nodes+=("$node")
-    done
-    if ((${#nodes[@]})); then
-      log "loading $image onto ${nodes[*]}"
-      kind load docker-image "$image" --name "$CLUSTER" --nodes "$(IFS=,; echo "${nodes[*]}")"
-    fi
-  done
+  for image in "${images[@]}"; do load_image "$image"; done
   shared_volume
   log "installing charts/phalanx"
   kubectl get ns phalanx-system >/dev/null 2>&1 || kubectl create ns phalanx-system >/dev/null
@@ -180,6 +190,8 @@ e2e() {
 
 down() {
   ensure_host
+  choose_node_image
+  use_shim_if_needed
   kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG"
 }
 

@@ -32,37 +32,71 @@ wheelhouse() {
   fi
 }
 
-build() { # name extra entrypoint
-  local name="$1" extra="$2" entry="$3" tag="phalanx/$1:$VERSION" hash id work
-  hash="$( (echo "$BASE $extra"; ls "$WHEELS"; cat "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}";
-            cd "$ROOT" && git ls-files -z operator runtime | xargs -0 cat) | sha256sum | cut -c1-16)"
-  if [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.inputs"}}' "$tag" 2>/dev/null)" == "$hash" ]]; then
-    log "have $tag"; echo "$tag"; return
-  fi
-  local start=$SECONDS
-  work="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-img.XXXXXX")"
-  python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$ROOT" >/dev/null
-  id="phalanx-img-build-$name-$$"
-  docker rm -f "$id" >/dev/null 2>&1 || true
-  docker run --name "$id" -v "$WHEELS:/wheels:ro" -v "$work:/src:ro" "$BASE" sh -euc "
-    python3 -m venv /opt/phalanx
-    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --find-links /wheels \"\$(ls /src/phalanx-*.whl)$extra\"
-    /opt/phalanx/bin/phalanx --help >/dev/null
-    find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +" >&2
+# Run a shell script in a container of $1 (wheelhouse and /src mounted read-only) and commit
+# the result as $2 with the given entrypoint and inputs label; drop the image $2 replaces.
+commit_from() { # from tag entrypoint inputs script
+  local from="$1" tag="$2" entry="$3" inputs="$4" script="$5" id old
+  id="phalanx-img-build-$$-$RANDOM"
+  old="$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)"
+  docker run --name "$id" -v "$WHEELS:/wheels:ro" -v "$work:/src:ro" --entrypoint /bin/sh "$from" -euc "$script" >&2
   docker commit \
     --change 'ENV PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1' \
-    --change "ENTRYPOINT [\"$entry\"]" --change "LABEL dev.phalanx.inputs=$hash" \
-    "$id" "$tag" >/dev/null
-  docker rm -f "$id" >/dev/null; rm -rf "$work"
+    --change "ENTRYPOINT [\"$entry\"]" --change "LABEL dev.phalanx.inputs=$inputs" "$id" "$tag" >/dev/null
+  docker rm -f "$id" >/dev/null
+  if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
+}
+
+labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.inputs"}}' "$1" 2>/dev/null)" == "$2" ]]; }
+
+# torch and its libraries, from the wheelhouse, in a layer of their own (rebuilt only when the
+# wheels change). These images train on CPUs (the kind route): no triton (torch.compile on GPUs),
+# static libraries, C++ headers or lazily loaded GPU-only libraries. runtime/Dockerfile keeps all.
+runtime_deps() {
+  local tag="phalanx/runtime-deps:$VERSION" inputs
+  inputs="$( (echo "$BASE"; ls "$WHEELS"; sed -n '/^runtime_deps()/,/^}/p' "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+  if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
+  local start=$SECONDS
+  commit_from "$BASE" "$tag" /bin/sh "$inputs" "
+    python3 -m venv /opt/phalanx
+    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --no-deps \$(ls /wheels/*.whl | grep -v /triton-)
+    /opt/phalanx/bin/python -c 'import torch, torch.distributed.fsdp, torch.distributed.tensor.parallel, torch.distributed.pipelining, torch.distributed.checkpoint'
+    cd /opt/phalanx/lib/python3.11/site-packages
+    find . -name '*.a' -delete; rm -rf torch/include
+    # GPU-only pieces that torch loads lazily, never on a CPU (cuDNN engines, NVSHMEM device
+    # bitcode, the profiler's perf libraries): ~1 GB less to load onto every kind node.
+    rm -f nvidia/cudnn/lib/libcudnn_engines_* nvidia/cudnn/lib/libcudnn_adv* nvidia/cudnn/lib/libcudnn_graph* \
+      nvidia/cudnn/lib/libcudnn_heuristic* nvidia/cudnn/lib/libcudnn_ops* nvidia/cudnn/lib/libcudnn_ext* \
+      nvidia/nvshmem/lib/*.bc nvidia/cu13/lib/libnvperf*
+    /opt/phalanx/bin/python -c 'import torch; torch.nn.Linear(8, 8)(torch.randn(2, 8)).sum().backward()'
+    find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +"
+  log "built $tag in $((SECONDS - start))s"
+  echo "$tag"
+}
+
+build() { # name from pip-args entrypoint
+  local name="$1" from="$2" pip_args="$3" entry="$4" tag="phalanx/$1:$VERSION" inputs
+  inputs="$( (echo "$from $(docker image inspect -f '{{.Id}}' "$from") $pip_args"; ls "$WHEELS"; cat "$ROOT/pyproject.toml";
+              sed -n '/^build()/,/^}/p' "${BASH_SOURCE[0]}"; cd "$ROOT" && git ls-files -z operator runtime | xargs -0 cat) | sha256sum | cut -c1-16)"
+  if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
+  local start=$SECONDS
+  commit_from "$from" "$tag" "$entry" "$inputs" "
+    [ -x /opt/phalanx/bin/pip ] || python3 -m venv /opt/phalanx
+    grep -q ':65532:' /etc/passwd || echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >> /etc/passwd
+    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --find-links /wheels $pip_args \$(ls /src/phalanx-*.whl)
+    /opt/phalanx/bin/phalanx --help >/dev/null
+    find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +"
   log "built $tag in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.1f GB", $1/1e9}'))"
   echo "$tag"
 }
 
 wheelhouse
+work="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-img.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$ROOT" >/dev/null
 for image in "${which_images[@]}"; do
   case "$image" in
-    operator) build operator "" /opt/phalanx/bin/phalanx ;;
-    runtime) build runtime "[runtime]" /opt/phalanx/bin/phalanx-runtime ;;
+    operator) build operator "$BASE" "" /opt/phalanx/bin/phalanx ;;
+    runtime) build runtime "$(runtime_deps)" --no-deps /opt/phalanx/bin/phalanx-runtime ;;
     *) log "unknown image $image (operator|runtime)"; exit 2 ;;
   esac
 done

@@ -92,6 +92,8 @@ def _slim_pod(body: kopf.Body) -> dict[str, Any]:
             "name": body["metadata"]["name"],
             "labels": dict(body["metadata"].get("labels", {})),
             "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
+            "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
+                                for o in body["metadata"].get("ownerReferences") or []],
         },
         "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or []),
                  "nodeSelector": dict(spec.get("nodeSelector") or {})},

@@ -18,12 +18,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from phalanx.constants import ENV_CHECKPOINT_DIR, ENV_METRICS_PORT, ENV_PROGRESS_PORT
+from phalanx.constants import (
+    DEFAULT_TERMINATION_LOG,
+    ENV_CHECKPOINT_DIR,
+    ENV_METRICS_PORT,
+    ENV_PROGRESS_PORT,
+    ENV_TERMINATION_LOG,
+)
 from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.metrics import MetricsLogger, device_peak_flops
 from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer
-from phalanx_runtime.components.progress import Progress, ProgressServer
+from phalanx_runtime.components.progress import Progress, ProgressServer, write_final
 from phalanx_runtime.config import RuntimeConfig, check_layout, load_config
 from phalanx_runtime.distributed.clip import clip_grad_norm_
 from phalanx_runtime.distributed.mesh import build_mesh, device_for_rank
@@ -295,6 +301,8 @@ def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port
         result.checkpoint_stall_s, result.checkpoint_save_s = ckpt.stall_seconds, ckpt.save_seconds
     result.data_state = loader.state_dict()
     progress.update(phase="Preempted" if result.preempted else "Succeeded")
+    if rank == 0:
+        write_final(progress, os.environ.get(ENV_TERMINATION_LOG, DEFAULT_TERMINATION_LOG))
     if server is not None:
         server.close()
     if created:

@@ -41,8 +41,8 @@ def e2e_api():
     apps = client.AppsV1Api(api_client)
     deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx").items
     assert deployments, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
-    wait_for(lambda: all((d := apps.read_namespaced_deployment(x.metadata.name, x.metadata.namespace)).status.ready_replicas
-                         for x in deployments) or None, 180, "the operator Deployment to be ready")
+    wait_for(lambda: all(apps.read_namespaced_deployment(d.metadata.name, d.metadata.namespace).status.ready_replicas
+                         for d in deployments) or None, 180, "the operator Deployment to be ready")
     yield api_client
     api_client.close()
 

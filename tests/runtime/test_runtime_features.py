@@ -182,3 +182,17 @@ def test_progress_and_metrics_endpoints():
     assert rec.tokens_per_s == 2000 and rec.mfu == pytest.approx(1e6 * 1000 / 1e9)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     assert 'phalanx_tokens_per_second{job="j"} 2000.0' in text and "phalanx_mfu" in text
+
+
+def test_final_progress_is_written_as_termination_message(tmp_path):
+    from phalanx_runtime.components.progress import Progress, write_final
+
+    prog = Progress(total_steps=10, world_size=2, job="j")
+    prog.update(step=10, loss=1.5, phase="Succeeded", lastCheckpoint={"step": 10, "path": "/c/step-10"})
+    log = tmp_path / "termination-log"
+    assert write_final(prog, str(log)) is False  # no such file: not in a pod, nothing written
+    log.touch()
+    assert write_final(prog, str(log)) is True
+    final = json.loads(log.read_text())
+    assert final["step"] == 10 and final["phase"] == "Succeeded" and final["lastCheckpoint"]["step"] == 10
+    assert len(log.read_bytes()) < 4096  # Kubernetes keeps at most 4 KiB

@@ -437,3 +437,51 @@ def test_elastic_sizes_respect_the_layout(job_obj):
     job_obj["spec"].update(nodes=4, procsPerNode=4, elastic={"minNodes": 1, "maxNodes": 4}, training={"globalBatchSize": 32})
     # 32 sequences over 4·n data-parallel ranks: n = 3 would need 32 % 12 == 0.
     assert runnable_sizes(parse_job(job_obj), 1, 4) == [4, 2, 1]
+
+
+def test_recreated_job_never_adopts_its_predecessors_pods(job_obj):
+    """Delete a running job and create one with the same name: the old pods (same names, still
+    terminating with their checkpoint save) are another controller's; nothing is created or
+    counted until they are gone, then a fresh gang starts at attempt 0."""
+    old = Sim(job_obj)
+    old.run_until_running()
+    sim = Sim({**job_obj, "metadata": {**job_obj["metadata"], "uid": "uid-2"}})
+    sim.pods = copy.deepcopy(old.pods)
+    for pod in sim.pods.values():
+        pod["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    sim.svc = sim.cm = True
+    plan = sim.step(progress={"step": 7, "loss": 3.0})
+    assert [c for c in plan.create if c["kind"] == "Pod"] == [] and plan.delete_pods == [] and plan.release == []
+    assert "waiting for 2 pods of an earlier job" in sim.status["message"]
+    assert sim.status.get("step") is None and sim.status["phase"] != "Running"
+    sim.pods.clear()
+    plan = sim.step()
+    pods = [c for c in plan.create if c["kind"] == "Pod"]
+    assert len(pods) == 2 and all(p["metadata"]["ownerReferences"][0]["uid"] == "uid-2" for p in pods)
+
+
+def test_final_progress_comes_from_rank0_termination_message(job_obj):
+    """The last poll may miss the last steps; rank 0's termination message has the final ones."""
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 27, "loss": 2.9})
+    sim.set_pods("Succeeded", ready=False, exit_code=0)
+    final = '{"step": 30, "totalSteps": 30, "loss": 2.5, "tokensPerSecond": 900.0, "lastCheckpoint": {"step": 30, "path": "/c/step-30"}}'
+    for pod in sim.pods.values():
+        if pod["metadata"]["labels"][C.LABEL_NODE_RANK] == "0":
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = final
+    sim.step()
+    assert sim.status["phase"] == "Succeeded"
+    assert (sim.status["step"], sim.status["loss"], sim.status["lastCheckpoint"]["step"]) == (30, 2.5, 30)
+    assert sim.status["progressPercentage"] == min(100, 100 * 30 // sim.status["totalSteps"])
+
+
+def test_unparseable_termination_message_is_ignored(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 5, "loss": 4.0})
+    sim.set_pods("Failed", ready=False, exit_code=137)
+    for pod in sim.pods.values():
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "Killed\n"
+    sim.step()
+    assert sim.status["step"] == 5

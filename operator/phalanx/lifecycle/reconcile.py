@@ -8,8 +8,9 @@ names are deterministic and pods of an older attempt are always deleted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -101,6 +102,12 @@ def _is_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def _predecessor(pod: dict[str, Any], uid: str | None) -> bool:
+    """A pod of an earlier job with this name (deleted and re-created): another controller owns it."""
+    owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")]
+    return bool(uid and owners and all(o.get("uid") != uid for o in owners))
+
+
 def _alive(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
 
@@ -177,7 +184,17 @@ def decide(
     st.s.world_size = spec.world_size
     st.s.total_steps = spec.training.steps
 
+    # An earlier job of this name may still be terminating its pods (same names, its own
+    # checkpoint save on SIGTERM): never adopt them, create nothing until they are gone.
+    predecessors = [p for p in observed.pods if _predecessor(p, meta.get("uid"))]
+    if predecessors:
+        observed = replace(observed, pods=[p for p in observed.pods if p not in predecessors], progress=None)
+        if st.s.phase not in TERMINAL_PHASES:
+            st.s.message = f"waiting for {len(predecessors)} pods of an earlier job named {meta.get('name')} to terminate"
+            plan.requeue_after = 2.0
+            return done()
     _apply_progress(st, observed.progress, spec.training.steps)
+    _apply_progress(st, final_progress(observed.pods, st.s.restart_attempt), spec.training.steps)
 
     # 2. Finished jobs: free what still runs, then wait for the TTL.
     if st.s.phase in TERMINAL_PHASES:
@@ -344,6 +361,22 @@ def _resize(st: _Status, plan: Plan, current: list[dict], old: int, new: int, wh
     st.phase(Phase.PENDING, "Resizing", message, warning=new < old)
     plan.delete_pods += [p["metadata"]["name"] for p in current if not p["metadata"].get("deletionTimestamp")]
     return done()
+
+
+def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
+    """Rank 0's final progress, from its termination message (written by the runtime at exit)."""
+    for pod in pods:
+        if _attempt(pod) != attempt or pod["metadata"]["labels"].get(C.LABEL_NODE_RANK) != "0":
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+            try:
+                final = json.loads(message) if message else None
+            except ValueError:
+                continue
+            if isinstance(final, dict) and "step" in final:
+                return final
+    return None
 
 
 def _apply_progress(st: _Status, progress: dict[str, Any] | None, total: int) -> None:

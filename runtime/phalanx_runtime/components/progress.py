@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +26,19 @@ class Progress:
     def snapshot(self) -> dict:
         with self._lock:
             return dict(self._state)
+
+
+def write_final(progress: Progress, path: str | None) -> bool:
+    """The final snapshot as the container's termination message (Kubernetes keeps up to 4 KiB of
+    it in the pod status), so the job status shows the last step even after the endpoint is gone."""
+    if not path or not os.path.exists(path):
+        return False
+    try:
+        with open(path, "w") as f:
+            json.dump({k: v for k, v in progress.snapshot().items() if k not in ("job", "startTime")}, f)
+    except OSError:
+        return False
+    return True
 
 
 class ProgressServer:
