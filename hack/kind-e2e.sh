@@ -166,6 +166,7 @@ demo() {
   local name
   name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$JOB_FILE")"
   kubectl -n "$NAMESPACE" delete trainingjob "$name" --ignore-not-found --wait >/dev/null
+  kubectl -n "$NAMESPACE" wait --for=delete pod -l "phalanx.dev/job-name=$name" --timeout=180s >/dev/null 2>&1 || true
   log "applying $JOB_FILE (checkpoints on the shared volume: $SHARED/$NAMESPACE; a rerun resumes)"
   kubectl -n "$NAMESPACE" apply -f "$JOB_FILE"
   python3 -m phalanx watch "$name" -n "$NAMESPACE" --timeout 1800
@@ -185,7 +186,8 @@ TEXT
 
 e2e() {
   up
-  python3 -m pytest tests/e2e -q -p no:cacheprovider "$@"
+  PHALANX_REQUIRE_E2E=1 PHALANX_E2E_SHARED_DIR="$SHARED" PHALANX_E2E_NAMESPACE="$NAMESPACE" \
+    python3 -m pytest tests/e2e -q -p no:cacheprovider "$@"
 }
 
 down() {

@@ -39,7 +39,7 @@ def e2e_api():
         pytest.skip("no e2e cluster: run hack/kind-e2e.sh test")
     api_client = config.new_client_from_config(config_file=path)
     apps = client.AppsV1Api(api_client)
-    deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx").items
+    deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx-operator").items
     assert deployments, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
     wait_for(lambda: all(apps.read_namespaced_deployment(d.metadata.name, d.metadata.namespace).status.ready_replicas
                          for d in deployments) or None, 180, "the operator Deployment to be ready")
