@@ -6,14 +6,14 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR)$(if $(PYTHON
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down images bench clean
+.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean
 
 help:
 	@echo "make demo              kind cluster + chart + the demo job training on real pods (see README)"
 	@echo "make demo-local        the demo job as local processes, no cluster"
 	@echo "make test-e2e          the e2e suite on the kind cluster (creates it when missing)"
 	@echo "make kind-up | kind-down | images"
-	@echo "make test              everything CI runs: lint, unit, runtime parity, integration"
+	@echo "make test              everything CI runs: lint, unit, runtime parity, integration, e2e (kind)"
 	@echo "make test-unit | test-runtime | test-integration"
 	@echo "make crds              regenerate crds/ from the pydantic API"
 	@echo "make cluster-up | cluster-down   local control plane with kwok GPU nodes"
@@ -39,9 +39,11 @@ test-runtime:
 test-integration: cluster-binaries
 	$(PYTEST) tests/integration -q
 
-# One pytest run over every suite so the closing line counts them all.
-test: lint cluster-binaries
-	$(PYTEST) tests/unit tests/runtime tests/integration -q -p no:cacheprovider
+# One pytest run over every suite so the closing line counts them all. The e2e suite (last)
+# brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
+# images it needs are built first (kind-images), so no cluster idles while the others run.
+test: lint cluster-binaries kind-images
+	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
 
 demo:
 	hack/kind-e2e.sh demo
@@ -54,6 +56,9 @@ test-e2e:
 
 kind-up:
 	hack/kind-e2e.sh up
+
+kind-images:
+	hack/kind-e2e.sh images
 
 kind-down:
 	hack/kind-e2e.sh down

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Phalanx on a kind cluster (1 control plane + 2 workers): real pods that train.
 #
+#   hack/kind-e2e.sh images  build or reuse the node image (offline route) and Phalanx's images
 #   hack/kind-e2e.sh up      build or reuse everything, create the cluster, install the chart
 #   hack/kind-e2e.sh demo    up + train examples/cpu-3d-demo.yaml, streaming progress
 #   hack/kind-e2e.sh test    up + the e2e suite (tests/e2e)
@@ -12,7 +13,7 @@
 #            Go module proxy; if the engine refuses --privileged, kind runs through
 #            hack/kind/shim/docker.
 # Images of Phalanx itself never come from a registry: hack/kind/app-images.sh builds them
-# and `kind load` puts them on the nodes.
+# and load_image (a disk-frugal `kind load`) puts them on the nodes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -197,10 +198,17 @@ down() {
   kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG"
 }
 
+images() {
+  ensure_host
+  choose_node_image
+  hack/kind/app-images.sh operator runtime >/dev/null
+}
+
 case "${1:-}" in
+  images) images ;;
   up) up ;;
   demo) demo ;;
   test) shift; e2e "$@" ;;
   down) down ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

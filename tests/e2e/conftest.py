@@ -1,8 +1,10 @@
 """End-to-end tests: real pods that train, on a cluster with Phalanx installed by its chart.
 
-The cluster is the one ``PHALANX_E2E_KUBECONFIG`` names, else ``KUBECONFIG``; ``hack/kind-e2e.sh
-test`` creates a kind cluster, loads the images, installs the chart and runs this suite. Without a
-cluster the tests skip, unless ``PHALANX_REQUIRE_E2E=1`` (then they fail).
+The cluster, first match wins: the one ``PHALANX_E2E_KUBECONFIG`` names; with ``PHALANX_E2E_UP=1``
+(``make test`` sets it) the kind cluster of ``hack/kind-e2e.sh up`` — created when missing, images
+loaded, chart installed — once the earlier suites are done; else ``KUBECONFIG``. ``hack/kind-e2e.sh
+test`` runs this suite alone. Without a cluster the tests skip, unless ``PHALANX_REQUIRE_E2E=1``
+(then they fail).
 
 Environment: ``PHALANX_E2E_IMAGE`` (runtime image, default phalanx/runtime:<version>),
 ``PHALANX_E2E_NAMESPACE`` (default ``default``; needs a ReadWriteMany PVC ``phalanx-shared``),
@@ -13,6 +15,7 @@ checkpoint files themselves).
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ from phalanx import __version__
 from tests.integration.harness import Jobs, wait_for
 
 GROUP, VERSION = "phalanx.dev", "v1alpha1"
+ROOT = Path(__file__).resolve().parents[2]
+UP_TIMEOUT = 3600  # a cold machine builds the node image, the images and the torch wheelhouse
 
 
 def pytest_collection_modifyitems(items):
@@ -32,7 +37,10 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def e2e_api():
-    path = os.environ.get("PHALANX_E2E_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    path = os.environ.get("PHALANX_E2E_KUBECONFIG")
+    if not path and os.environ.get("PHALANX_E2E_UP") == "1":
+        path = kind_up()
+    path = path or os.environ.get("KUBECONFIG")
     if not path or not Path(path).is_file():
         if os.environ.get("PHALANX_REQUIRE_E2E") == "1":
             pytest.fail("PHALANX_REQUIRE_E2E=1 but no kubeconfig (PHALANX_E2E_KUBECONFIG / KUBECONFIG)")
@@ -45,6 +53,19 @@ def e2e_api():
                          for d in deployments) or None, 180, "the operator Deployment to be ready")
     yield api_client
     api_client.close()
+
+
+def kind_up() -> str:
+    """`hack/kind-e2e.sh up` (idempotent); its log goes to $PHALANX_KIND_DIR/up.log."""
+    state = Path(os.environ.get("PHALANX_KIND_DIR", ROOT / ".kind"))
+    state.mkdir(parents=True, exist_ok=True)
+    log = state / "up.log"
+    with log.open("w") as out:
+        proc = subprocess.run([str(ROOT / "hack" / "kind-e2e.sh"), "up"], stdout=out, stderr=subprocess.STDOUT,
+                              timeout=UP_TIMEOUT, env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+    if proc.returncode != 0:
+        pytest.fail(f"hack/kind-e2e.sh up failed (exit {proc.returncode}):\n" + "".join(log.read_text().splitlines(True)[-40:]))
+    return str(state / "kubeconfig")
 
 
 @pytest.fixture(scope="session")
