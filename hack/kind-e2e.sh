@@ -168,11 +168,18 @@ demo() {
   name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$JOB_FILE")"
   kubectl -n "$NAMESPACE" delete trainingjob "$name" --ignore-not-found --wait >/dev/null
   kubectl -n "$NAMESPACE" wait --for=delete pod -l "phalanx.dev/job-name=$name" --timeout=180s >/dev/null 2>&1 || true
-  log "applying $JOB_FILE (checkpoints on the shared volume: $SHARED/$NAMESPACE; a rerun resumes)"
+  local ckpt="$SHARED/$NAMESPACE/$name"
+  if [[ -d "$ckpt" && "${RESUME:-0}" != 1 ]]; then   # train afresh; keep the old run's checkpoints
+    local aside
+    aside="$ckpt.$(date +%Y%m%d-%H%M%S)"
+    mv "$ckpt" "$aside"
+    log "earlier checkpoints moved to $aside (RESUME=1 resumes from them instead)"
+  fi
+  log "applying $JOB_FILE (checkpoints on the shared volume: $ckpt)"
   kubectl -n "$NAMESPACE" apply -f "$JOB_FILE"
   python3 -m phalanx watch "$name" -n "$NAMESPACE" --timeout 1800
   log "committed checkpoints:"
-  for d in "$SHARED/$NAMESPACE/$name"/step-*; do [[ -f "$d/COMMITTED" ]] && echo "  $d ($(du -sh "$d" | cut -f1))"; done
+  for d in "$ckpt"/step-*; do [[ -f "$d/COMMITTED" ]] && echo "  $d ($(du -sh "$d" | cut -f1))"; done
   cat <<TEXT
 
 The cluster keeps running:
