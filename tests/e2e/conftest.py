@@ -49,6 +49,7 @@ def e2e_api():
     apps = client.AppsV1Api(api_client)
     deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx-operator").items
     assert deployments, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
+    api_client.phalanx_operator = deployments[0]  # type: ignore[attr-defined]
     wait_for(lambda: all(apps.read_namespaced_deployment(d.metadata.name, d.metadata.namespace).status.ready_replicas
                          for d in deployments) or None, 180, "the operator Deployment to be ready")
     yield api_client

@@ -1,0 +1,55 @@
+"""The operator as the chart installs it: its ServiceAccount may do exactly what it needs, and
+its Prometheus endpoint reports the jobs it reconciled."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+# (verb, group, resource, subresource): what the operator does — sufficient …
+NEEDED = [
+    ("create", "", "pods", ""), ("patch", "", "pods", ""), ("delete", "", "pods", ""),
+    ("create", "", "services", ""), ("create", "", "configmaps", ""), ("patch", "", "configmaps", ""),
+    ("patch", "phalanx.dev", "trainingjobs", "status"), ("watch", "phalanx.dev", "trainingjobs", ""),
+    ("create", "", "events", ""), ("list", "", "nodes", ""), ("watch", "scheduling.k8s.io", "priorityclasses", ""),
+]
+# … and minimal: nothing it does not use.
+NOT_NEEDED = [
+    ("get", "", "secrets", ""), ("list", "", "secrets", ""), ("create", "", "pods", "exec"),
+    ("update", "", "pods", ""), ("delete", "", "services", ""), ("delete", "", "configmaps", ""),
+    ("patch", "", "nodes", ""), ("delete", "", "nodes", ""), ("create", "apps", "deployments", ""),
+    ("create", "phalanx.dev", "trainingjobs", ""), ("update", "phalanx.dev", "trainingjobs", ""),
+    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+]
+
+
+def allowed(authz, user: str, namespace: str, verb: str, group: str, resource: str, sub: str) -> bool:
+    attrs = client.V1ResourceAttributes(namespace=namespace, verb=verb, group=group, resource=resource,
+                                        subresource=sub or None)
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(user=user, resource_attributes=attrs))
+    return authz.create_subject_access_review(review).status.allowed
+
+
+@pytest.fixture(scope="module")
+def operator_identity(e2e_api):
+    dep = e2e_api.phalanx_operator
+    sa = dep.spec.template.spec.service_account_name
+    return f"system:serviceaccount:{dep.metadata.namespace}:{sa}"
+
+
+def test_chart_rbac_is_sufficient_and_minimal(e2e_api, operator_identity, namespace):
+    authz = client.AuthorizationV1Api(e2e_api)
+    missing = [n for n in NEEDED if not allowed(authz, operator_identity, namespace, *n)]
+    extra = [n for n in NOT_NEEDED if allowed(authz, operator_identity, namespace, *n)]
+    assert not missing, f"the chart's RBAC lacks {missing}"
+    assert not extra, f"the chart's RBAC grants more than the operator uses: {extra}"
+
+
+def test_operator_metrics_reach_prometheus_service(e2e_api):
+    """Scrape the chart's metrics Service through the API server, as Prometheus would reach it."""
+    dep = e2e_api.phalanx_operator
+    core = client.CoreV1Api(e2e_api)
+    text = core.connect_get_namespaced_service_proxy_with_path(
+        f"{dep.metadata.name}-metrics:metrics", dep.metadata.namespace, "metrics")
+    assert "phalanx_reconciles_total" in text and 'result="ok"' in text
+    assert "phalanx_jobs" in text
