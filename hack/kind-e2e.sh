@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Phalanx on a kind cluster (1 control plane + 2 workers): real pods that train.
 #
-#   hack/kind-e2e.sh images  build or reuse the node image (offline route) and Phalanx's images
-#   hack/kind-e2e.sh up      build or reuse everything, create the cluster, install the chart
-#   hack/kind-e2e.sh demo    up + train examples/cpu-3d-demo.yaml, streaming progress
-#   hack/kind-e2e.sh test    up + the e2e suite (tests/e2e)
-#   hack/kind-e2e.sh down    delete the cluster
+#   hack/kind-e2e.sh up        build or reuse everything, create the cluster, install the chart
+#   hack/kind-e2e.sh demo      up + train examples/cpu-3d-demo.yaml, streaming progress
+#   hack/kind-e2e.sh test      up + the e2e suite (tests/e2e)
+#   hack/kind-e2e.sh down      delete the cluster
+#   hack/kind-e2e.sh images    build or reuse the node image (offline route) and Phalanx's images
+#   hack/kind-e2e.sh prefetch  only the network-bound parts (Debian rootfs images, torch
+#                              wheels): CI runs it while the Go builds take the CPUs
 #
 # Two routes to a node image, chosen automatically (PHALANX_KIND_NODE_IMAGE overrides):
 #   stock    a normal Docker that can pull: kind's own kindest/node image, stock kind.
@@ -211,11 +213,21 @@ images() {
   hack/kind/app-images.sh operator runtime >/dev/null
 }
 
+prefetch() {
+  local stock="kindest/node:$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' hack/cluster/go.mod)" pids=()
+  if ! docker image inspect "$stock" >/dev/null 2>&1 && ! timeout 60 docker pull -q "$stock" >/dev/null 2>&1; then
+    hack/kind/rootfs.sh kind-base "$KIND_BASE_PACKAGES" >/dev/null & pids+=($!)
+  fi
+  hack/kind/app-images.sh wheels & pids+=($!)
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
 case "${1:-}" in
+  prefetch) prefetch ;;
   images) images ;;
   up) up ;;
   demo) demo ;;
   test) shift; e2e "$@" ;;
   down) down ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

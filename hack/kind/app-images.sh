@@ -7,6 +7,7 @@
 # Cached: each image carries a label with the hash of its inputs; unchanged → skipped.
 #
 #   hack/kind/app-images.sh [operator] [runtime]     # prints the tags
+#   hack/kind/app-images.sh wheels                   # only the base rootfs and the wheelhouse
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -16,7 +17,8 @@ which_images=("$@"); ((${#which_images[@]})) || which_images=(operator runtime)
 VERSION="$(awk -F'"' '/^version = /{print $2; exit}' "$ROOT/pyproject.toml")"
 PYVER=311
 WHEELS="${PHALANX_CACHE:-$HOME/.cache/phalanx}/wheels/py$PYVER"
-BASE="$("$HERE/rootfs.sh" python-base "python3,python3-venv,ca-certificates,procps")"
+source "$HERE/versions.sh"
+BASE="$("$HERE/rootfs.sh" python-base "$PYTHON_BASE_PACKAGES")"
 
 # Wheelhouse: the project's dependencies at the versions installed here (torch CPU/CUDA
 # build as on PyPI), downloaded once.
@@ -95,8 +97,9 @@ trap 'rm -rf "$work"' EXIT
 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$ROOT" >/dev/null
 for image in "${which_images[@]}"; do
   case "$image" in
+    wheels) ;;
     operator) build operator "$BASE" "" /opt/phalanx/bin/phalanx ;;
     runtime) build runtime "$(runtime_deps)" --no-deps /opt/phalanx/bin/phalanx-runtime ;;
-    *) log "unknown image $image (operator|runtime)"; exit 2 ;;
+    *) log "unknown image $image (operator|runtime|wheels)"; exit 2 ;;
   esac
 done

@@ -18,7 +18,7 @@ log() { echo "[node-image] $*" >&2; }
 K8S_BIN="$("$HERE/../cluster/build.sh")"
 TOOLS="$("$HERE/tools.sh")"
 K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$HERE/../cluster/go.mod")"
-BASE="$("$HERE/rootfs.sh" kind-base "systemd,systemd-sysv,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,fuse-overlayfs,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc")"
+BASE="$("$HERE/rootfs.sh" kind-base "$KIND_BASE_PACKAGES")"
 KIND_SRC="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)"
 KEY="$( (echo "$K8S_BIN $TOOLS $BASE"; cat "${BASH_SOURCE[0]}" "$HERE"/node/*) | sha256sum | cut -c1-12)"
 NODE_IMAGE="phalanx.local/kind-node:$K8S_VERSION-$KEY"

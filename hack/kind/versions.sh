@@ -8,3 +8,6 @@ CNI_PLUGINS_VERSION=v1.9.1
 COREDNS_VERSION=v1.14.3         # kubeadm defaults to v1.14.2, not served: set via imageTag
 PAUSE_VERSION=3.10.2            # kubeadm's PauseVersion; containerd's sandbox image is set to it
 ETCD_IMAGE_TAG=3.6.8-0          # kubeadm's DefaultEtcdVersion; the binary is hack/cluster's etcd v3.6.8
+# Debian packages of the two debootstrapped bases (kind-base: kind's base-image list).
+KIND_BASE_PACKAGES="systemd,systemd-sysv,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,fuse-overlayfs,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc"
+PYTHON_BASE_PACKAGES="python3,python3-venv,ca-certificates,procps"
