@@ -39,8 +39,11 @@ binary_image() { # tag src dest
   mkdir -p "$dir/$(dirname "$3")" "$dir/tmp" "$dir/etc"
   install -m 0755 "$2" "$dir/$3"
   echo "root:x:0:0:root:/:/sbin/nologin" >"$dir/etc/passwd"
+  local old
+  old="$(docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true)"
   tar -C "$dir" --owner=0 --group=0 -c . |
     docker import --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' --change "ENTRYPOINT [\"$3\"]" - "$1" >/dev/null
+  [[ -n "$old" ]] && docker rmi "$old" >/dev/null 2>&1 || true   # the one it replaces
 }
 
 # The classic builder: FROM a local image never contacts a registry (BuildKit may not be installed).
@@ -128,5 +131,8 @@ docker commit \
   "$build_id" "$NODE_IMAGE" >/dev/null
 docker rm -f "$build_id" >/dev/null; build_id=""
 docker rmi "$NODE_IMAGE.stage" >/dev/null
+# Older node images of this script (kept while a cluster still runs on them).
+docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^phalanx\.local/kind-node(-tools)?:' |
+  grep -v -e "^$NODE_IMAGE\$" -e "^$NODE_TOOLS_IMAGE\$" | xargs -r docker rmi >/dev/null 2>&1 || true
 log "built $NODE_IMAGE in $((SECONDS - start))s"
 echo "$NODE_IMAGE"
