@@ -125,8 +125,7 @@ load_image() {
   id="$(docker image inspect -f '{{.Id}}' "$image")"
   for node in $(kind get nodes --name "$CLUSTER"); do
     [[ "$image" == phalanx/runtime:* && "$node" == *control-plane ]] && continue   # no training there
-    docker exec "$node" ctr -n k8s.io images ls -q "name==docker.io/$image" 2>/dev/null | grep -q . &&
-      docker exec "$node" crictl inspecti -q "$image" 2>/dev/null | grep -q "$id" && continue
+    docker exec "$node" crictl inspecti -q "$image" 2>/dev/null | grep -q "$id" && continue
     log "loading $image onto $node"
     ( set -o pipefail
       docker exec "$node" ctr -n k8s.io images rm "docker.io/$image" >/dev/null 2>&1 || true

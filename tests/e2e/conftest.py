@@ -46,14 +46,20 @@ def e2e_api():
             pytest.fail("PHALANX_REQUIRE_E2E=1 but no kubeconfig (PHALANX_E2E_KUBECONFIG / KUBECONFIG)")
         pytest.skip("no e2e cluster: run hack/kind-e2e.sh test")
     api_client = config.new_client_from_config(config_file=path)
-    apps = client.AppsV1Api(api_client)
-    deployments = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx-operator").items
-    assert deployments, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
-    api_client.phalanx_operator = deployments[0]  # type: ignore[attr-defined]
-    wait_for(lambda: all(apps.read_namespaced_deployment(d.metadata.name, d.metadata.namespace).status.ready_replicas
-                         for d in deployments) or None, 180, "the operator Deployment to be ready")
     yield api_client
     api_client.close()
+
+
+@pytest.fixture(scope="session")
+def operator_deployment(e2e_api):
+    """The operator Deployment the chart installed, once it is ready."""
+    apps = client.AppsV1Api(e2e_api)
+    found = apps.list_deployment_for_all_namespaces(label_selector="app.kubernetes.io/name=phalanx-operator").items
+    assert found, "the phalanx chart is not installed on this cluster (helm install phalanx charts/phalanx)"
+    dep = found[0]
+    wait_for(lambda: apps.read_namespaced_deployment(dep.metadata.name, dep.metadata.namespace).status.ready_replicas or None,
+             180, "the operator Deployment to be ready")
+    return dep
 
 
 def kind_up() -> str:
@@ -75,7 +81,7 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def jobs(e2e_api, namespace):
+def jobs(e2e_api, operator_deployment, namespace):
     created: list[str] = []
     j = Jobs(e2e_api, namespace)
     create = j.create

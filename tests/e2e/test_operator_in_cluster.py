@@ -31,8 +31,8 @@ def allowed(authz, user: str, namespace: str, verb: str, group: str, resource: s
 
 
 @pytest.fixture(scope="module")
-def operator_identity(e2e_api):
-    dep = e2e_api.phalanx_operator
+def operator_identity(operator_deployment):
+    dep = operator_deployment
     sa = dep.spec.template.spec.service_account_name
     return f"system:serviceaccount:{dep.metadata.namespace}:{sa}"
 
@@ -45,9 +45,9 @@ def test_chart_rbac_is_sufficient_and_minimal(e2e_api, operator_identity, namesp
     assert not extra, f"the chart's RBAC grants more than the operator uses: {extra}"
 
 
-def test_operator_metrics_reach_prometheus_service(e2e_api):
+def test_operator_metrics_reach_prometheus_service(e2e_api, operator_deployment):
     """Scrape the chart's metrics Service through the API server, as Prometheus would reach it."""
-    dep = e2e_api.phalanx_operator
+    dep = operator_deployment
     core = client.CoreV1Api(e2e_api)
     text = core.connect_get_namespaced_service_proxy_with_path(
         f"{dep.metadata.name}-metrics:metrics", dep.metadata.namespace, "metrics")

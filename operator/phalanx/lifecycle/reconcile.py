@@ -165,6 +165,12 @@ def decide(
         plan.events = st.events
         return plan
 
+    # An earlier job of this name may still be terminating its pods (same names, its own
+    # checkpoint save on SIGTERM): never adopt or touch them; create nothing until they are gone.
+    predecessors = [p for p in observed.pods if _predecessor(p, meta.get("uid"))]
+    if predecessors:
+        observed = replace(observed, pods=[p for p in observed.pods if p not in predecessors], progress=None)
+
     # 1. Bad input: say exactly what is wrong, create nothing, never crash-loop.
     if job is None or problems:
         message = "; ".join(str(p) for p in problems)
@@ -184,15 +190,10 @@ def decide(
     st.s.world_size = spec.world_size
     st.s.total_steps = spec.training.steps
 
-    # An earlier job of this name may still be terminating its pods (same names, its own
-    # checkpoint save on SIGTERM): never adopt them, create nothing until they are gone.
-    predecessors = [p for p in observed.pods if _predecessor(p, meta.get("uid"))]
-    if predecessors:
-        observed = replace(observed, pods=[p for p in observed.pods if p not in predecessors], progress=None)
-        if st.s.phase not in TERMINAL_PHASES:
-            st.s.message = f"waiting for {len(predecessors)} pods of an earlier job named {meta.get('name')} to terminate"
-            plan.requeue_after = 2.0
-            return done()
+    if predecessors and st.s.phase not in TERMINAL_PHASES:
+        st.s.message = f"waiting for {len(predecessors)} pods of an earlier job named {meta.get('name')} to terminate"
+        plan.requeue_after = 2.0
+        return done()
     _apply_progress(st, observed.progress, spec.training.steps)
     _apply_progress(st, final_progress(observed.pods, st.s.restart_attempt), spec.training.steps)
 
