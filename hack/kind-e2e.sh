@@ -45,11 +45,14 @@ ensure_host() {
   export PATH="$K8S_BIN:$TOOLS:$PATH"
 }
 
+stock_pullable() {
+  docker image inspect "$STOCK_NODE_IMAGE" >/dev/null 2>&1 || timeout 60 docker pull -q "$STOCK_NODE_IMAGE" >/dev/null 2>&1
+}
+
 choose_node_image() {
   if [[ -n "${PHALANX_KIND_NODE_IMAGE:-}" ]]; then NODE_IMAGE="$PHALANX_KIND_NODE_IMAGE"; return; fi
-  local stock="kindest/node:$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' hack/cluster/go.mod)"
-  if docker image inspect "$stock" >/dev/null 2>&1 || timeout 60 docker pull -q "$stock" >/dev/null 2>&1; then
-    NODE_IMAGE="$stock"; OFFLINE=0
+  if stock_pullable; then
+    NODE_IMAGE="$STOCK_NODE_IMAGE"; OFFLINE=0
   else
     command -v debootstrap >/dev/null || { [[ $EUID -eq 0 ]] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; }
     log "no registry: building the node image offline"
@@ -158,7 +161,7 @@ up() {
   log "installing charts/phalanx"
   kubectl get ns phalanx-system >/dev/null 2>&1 || kubectl create ns phalanx-system >/dev/null
   helm upgrade --install phalanx charts/phalanx -n phalanx-system --set image.pullPolicy=Never \
-    --set-string podAnnotations.phalanx\\.dev/image-id="$(docker image inspect -f '{{.Id}}' "phalanx/operator:$(awk -F'"' '/^version = /{print $2; exit}' pyproject.toml)" | cut -c8-20)" \
+    --set-string podAnnotations.phalanx\\.dev/image-id="$(docker image inspect -f '{{.Id}}' "phalanx/operator:$PHALANX_VERSION" | cut -c8-20)" \
     --wait --timeout 5m >/dev/null
   log "ready in $((SECONDS - start))s: export KUBECONFIG=$KUBECONFIG"
 }
@@ -213,8 +216,8 @@ images() {
 }
 
 prefetch() {
-  local stock="kindest/node:$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' hack/cluster/go.mod)" pids=()
-  if ! docker image inspect "$stock" >/dev/null 2>&1 && ! timeout 60 docker pull -q "$stock" >/dev/null 2>&1; then
+  local pids=()
+  if ! stock_pullable; then
     hack/kind/rootfs.sh kind-base "$KIND_BASE_PACKAGES" >/dev/null & pids+=($!)
   fi
   hack/kind/app-images.sh wheels & pids+=($!)

@@ -14,10 +14,10 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 log() { echo "[app-images] $*" >&2; }
 which_images=("$@"); ((${#which_images[@]})) || which_images=(operator runtime)
 
-VERSION="$(awk -F'"' '/^version = /{print $2; exit}' "$ROOT/pyproject.toml")"
 PYVER=311
 WHEELS="${PHALANX_CACHE:-$HOME/.cache/phalanx}/wheels/py$PYVER"
 source "$HERE/versions.sh"
+VERSION="$PHALANX_VERSION"
 BASE="$("$HERE/rootfs.sh" python-base "$PYTHON_BASE_PACKAGES")"
 
 # Wheelhouse: the project's dependencies at the versions installed here (torch CPU/CUDA

@@ -17,7 +17,6 @@ log() { echo "[node-image] $*" >&2; }
 
 K8S_BIN="$("$HERE/../cluster/build.sh")"
 TOOLS="$("$HERE/tools.sh")"
-K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$HERE/../cluster/go.mod")"
 BASE="$("$HERE/rootfs.sh" kind-base "$KIND_BASE_PACKAGES")"
 KIND_SRC="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)"
 KEY="$( (echo "$K8S_BIN $TOOLS $BASE"; cat "${BASH_SOURCE[0]}" "$HERE"/node/*) | sha256sum | cut -c1-12)"
