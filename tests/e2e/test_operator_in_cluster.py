@@ -45,8 +45,16 @@ def test_chart_rbac_is_sufficient_and_minimal(e2e_api, operator_identity, namesp
     assert not extra, f"the chart's RBAC grants more than the operator uses: {extra}"
 
 
-def test_operator_metrics_reach_prometheus_service(e2e_api, operator_deployment):
-    """Scrape the chart's metrics Service through the API server, as Prometheus would reach it."""
+def test_operator_metrics_reach_prometheus_service(e2e_api, operator_deployment, jobs, runtime_image):
+    """Scrape the chart's metrics Service through the API server, as Prometheus would reach it,
+    after the operator reconciled a job (suspended: no pods), whatever ran before."""
+    from tests.e2e.test_kind_e2e import small_job
+    from tests.integration.harness import wait_for
+
+    obj = small_job("e2e-metrics", runtime_image)
+    obj["spec"]["suspend"] = True
+    jobs.create(obj)
+    wait_for(lambda: jobs.status("e2e-metrics").get("phase") == "Suspended", 120, "the job to be reconciled")
     dep = operator_deployment
     core = client.CoreV1Api(e2e_api)
     text = core.connect_get_namespaced_service_proxy_with_path(
