@@ -1,4 +1,4 @@
-"""The `phalanx` command: render | crd | validate | plan | local | watch | operator."""
+"""The `phalanx` command: render | crd | validate | plan | local | watch | plot | operator."""
 
 from __future__ import annotations
 
@@ -28,9 +28,30 @@ def dump_yaml_stream(objs: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objs, Dumper=_BlockDumper, sort_keys=False)
 
 
+class CliError(Exception):
+    """A refusal with a one-line message (exit 1, no traceback)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Refuses duplicate keys: the second one would silently replace the first."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, str | int | float | bool) and key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key if isinstance(key, str | int | float | bool) else id(key))
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
 def _load_yaml_docs(path: str) -> list[Any]:
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.safe_load_all(text) if d is not None]
+    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
 
 
 def load_operator_config(path: str | None) -> OperatorConfig:
@@ -39,23 +60,37 @@ def load_operator_config(path: str | None) -> OperatorConfig:
     return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
 
 
+def _is_job_attempt(doc: Any) -> bool:
+    """A TrainingJob, or a document meant as one (our API group, another kind)."""
+    if not isinstance(doc, dict):
+        return False
+    return doc.get("kind") == C.KIND or str(doc.get("apiVersion", "")).split("/")[0] == C.GROUP
+
+
 def _jobs(path: str) -> list[dict[str, Any]]:
     docs = _load_yaml_docs(path)
-    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "TrainingJob"]
+    jobs = [d for d in docs if _is_job_attempt(d)]
     if not jobs:
-        raise SystemExit(f"error: {path}: no TrainingJob found")
+        kinds = sorted({str(d.get("kind")) for d in docs if isinstance(d, dict)})
+        found = f"found kind {', '.join(kinds)}" if kinds else "found no Kubernetes object"
+        raise CliError(f"{path}: no TrainingJob: {found}; expected apiVersion: {C.API_VERSION}, kind: {C.KIND}")
     return jobs
+
+
+def _job_name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name") or meta.get("generateName") or "?") if isinstance(meta, dict) else "?"
 
 
 def _checked(obj: dict[str, Any], config: OperatorConfig, path: str):
     from phalanx.validate import validate_job
 
-    obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    if isinstance(obj.get("metadata"), dict):
+        obj["metadata"].setdefault("namespace", "default")
     job, problems = validate_job(obj, config)
     if problems:
-        name = obj.get("metadata", {}).get("name", "?")
         for problem in problems:
-            print(f"error: {path}: TrainingJob {name}: {problem}", file=sys.stderr)
+            print(f"error: {path}: TrainingJob {_job_name(obj)}: {problem}", file=sys.stderr)
         return None
     return job
 
@@ -87,7 +122,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if _checked(obj, config, args.job) is None:
             bad += 1
         else:
-            print(f"{args.job}: TrainingJob {obj['metadata']['name']}: valid")
+            print(f"{args.job}: TrainingJob {_job_name(obj)}: valid")
     return 1 if bad else 0
 
 
@@ -121,9 +156,9 @@ def cmd_local(args: argparse.Namespace) -> int:
         for problem in exc.errors:
             print(f"error: {args.job}: {problem}", file=sys.stderr)
         return 1
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # a node failed (1), or the run was stopped (143) or timed out (124)
         print(f"error: {args.job}: {exc}", file=sys.stderr)
-        return 1
+        return getattr(exc, "exit_code", 1)
     return 0
 
 
@@ -133,7 +168,23 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from phalanx.watch import watch
 
     config.load_kube_config(config_file=args.kubeconfig)
-    return watch(client.CustomObjectsApi(), args.job, args.namespace, args.timeout)
+    return watch(client.CustomObjectsApi(), args.job, args.namespace, args.timeout, charts=not args.no_chart)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from phalanx.plot import log_path, read_curves, summary, write_png
+
+    curves = read_curves(args.path)
+    if not curves.records:
+        print(f"error: {log_path(args.path)}: no steps logged", file=sys.stderr)
+        return 1
+    try:
+        out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name)
+    except ImportError:
+        print("error: phalanx plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {summary(curves)}")
+    return 0
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -183,7 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds (exit 3)")
+    p.add_argument("--no-chart", action="store_true", help="lines only: no loss and tokens/s charts")
     p.set_defaults(fn=cmd_watch)
+
+    p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log")
+    p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job>) or its {C.METRICS_LOG_FILE}")
+    p.add_argument("-o", "--output", default="curves.png", help="PNG to write (default: curves.png)")
+    p.add_argument("--title", help="figure title (default: the job's directory name)")
+    p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
@@ -202,11 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except FileNotFoundError as exc:
         print(f"error: {exc.filename}: no such file", file=sys.stderr)
         return 2
     except yaml.YAMLError as exc:
         print(f"error: invalid YAML: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -1,22 +1,32 @@
-"""Semantic rules beyond the CRD schema (pure). Every problem names the field and the rule."""
+"""One verdict on a TrainingJob, the same in `phalanx validate|render|local` and the operator:
+the API server's (schema types and bounds, the CRD's CEL rules — shared definitions in
+phalanx.api.rules) plus the operator's semantic rules (the built-in runtime's layout, the
+cluster's network profiles and topology, what the rendered children need). Pure; every
+problem names the field and the rule; no input raises.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
+from phalanx import constants as C
+from phalanx.api import patterns as P
 from phalanx.api.config import OperatorConfig
 from phalanx.api.layout import check_layout
-from phalanx.api.types import TrainingJob, TrainingJobSpec
+from phalanx.api.rules import broken_rules
+from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import render_backend
 from phalanx.render.network import validate_network
 
-# Pod hostnames are "<job>-node-<rank>" and must stay a DNS label (63 chars).
-MAX_JOB_NAME = 45
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+GENERATED_SUFFIX = 5  # the API server appends 5 characters to metadata.generateName
+MAX_CONFIG_MAP_BYTES = 1 << 20  # the API server refuses larger ConfigMaps
 
 
 @dataclass(frozen=True)
@@ -49,28 +59,134 @@ def schema_problems(error: ValidationError, prefix: str = "spec") -> list[Proble
     return problems
 
 
-def parse_job(obj: dict[str, Any]) -> TrainingJob:
-    """Parse a TrainingJob object; raises InvalidJob with field paths."""
-    if not isinstance(obj, dict):
-        raise InvalidJob([Problem("<root>", "a TrainingJob must be a mapping")])
-    kind = obj.get("kind")
-    if kind not in (None, "TrainingJob"):
-        raise InvalidJob([Problem("kind", f"expected TrainingJob, got {kind!r}")])
-    if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
-        raise InvalidJob([Problem("metadata.name", "is required")])
+# --- What reaches the API server ----------------------------------------------------------------
+
+
+def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None) -> Any:
+    """``value`` as the API server receives it from kubectl: nulls pruned (the server drops null
+    fields before defaulting), whole floats as integers (JSON has one number type), YAML dates as
+    strings. Values JSON cannot carry (NaN, infinities, non-string keys) become problems."""
+    problems = problems if problems is not None else []
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, str):
+                problems.append(Problem(where, f"key {key!r} is not a string (JSON object keys are strings)"))
+            elif item is not None:
+                out[key] = wire_form(item, where, problems)
+        return out
+    if isinstance(value, list):
+        return [wire_form(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            problems.append(Problem(path, f"{value} is not a number JSON can carry (NaN and infinities are refused)"))
+            return None
+        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    return str(value)  # YAML timestamps: kubectl sends them as strings
+
+
+def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
+    problems = []
+    if obj.get("apiVersion") != C.API_VERSION:
+        problems.append(Problem("apiVersion", f"expected {C.API_VERSION}, got {obj.get('apiVersion')!r}"))
+    if obj.get("kind") != C.KIND:
+        problems.append(Problem("kind", f"expected {C.KIND}, got {obj.get('kind')!r}"))
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return problems + [Problem("metadata", "is required (a mapping with name)")]
+    name, generate = meta.get("name"), meta.get("generateName")
+    if name is None and isinstance(generate, str):
+        problems += _name_problems(generate + "x" * GENERATED_SUFFIX, "metadata.generateName")
+    elif not isinstance(name, str) or not name:
+        problems.append(Problem("metadata.name", "is required"))
+    else:
+        problems += _name_problems(name, "metadata.name")
     if not isinstance(obj.get("spec"), dict):
-        raise InvalidJob([Problem("spec", "is required")])
+        problems.append(Problem("spec", "is required (a mapping)"))
+    return problems
+
+
+def _name_problems(name: str, field: str = "metadata.name") -> list[Problem]:
+    if len(name) > MAX_JOB_NAME:
+        return [Problem(field, f"{len(name)} characters; at most {MAX_JOB_NAME} (pod hostnames '<name>-node-<rank>' must fit a DNS label)")]
+    if not re.fullmatch(P.JOB_NAME, name):
+        return [Problem(field, "must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter)")]
+    return []
+
+
+def parse_job(obj: Any) -> TrainingJob:
+    """Parse a TrainingJob exactly as the API server would take it; raises InvalidJob naming
+    every field that is wrong (types are strict: "4" is not a number, snake_case is unknown)."""
+    if not isinstance(obj, dict):
+        raise InvalidJob([Problem("<root>", f"a TrainingJob must be a mapping, got {type(obj).__name__}")])
+    problems: list[Problem] = []
+    wire = wire_form(obj, "", problems)
+    problems += _identity_problems(wire)
+    if problems:
+        raise InvalidJob(problems)
+    meta = dict(wire["metadata"])
+    meta.setdefault("name", meta.get("generateName", "") + "x" * GENERATED_SUFFIX)
+    doc = {"apiVersion": wire["apiVersion"], "kind": wire["kind"], "metadata": meta,
+           "spec": wire["spec"]}  # status is the operator's own, read leniently by lifecycle
     try:
-        return TrainingJob.model_validate(obj)
+        return TrainingJob.model_validate_json(json.dumps(doc), strict=True, by_alias=True, by_name=False)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            problems.append(Problem(_loc(err["loc"]), err["msg"]))
-        raise InvalidJob(problems) from None
+        raise InvalidJob([Problem(_loc(err["loc"]), _message(err)) for err in exc.errors()]) from None
+
+
+def _message(err: Any) -> str:
+    """pydantic's words, made specific where they would show a regex or say 'extra inputs'."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "string_pattern_mismatch":
+        what = P.DESCRIPTIONS.get(ctx.get("pattern"), f"matching {ctx.get('pattern')}")
+        return f"{err['input']!r} must be {what}"
+    if kind == "extra_forbidden":
+        known = _known_fields(err["loc"][:-1])
+        camel = to_camel(str(err["loc"][-1]))
+        hint = (f"; did you mean {camel}?" if camel in known and camel != err["loc"][-1]
+                else f"; known fields here: {', '.join(known)}" if known else "")
+        return f"unknown field (the API server would refuse or drop it; names are camelCase){hint}"
+    return err["msg"]
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The wire names of the model at ``loc`` (a pydantic error location from the root)."""
+    model: Any = TrainingJob
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or isinstance(part, int):
+            continue
+        info = next((f for n, f in fields.items() if (f.alias or n) == part), None)
+        if info is None:
+            return []
+        model = _model_of(info.annotation)
+    fields = getattr(model, "model_fields", {})
+    return [f.alias or n for n, f in fields.items()]
+
+
+def _model_of(annotation: Any) -> Any:
+    """The pydantic model inside ``X | None`` or ``list[X]`` (or None)."""
+    from typing import get_args
+
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+# --- Semantic rules -----------------------------------------------------------------------------
 
 
 def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
-    """The runtime's own layout rules (shared in phalanx.api.layout), with spec. field paths."""
+    """The built-in runtime's layout rules (phalanx.api.layout), for jobs it trains."""
+    if not spec.uses_runtime:
+        return []
     problems = []
     for error in check_layout(spec):
         field, _, message = error.partition(": ")
@@ -80,7 +196,8 @@ def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
 
 def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Problem]:
     out: list[Problem] = []
-    for error in validate_network(spec, config.network_profiles.get(spec.network.profile)):
+    profile = config.network_profiles.get(spec.network.profile)
+    for error in validate_network(spec, profile):
         field, _, message = error.partition(": ")
         if field == "network.profile":
             message += f"; known: {', '.join(sorted(config.network_profiles))}"
@@ -93,40 +210,50 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
         level = getattr(spec.scheduling.topology, key)
         if level is not None and level not in levels:
             out.append(Problem(f"spec.scheduling.topology.{key}", f"unknown topology level {level!r}; known: {', '.join(lvl.name for lvl in config.topology.levels)}"))
-    if spec.elastic and spec.elastic.min_nodes > spec.elastic.max_nodes:
-        out.append(Problem("spec.elastic", f"minNodes {spec.elastic.min_nodes} > maxNodes {spec.elastic.max_nodes}"))
-    if spec.elastic and not spec.elastic.min_nodes <= spec.nodes <= spec.elastic.max_nodes:
-        out.append(Problem("spec.elastic", f"nodes {spec.nodes} is outside [minNodes {spec.elastic.min_nodes}, maxNodes {spec.elastic.max_nodes}]"))
-    fp = spec.failure_policy
-    if fp.hang_timeout_seconds and spec.command:
-        out.append(Problem("spec.failurePolicy.hangTimeoutSeconds", "hang detection reads the built-in runtime's progress endpoint; a user command reports no progress"))
-    both = sorted(set(fp.retryable_exit_codes) & set(fp.permanent_exit_codes))
-    if both:
-        out.append(Problem("spec.failurePolicy", f"exit codes {both} are both retryable and permanent"))
-    if spec.checkpoint.interval_steps and spec.checkpoint.volume is None and spec.nodes > 1:
-        out.append(Problem("spec.checkpoint.volume", "checkpoints of a multi-node job need shared storage (a volume every node can mount)"))
+    topo = profile.topo_file if profile else None
+    if topo is not None and any(m.mount_path == topo.path for m in spec.volume_mounts):
+        out.append(Problem("spec.volumeMounts", f"{topo.path} is where network profile {spec.network.profile!r} mounts NCCL_TOPO_FILE"))
     return out
 
 
-def _name_problems(name: str) -> list[Problem]:
-    if len(name) > MAX_JOB_NAME:
-        return [Problem("metadata.name", f"{len(name)} characters; at most {MAX_JOB_NAME} (pod hostnames '<name>-node-<rank>' must fit a DNS label)")]
-    if not _DNS_1035.match(name):
-        return [Problem("metadata.name", "must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter)")]
+def _resource_problems(spec: TrainingJobSpec) -> list[Problem]:
+    """Extended resources (domain/name) are counted in whole units."""
+    out = []
+    for name, amount in spec.resources.extra.items():
+        if "/" in name and not (isinstance(amount, int) or str(amount).lstrip("+").isdigit()):
+            out.append(Problem(f"spec.resources.extra[{name}]", f"{amount!r}: extended resources are whole numbers"))
+    return out
+
+
+def _size_problems(job: TrainingJob) -> list[Problem]:
+    from phalanx.render.configmap import runtime_config  # render imports validate's callers
+
+    size = len(json.dumps(runtime_config(job), indent=2, sort_keys=True).encode())
+    if size > MAX_CONFIG_MAP_BYTES - 4096:
+        return [Problem("spec", f"the job's runtime config is {size} bytes; a ConfigMap holds at most "
+                                f"{MAX_CONFIG_MAP_BYTES} (shorten args, env or volumes)")]
     return []
 
 
 def validate_spec(spec: TrainingJobSpec, config: OperatorConfig | None = None) -> list[Problem]:
     config = config or OperatorConfig()
-    problems = _layout_problems(spec) + _cluster_problems(spec, config)
-    return problems
+    layout = _layout_problems(spec)
+    # A CEL rule's message gives way to the layout check's on the same field (it has the numbers).
+    specific = {p.field for p in layout}
+    rules = [Problem(f, m) for f, m in broken_rules(spec, "spec") if f not in specific]
+    return rules + layout + _cluster_problems(spec, config) + _resource_problems(spec)
 
 
-def validate_job(obj: dict[str, Any], config: OperatorConfig | None = None) -> tuple[TrainingJob | None, list[Problem]]:
-    """Parse and check a whole object. Returns (job or None, problems)."""
+def validate_job(obj: Any, config: OperatorConfig | None = None) -> tuple[TrainingJob | None, list[Problem]]:
+    """Parse and check a whole object. Returns (job or None, problems); never raises."""
     try:
         job = parse_job(obj)
     except InvalidJob as exc:
         return None, exc.problems
-    problems = _name_problems(job.metadata.name) + validate_spec(job.spec, config)
+    try:
+        problems = validate_spec(job.spec, config)
+        if not problems:
+            problems = _size_problems(job)
+    except Exception as exc:  # noqa: BLE001 - a checker bug must still give a verdict, not a crash
+        problems = [Problem("spec", f"could not be checked ({type(exc).__name__}: {exc}); please report this")]
     return job, problems

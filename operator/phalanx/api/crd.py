@@ -13,7 +13,8 @@ import yaml
 from pydantic import BaseModel
 
 from phalanx import constants as C
-from phalanx.api.types import TrainingJobSpec, TrainingJobStatus
+from phalanx.api import patterns as P
+from phalanx.api.types import MAX_JOB_NAME, TrainingJobSpec, TrainingJobStatus
 
 _DROP = {"title", "$defs", "discriminator"}
 _KEEP_FORMATS = {"int32", "int64", "float", "double", "byte", "date-time"}
@@ -74,12 +75,26 @@ def _structural(schema: Any) -> Any:
         schema.setdefault("format", "int64")
     if "format" in schema and schema["format"] not in _KEEP_FORMATS:
         schema.pop("format")
+    _pattern_as_cel(schema)
     if schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" in schema:
         if schema["additionalProperties"] in (True, {}):
             schema.pop("additionalProperties")
     if schema.get("additionalProperties") is False:
         schema.pop("additionalProperties")
     return schema
+
+
+def _pattern_as_cel(schema: dict[str, Any]) -> None:
+    """A known format becomes a CEL rule with words (the API server's own pattern error shows
+    only the regex). Same regex, same verdict; `kubectl apply` then says what is expected."""
+    pattern = schema.get("pattern")
+    if pattern not in P.DESCRIPTIONS:
+        return
+    schema.pop("pattern")
+    match = f"self.matches(r'{pattern}')"
+    rule = f"type(self) != string || {match}" if schema.get("x-kubernetes-int-or-string") else match
+    rules = schema.setdefault("x-kubernetes-validations", [])
+    rules.insert(0, {"rule": rule, "message": f"must be {P.DESCRIPTIONS[pattern]}"})
 
 
 def _default_nested_objects(model: type[BaseModel], schema: dict[str, Any]) -> None:
@@ -136,6 +151,15 @@ def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# metadata.name (the only metadata CEL may read) becomes Service names and pod hostnames.
+NAME_RULES = [
+    {"rule": f"self.metadata.name.matches(r'{P.JOB_NAME}')",
+     "message": f"metadata.name must be {P.DESCRIPTIONS[P.JOB_NAME]}"},
+    {"rule": f"size(self.metadata.name) <= {MAX_JOB_NAME}",
+     "message": f"metadata.name: at most {MAX_JOB_NAME} characters (pod hostnames '<name>-node-<rank>' must fit a DNS label)"},
+]
+
+
 def build_crd() -> dict[str, Any]:
     spec_schema = openapi_schema(TrainingJobSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
@@ -144,6 +168,7 @@ def build_crd() -> dict[str, Any]:
     root = {
         "type": "object",
         "required": ["spec"],
+        "x-kubernetes-validations": NAME_RULES,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

@@ -74,7 +74,7 @@ def model_shape(spec: TrainingJobSpec) -> ModelShape | None:
     """Shape of the built-in transformer, or None for an entrypoint model."""
     if spec.model is None or spec.model.preset is None:
         return None
-    return resolve_shape(spec.model.preset, spec.model.overrides)
+    return resolve_shape(spec.model.preset, spec.model.overrides.as_dict())
 
 
 def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, checkpointing: bool = True) -> list[str]:
@@ -170,7 +170,7 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
         errors.append("model: set exactly one of model.preset (built-in transformer) or model.entrypoint")
     elif spec.model is not None and spec.model.preset is not None:
         try:
-            shape = resolve_shape(spec.model.preset, spec.model.overrides)
+            shape = resolve_shape(spec.model.preset, spec.model.overrides.as_dict())
         except KeyError as e:
             errors.append(f"model.preset: {e.args[0]}")
             shape = None
@@ -180,6 +180,9 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
         if shape is not None:
             if shape.dim % shape.n_heads != 0:
                 errors.append(f"model: dim {shape.dim} is not divisible by nHeads {shape.n_heads}")
+            elif shape.head_dim % 2 != 0:
+                errors.append(f"model: head dimension {shape.head_dim} (dim {shape.dim} / nHeads {shape.n_heads}) "
+                              "must be even (rotary embeddings rotate pairs)")
             if shape.n_heads % shape.n_kv_heads != 0:
                 errors.append(f"model: nHeads {shape.n_heads} is not a multiple of nKvHeads {shape.n_kv_heads}")
             if shape.n_heads % tp != 0:

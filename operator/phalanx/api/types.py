@@ -6,30 +6,44 @@ them; the runtime reads the same spec from its ConfigMap. Field names are camelC
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# Free-form Kubernetes objects (core/v1 VolumeSource, Toleration, EnvVar, ...) are kept as
-# dicts: the API server validates them when the operator creates the pods.
-KubeObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
-Quantity = Annotated[int | str, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]
+from phalanx import constants as C
+from phalanx.api import patterns as P
+from phalanx.api.base import KubeObject, Model, Quantity, bounded_str
+from phalanx.api.kubetypes import (
+    PER_NODE_SOURCES,
+    RESERVED_MOUNT_PATHS,
+    EnvVar,
+    Toleration,
+    Volume,
+    VolumeMount,
+    VolumeSource,
+)
+from phalanx.api.rules import Rule
+
+__all__ = ["KubeObject", "Model", "Quantity"]  # re-exported for the operator config
+
+# Pod hostnames are "<job>-node-<rank>" and must stay a DNS label (63 chars).
+MAX_JOB_NAME = 45
 
 
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    out = {"rule": rule, "message": message}
-    if field_path:
-        out["fieldPath"] = field_path
-    return out
+def _unique(items: list[Any], key: str, what: str) -> list[Any]:
+    seen: set[str] = set()
+    for item in items:
+        value = getattr(item, key)
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}")
+        seen.add(value)
+    return items
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True,
-        validate_default=True,
-    )
+def _keys_match(mapping: dict[str, Any], pattern: str, max_length: int) -> bool:
+    return all(re.fullmatch(pattern, k) and len(k) <= max_length for k in mapping)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,201 +128,299 @@ class Resources(Model):
     cpu: Quantity | None = Field(None, description="CPU request and limit per node, e.g. '8'.")
     memory: Quantity | None = Field(None, description="Memory request and limit per node, e.g. '64Gi'.")
     extra: dict[str, Quantity] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=32,
         description="Extra extended resources per node, e.g. rdma/rdma_shared_device_a: 1.",
+    )
+
+    rules = (
+        Rule(f"self.extra.all(k, k.matches(r'{P.RESOURCE_NAME}') && size(k) <= {P.MAX_QUALIFIED_NAME})",
+             "extra resource names are extended resources (domain/name), hugepages-<size> or ephemeral-storage",
+             lambda r: _keys_match(r.extra, P.RESOURCE_NAME, P.MAX_QUALIFIED_NAME), ".extra"),
+        Rule(f"!('{C.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{C.RESOURCE_GPU}']",
+             lambda r: C.RESOURCE_GPU not in r.extra, ".extra"),
     )
 
 
 class Parallelism(Model):
-    """How the world (nodes × procsPerNode) is split. Mesh order: pp → dp_replicate → dp_shard → tp."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel("self.pipelineSchedule != 'ZBVZeroBubble' || self.virtualStages == 2",
-                    "ZBVZeroBubble needs virtualStages = 2 (two stages per rank, V shape)",
-                    ".virtualStages"),
-                cel("self.pipelineSchedule == 'Interleaved1F1B' || self.pipelineSchedule == 'ZBVZeroBubble' || self.virtualStages == 1",
-                    "virtualStages > 1 needs pipelineSchedule Interleaved1F1B or ZBVZeroBubble",
-                    ".virtualStages"),
-                cel("self.pipeline == 1 || self.microbatches >= self.pipeline",
-                    "pipeline microbatches must be >= pipeline", ".microbatches"),
-                cel("self.pipeline == 1 || self.pipelineSchedule != 'ZBVZeroBubble' || self.microbatches >= self.pipeline * self.virtualStages",
-                    "ZBVZeroBubble needs microbatches >= pipeline × virtualStages", ".microbatches"),
-                cel("!has(self.data) || self.data % self.replicate == 0",
-                    "data must be a multiple of replicate (HSDP replica groups)", ".replicate"),
-                cel("self.replicate == 1 || self.zero >= 2",
-                    "replicate > 1 (HSDP) needs zero 2 or 3", ".replicate"),
-                cel("!self.cpuOffload || self.zero == 3", "cpuOffload needs zero 3", ".cpuOffload"),
-            ]
-        }
-    )
+    """How the world (nodes × procsPerNode) is split. Mesh order: pp → dp_replicate → dp_shard → tp.
+    Used by the built-in runtime (spec.model); a command job's own script splits its world itself."""
 
     data: int | None = Field(
-        None, ge=1, description="Data-parallel degree. Default: world / (tensor × pipeline)."
+        None, ge=1, le=1 << 20, description="Data-parallel degree. Default: world / (tensor × pipeline)."
     )
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 DDP, 1 optimizer, 2 +grads, 3 +params (FSDP).")
     replicate: int = Field(
-        1, ge=1, description="HSDP: replica groups of the data-parallel degree (zero 2/3 only)."
+        1, ge=1, le=1 << 20, description="HSDP: replica groups of the data-parallel degree (zero 2/3 only)."
     )
     cpu_offload: bool = Field(False, description="Offload sharded parameters/optimizer to CPU (zero 3, GPU only).")
     tensor: int = Field(1, ge=1, le=64, description="Tensor-parallel degree (inside a node).")
     sequence_parallel: bool = Field(False, description="Sequence parallelism for norms/dropout with TP.")
     pipeline: int = Field(1, ge=1, le=128, description="Pipeline-parallel degree (stages).")
     pipeline_schedule: PipelineSchedule = Field(PipelineSchedule.ONE_F_ONE_B, description="Pipeline schedule.")
-    microbatches: int = Field(1, ge=1, description="Pipeline microbatches per step per data-parallel rank.")
+    microbatches: int = Field(1, ge=1, le=65536, description="Pipeline microbatches per step per data-parallel rank.")
     virtual_stages: int = Field(1, ge=1, le=8, description="Pipeline stages per rank (interleaved schedules).")
 
 
-class ModelSpec(Model):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel("has(self.preset) != has(self.entrypoint)",
-                    "set exactly one of model.preset (built-in transformer) or model.entrypoint (module:function)"),
-            ]
-        }
-    )
+class ModelOverrides(Model):
+    """Shape overrides of the built-in transformer preset (bounded: a bad shape is refused at apply)."""
 
+    dim: int | None = Field(None, ge=8, le=65536)
+    n_layers: int | None = Field(None, ge=1, le=1024)
+    n_heads: int | None = Field(None, ge=1, le=1024)
+    n_kv_heads: int | None = Field(None, ge=1, le=1024)
+    vocab_size: int | None = Field(None, ge=2, le=1 << 22)
+    ffn_hidden: int | None = Field(None, ge=1, le=1 << 20)
+    max_seq_len: int | None = Field(None, ge=8, le=1 << 20)
+    tie_embeddings: bool | None = None
+    rope_theta: float | None = Field(None, gt=0, le=1e9)
+    norm_eps: float | None = Field(None, gt=0, le=0.1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """camelCase keys of the overrides that are set (presets.resolve_shape's input)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class ModelSpec(Model):
     preset: str | None = Field(
         None, description="Built-in transformer preset: debug, tiny, small, 125m, 1b, 8b, 70b.",
         json_schema_extra={"enum": ["debug", "tiny", "small", "125m", "1b", "8b", "70b"]},
     )
-    overrides: dict[str, float | int | bool] = Field(
-        default_factory=dict,
-        description="Shape overrides: dim, nLayers, nHeads, nKvHeads, vocabSize, ffnHidden, maxSeqLen, tieEmbeddings, ropeTheta, normEps.",
-    )
+    overrides: ModelOverrides = Field(default_factory=ModelOverrides, description="Shape overrides of the preset.")
     entrypoint: str | None = Field(
-        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=256,
         description="User model 'package.module:function'; receives a context (mesh, ranks, device, config).",
+    )
+
+    rules = (
+        Rule("has(self.preset) != has(self.entrypoint)",
+             "set exactly one of model.preset (built-in transformer) or model.entrypoint (module:function)",
+             lambda m: (m.preset is None) != (m.entrypoint is None)),
     )
 
 
 class DataSpec(Model):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel("self.source != 'tokens' || has(self.path)", "data.path is required when source is tokens", ".path"),
-            ]
-        }
-    )
-
     source: DataSource = Field(DataSource.SYNTHETIC, description="synthetic | tokens (memmap file) | corpus (built-in text).")
-    path: str | None = Field(None, description="Token file on shared storage (source tokens).")
+    path: str | None = Field(None, max_length=4096, description="Token file on shared storage (source tokens).")
     dtype: TokenDtype = Field(TokenDtype.UINT16, description="Token file dtype.")
     seq_len: int = Field(256, ge=8, le=1 << 20, description="Sequence length in tokens.")
 
 
 class LrSchedule(Model):
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, le=1 << 31)
     decay: LrDecay = LrDecay.COSINE
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
 
 
 class TrainingSpec(Model):
-    steps: int = Field(100, ge=1, description="Optimizer steps to run.")
-    global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step, all ranks.")
+    steps: int = Field(100, ge=1, le=1 << 40, description="Optimizer steps to run.")
+    global_batch_size: int = Field(8, ge=1, le=1 << 24, description="Sequences per optimizer step, all ranks.")
     micro_batch_size: int = Field(
-        1, ge=1,
+        1, ge=1, le=1 << 24,
         description="Sequences per forward per data-parallel rank (gradient accumulation = global / (micro × data)). Ignored with pipeline > 1 (microbatches split the local batch).",
     )
     lr: float = Field(3e-4, gt=0.0, le=10.0)
-    weight_decay: float = Field(0.1, ge=0.0)
+    weight_decay: float = Field(0.1, ge=0.0, le=10.0)
     lr_schedule: LrSchedule = Field(default_factory=LrSchedule)
     precision: Precision = Field(Precision.BF16, description="Compute precision on GPU (CPU runs fp32).")
     activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.NONE
-    grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm; 0 disables.")
+    grad_clip: float = Field(1.0, ge=0.0, le=1e6, description="Max global gradient norm; 0 disables.")
     grad_compression: GradCompression = Field(GradCompression.NONE, description="DDP communication hook (zero 0).")
-    seed: int = Field(1234, ge=0)
-    log_every: int = Field(1, ge=1)
+    seed: int = Field(1234, ge=0, le=(1 << 63) - 1)
+    log_every: int = Field(1, ge=1, le=1 << 31)
 
 
 class CheckpointSpec(Model):
-    volume: KubeObject | None = Field(
+    volume: VolumeSource | None = Field(
         None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}."
     )
-    mount_path: str = Field("/checkpoints", pattern=r"^/")
-    interval_steps: int = Field(0, ge=0, description="Save every N steps; 0 saves only at the end.")
-    keep_last: int = Field(3, ge=1)
+    mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024, default="/checkpoints")
+    interval_steps: int = Field(0, ge=0, le=1 << 31, description="Save every N steps; 0 saves only at the end.")
+    keep_last: int = Field(3, ge=1, le=1000)
     async_save: bool = Field(True, alias="async", description="Stage, then write in the background.")
     resume: bool = Field(True, description="Resume from the last committed checkpoint.")
     export_consolidated: bool = Field(False, description="Write a consolidated model at the end.")
 
+    rules = (
+        Rule(" && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')" for p in RESERVED_MOUNT_PATHS),
+             f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
+             lambda c: not any(c.mount_path.rstrip("/") == p or c.mount_path.startswith(p + "/") for p in RESERVED_MOUNT_PATHS),
+             ".mountPath"),
+    )
+
 
 class TopologySpec(Model):
-    required: str | None = Field(None, description="All pods inside one domain of this level (label key or level name).")
-    preferred: str | None = Field(None, description="Best effort: as few domains of this level as possible.")
+    required: str | None = bounded_str(P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME, default=None,
+                                       description="All pods inside one domain of this level (label key or level name).")
+    preferred: str | None = bounded_str(P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME, default=None,
+                                        description="Best effort: as few domains of this level as possible.")
 
 
 class SchedulingSpec(Model):
     backend: GangBackend = Field(GangBackend.NATIVE, description="Gang backend.")
-    gang_timeout_seconds: int = Field(600, ge=0, description="How long a gang may wait for placement; 0 = forever.")
+    gang_timeout_seconds: int = Field(600, ge=0, le=1 << 31, description="How long a gang may wait for placement; 0 = forever.")
     on_gang_timeout: GangTimeoutPolicy = Field(GangTimeoutPolicy.WAIT)
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    priority_class_name: str | None = None
-    queue: str | None = Field(None, description="Queue (Kueue LocalQueue / Volcano queue).")
-    scheduler_name: str | None = Field(None, description="Override the pods' schedulerName.")
+    priority_class_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None)
+    queue: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None,
+                                    description="Queue (Kueue LocalQueue / Volcano queue).")
+    scheduler_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None,
+                                             description="Override the pods' schedulerName.")
 
 
 class NetworkSpec(Model):
-    profile: str = Field("default", description="Cluster network profile (operator config).")
-    nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL/torch env overrides (debug variables allowed here).")
+    profile: str = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default="default",
+                               description="Cluster network profile (operator config).")
+    nccl_env: dict[str, str] = Field(default_factory=dict, max_length=128,
+                                     description="NCCL/torch env overrides (debug variables allowed here).")
     host_network: bool = Field(False, description="Run pods on the host network (RDMA without CNI).")
+
+    rules = (
+        Rule(f"self.ncclEnv.all(k, k.matches(r'{P.C_IDENTIFIER}') && size(k) <= 256 && !k.startsWith('{C.ENV_RESERVED_PREFIX}') && size(self.ncclEnv[k]) <= 4096)",
+             f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*), values at most 4096 characters",
+             lambda n: _keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
+             and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env)
+             and all(len(v) <= 4096 for v in n.nccl_env.values()), ".ncclEnv"),
+    )
 
 
 class FailurePolicy(Model):
-    max_restarts: int = Field(3, ge=0, description="Whole-gang restarts before the job fails.")
-    retryable_exit_codes: list[int] = Field(
+    max_restarts: int = Field(3, ge=0, le=10000, description="Whole-gang restarts before the job fails.")
+    retryable_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
         default_factory=list, max_length=256,
         description="Exit codes always retried, besides 128-255 (signals) which are retryable by default.",
     )
-    permanent_exit_codes: list[int] = Field(
+    permanent_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
         default_factory=list, max_length=256, description="Exit codes that fail the job at once, even if 128-255."
     )
-    backoff_seconds: int = Field(10, ge=0, description="First restart delay; doubles each restart.")
-    max_backoff_seconds: int = Field(300, ge=0)
-    hang_timeout_seconds: int = Field(0, ge=0, description="Restart when no step progress for this long; 0 = off.")
+    backoff_seconds: int = Field(10, ge=0, le=86400, description="First restart delay; doubles each restart.")
+    max_backoff_seconds: int = Field(300, ge=0, le=86400)
+    hang_timeout_seconds: int = Field(0, ge=0, le=1 << 31, description="Restart when no step progress for this long; 0 = off.")
+
+    rules = (
+        Rule("!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
+             "an exit code cannot be both retryable and permanent",
+             lambda f: not set(f.retryable_exit_codes) & set(f.permanent_exit_codes)),
+    )
 
 
 class ElasticSpec(Model):
     """Run with fewer nodes (down to minNodes) when the gang cannot be placed for
     replaceTimeoutSeconds; grow back towards spec.nodes when capacity returns."""
 
-    min_nodes: int = Field(..., ge=1)
-    max_nodes: int = Field(..., ge=1)
+    min_nodes: int = Field(..., ge=1, le=16384)
+    max_nodes: int = Field(..., ge=1, le=16384)
     replace_timeout_seconds: int = Field(
-        120, ge=0, description="Wait this long for a replacement node before shrinking; also the least time at one size before growing."
+        120, ge=0, le=1 << 31, description="Wait this long for a replacement node before shrinking; also the least time at one size before growing."
     )
+
+    rules = (
+        Rule("self.minNodes <= self.maxNodes", "elastic.minNodes must be <= elastic.maxNodes",
+             lambda e: e.min_nodes <= e.max_nodes, ".minNodes"),
+    )
+
+
+# --- Rules of the whole spec ------------------------------------------------------------------
+# "Built-in runtime" rules hold only for jobs that set spec.model (the runtime trains it);
+# a command-only job is the user's own script: its only layout is nodes × procsPerNode.
+_RUNTIME = "!has(self.model) || "
+
+
+def _runtime(holds):
+    return lambda s: s.model is None or holds(s)
+
+
+def _multi_node(s) -> bool:
+    return s.nodes > 1 or (s.elastic is not None and s.elastic.max_nodes > 1)
+
+
+_MULTI_NODE_CEL = "(self.nodes > 1 || (has(self.elastic) && self.elastic.maxNodes > 1))"
+_PER_NODE_CEL = " || ".join(f"has(self.checkpoint.volume.{s})" for s in PER_NODE_SOURCES)
+
+SPEC_RULES = (
+    Rule("has(self.model) || has(self.command)",
+         "set model (built-in runtime) or command (your own entrypoint)",
+         lambda s: s.model is not None or s.command is not None, ".model"),
+    Rule(_RUNTIME + "(self.nodes * self.procsPerNode) % (self.parallelism.tensor * self.parallelism.pipeline) == 0",
+         "nodes × procsPerNode must be divisible by parallelism.tensor × parallelism.pipeline",
+         _runtime(lambda s: s.world_size % (s.parallelism.tensor * s.parallelism.pipeline) == 0), ".parallelism"),
+    Rule(_RUNTIME + "!has(self.parallelism.data) || self.nodes * self.procsPerNode == self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline",
+         "nodes × procsPerNode must equal parallelism.data × tensor × pipeline",
+         _runtime(lambda s: s.parallelism.data is None
+                  or s.world_size == s.parallelism.data * s.parallelism.tensor * s.parallelism.pipeline), ".parallelism"),
+    Rule(_RUNTIME + "self.parallelism.tensor <= self.procsPerNode",
+         "parallelism.tensor must fit inside one node (tensor <= procsPerNode)",
+         _runtime(lambda s: s.parallelism.tensor <= s.procs_per_node), ".parallelism.tensor"),
+    Rule(_RUNTIME + "self.parallelism.pipelineSchedule != 'ZBVZeroBubble' || self.parallelism.virtualStages == 2",
+         "ZBVZeroBubble needs virtualStages = 2 (two stages per rank, V shape)",
+         _runtime(lambda s: s.parallelism.pipeline_schedule != "ZBVZeroBubble" or s.parallelism.virtual_stages == 2),
+         ".parallelism.virtualStages"),
+    Rule(_RUNTIME + "self.parallelism.pipelineSchedule in ['Interleaved1F1B', 'ZBVZeroBubble'] || self.parallelism.virtualStages == 1",
+         "virtualStages > 1 needs pipelineSchedule Interleaved1F1B or ZBVZeroBubble",
+         _runtime(lambda s: s.parallelism.pipeline_schedule in ("Interleaved1F1B", "ZBVZeroBubble")
+                  or s.parallelism.virtual_stages == 1), ".parallelism.virtualStages"),
+    Rule(_RUNTIME + "self.parallelism.pipeline == 1 || self.parallelism.microbatches >= self.parallelism.pipeline",
+         "pipeline microbatches must be >= pipeline",
+         _runtime(lambda s: s.parallelism.pipeline == 1 or s.parallelism.microbatches >= s.parallelism.pipeline),
+         ".parallelism.microbatches"),
+    Rule(_RUNTIME + "self.parallelism.pipeline == 1 || self.parallelism.pipelineSchedule != 'ZBVZeroBubble' || self.parallelism.microbatches >= self.parallelism.pipeline * self.parallelism.virtualStages",
+         "ZBVZeroBubble needs microbatches >= pipeline × virtualStages",
+         _runtime(lambda s: s.parallelism.pipeline == 1 or s.parallelism.pipeline_schedule != "ZBVZeroBubble"
+                  or s.parallelism.microbatches >= s.parallelism.pipeline * s.parallelism.virtual_stages),
+         ".parallelism.microbatches"),
+    Rule(_RUNTIME + "!has(self.parallelism.data) || self.parallelism.data % self.parallelism.replicate == 0",
+         "data must be a multiple of replicate (HSDP replica groups)",
+         _runtime(lambda s: s.parallelism.data is None or s.parallelism.data % s.parallelism.replicate == 0),
+         ".parallelism.replicate"),
+    Rule(_RUNTIME + "self.parallelism.replicate == 1 || self.parallelism.zero >= 2",
+         "replicate > 1 (HSDP) needs zero 2 or 3",
+         _runtime(lambda s: s.parallelism.replicate == 1 or s.parallelism.zero >= 2), ".parallelism.replicate"),
+    Rule(_RUNTIME + "!self.parallelism.cpuOffload || self.parallelism.zero == 3", "cpuOffload needs zero 3",
+         _runtime(lambda s: not s.parallelism.cpu_offload or s.parallelism.zero == 3), ".parallelism.cpuOffload"),
+    Rule(_RUNTIME + "self.data.source != 'tokens' || has(self.data.path)", "data.path is required when source is tokens",
+         _runtime(lambda s: s.data.source != "tokens" or s.data.path is not None), ".data.path"),
+    Rule("!has(self.elastic) || (self.elastic.minNodes <= self.nodes && self.nodes <= self.elastic.maxNodes)",
+         "elastic.minNodes <= nodes <= elastic.maxNodes",
+         lambda s: s.elastic is None or s.elastic.min_nodes <= s.nodes <= s.elastic.max_nodes, ".elastic"),
+    Rule("has(self.model) || self.failurePolicy.hangTimeoutSeconds == 0",
+         "hang detection reads the built-in runtime's progress endpoint; a command-only job reports no progress",
+         lambda s: s.model is not None or s.failure_policy.hang_timeout_seconds == 0,
+         ".failurePolicy.hangTimeoutSeconds"),
+    Rule(_RUNTIME + f"!{_MULTI_NODE_CEL} || self.checkpoint.intervalSteps == 0 || has(self.checkpoint.volume)",
+         "checkpoints of a multi-node job need shared storage (a volume every node can mount)",
+         _runtime(lambda s: not _multi_node(s) or s.checkpoint.interval_steps == 0 or s.checkpoint.volume is not None),
+         ".checkpoint.volume"),
+    Rule(f"!{_MULTI_NODE_CEL} || !has(self.checkpoint.volume) || !({_PER_NODE_CEL})",
+         "a multi-node job's checkpoints need storage every node shares; "
+         f"{', '.join(PER_NODE_SOURCES)} volumes live on one node and are lost on a gang restart "
+         "(use a ReadWriteMany persistentVolumeClaim, nfs or csi)",
+         lambda s: not _multi_node(s) or s.checkpoint.volume is None or s.checkpoint.volume.source() not in PER_NODE_SOURCES,
+         ".checkpoint.volume"),
+    Rule("self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))",
+         "every volumeMount must name a volume of spec.volumes",
+         lambda s: {m.name for m in s.volume_mounts} <= {v.name for v in s.volumes}, ".volumeMounts"),
+    Rule("!has(self.checkpoint.volume) || !self.volumeMounts.exists(m, m.mountPath == self.checkpoint.mountPath)",
+         "a volumeMount uses checkpoint.mountPath, where the checkpoint volume is mounted",
+         lambda s: s.checkpoint.volume is None or all(m.mount_path != s.checkpoint.mount_path for m in s.volume_mounts),
+         ".volumeMounts"),
+    Rule(f"self.nodeSelector.all(k, k.matches(r'{P.QUALIFIED_NAME}') && size(k) <= {P.MAX_QUALIFIED_NAME} && self.nodeSelector[k].matches(r'{P.LABEL_VALUE}') && size(self.nodeSelector[k]) <= {P.MAX_LABEL_VALUE})",
+         "nodeSelector keys must be label keys ([prefix/]name) and values label values (63 characters, alphanumeric at the ends)",
+         lambda s: _keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME)
+         and all(re.fullmatch(P.LABEL_VALUE, v) and len(v) <= P.MAX_LABEL_VALUE for v in s.node_selector.values()),
+         ".nodeSelector"),
+)
 
 
 class TrainingJobSpec(Model):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel("(self.nodes * self.procsPerNode) % (self.parallelism.tensor * self.parallelism.pipeline) == 0",
-                    "nodes × procsPerNode must be divisible by parallelism.tensor × parallelism.pipeline",
-                    ".parallelism"),
-                cel("!has(self.parallelism.data) || self.nodes * self.procsPerNode == self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline",
-                    "nodes × procsPerNode must equal parallelism.data × tensor × pipeline", ".parallelism"),
-                cel("self.parallelism.tensor <= self.procsPerNode",
-                    "parallelism.tensor must fit inside one node (tensor <= procsPerNode)", ".parallelism.tensor"),
-                cel("has(self.model) || has(self.command)",
-                    "set model (built-in runtime) or command (your own entrypoint)", ".model"),
-                cel("!has(self.elastic) || (self.elastic.minNodes <= self.nodes && self.nodes <= self.elastic.maxNodes)",
-                    "elastic.minNodes <= nodes <= elastic.maxNodes", ".elastic"),
-            ]
-        }
-    )
-
-    image: str = Field(..., min_length=1, description="Runtime image.")
+    image: str = bounded_str(P.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
     image_pull_policy: str = Field("IfNotPresent", json_schema_extra={"enum": ["Always", "IfNotPresent", "Never"]})
-    command: list[str] | None = Field(None, max_length=64, description="User entrypoint mode: replaces the runtime's command.")
-    args: list[str] | None = Field(None, max_length=256)
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=64, description="User entrypoint mode: replaces the runtime's command.")
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=256)
     nodes: int = Field(1, ge=1, le=16384, description="Pods (one per node).")
     procs_per_node: int = Field(1, ge=1, le=64, description="Worker processes per pod (usually GPUs per node).")
     resources: Resources = Field(default_factory=Resources)
     parallelism: Parallelism = Field(default_factory=Parallelism)
-    model: ModelSpec | None = None
+    model: ModelSpec | None = Field(None, description="Built-in runtime mode: what it trains. Absent for command-only jobs.")
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -317,15 +429,36 @@ class TrainingJobSpec(Model):
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     elastic: ElasticSpec | None = None
     suspend: bool = False
-    active_deadline_seconds: int | None = Field(None, ge=1)
-    ttl_seconds_after_finished: int | None = Field(None, ge=0)
-    env: list[KubeObject] = Field(default_factory=list, max_length=256, description="core/v1 EnvVar list added to the trainer.")
-    tolerations: list[KubeObject] = Field(default_factory=list, max_length=64)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    service_account_name: str | None = None
-    volumes: list[KubeObject] = Field(default_factory=list, max_length=64, description="Extra core/v1 Volumes.")
-    volume_mounts: list[KubeObject] = Field(default_factory=list, max_length=64, description="Extra core/v1 VolumeMounts for the trainer.")
+    active_deadline_seconds: int | None = Field(None, ge=1, le=1 << 40)
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, le=1 << 40)
+    env: list[EnvVar] = Field(default_factory=list, max_length=256, description="core/v1 EnvVar list added to the trainer.",
+                              json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    service_account_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None)
+    volumes: list[Volume] = Field(default_factory=list, max_length=64, description="Extra core/v1 Volumes.",
+                                  json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    volume_mounts: list[VolumeMount] = Field(
+        default_factory=list, max_length=64, description="Extra core/v1 VolumeMounts for the trainer.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
+
+    rules = SPEC_RULES
+
+    @field_validator("env")
+    @classmethod
+    def _env_unique(cls, v: list[EnvVar]) -> list[EnvVar]:
+        return _unique(v, "name", "env name")
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes_unique(cls, v: list[Volume]) -> list[Volume]:
+        return _unique(v, "name", "volume name")
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _mounts_unique(cls, v: list[VolumeMount]) -> list[VolumeMount]:
+        return _unique(v, "mount_path", "mountPath")
 
     # --- derived, not on the wire -------------------------------------------------------
     @property
@@ -336,6 +469,11 @@ class TrainingJobSpec(Model):
     def data_degree(self) -> int:
         p = self.parallelism
         return p.data if p.data is not None else self.world_size // (p.tensor * p.pipeline)
+
+    @property
+    def uses_runtime(self) -> bool:
+        """The built-in runtime trains this job (spec.model set); else it is a command-only job."""
+        return self.model is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def model_params(spec: Any) -> int | None:
     model = getattr(spec, "model", None)
     if model is None or not model.preset:
         return None
-    return resolve_shape(model.preset, model.overrides).num_params()
+    return resolve_shape(model.preset, model.overrides.as_dict()).num_params()
 
 
 def gradient_bytes(params: int, tensor: int = 1, pipeline: int = 1) -> int:

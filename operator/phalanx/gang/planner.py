@@ -85,7 +85,7 @@ class GangRequest:
             key=key,
             count=spec.nodes,
             requests=req,
-            tolerations=tuple(spec.tolerations or ()),
+            tolerations=tuple(t.to_kube() for t in spec.tolerations),
             node_selector=dict(spec.node_selector or {}),
             required=topo.required,
             preferred=topo.preferred,

@@ -18,9 +18,9 @@ from phalanx.render.network import NetworkWiring, apply_network
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
 TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
-CHECKPOINT_VOLUME = "checkpoint"
-CONFIG_VOLUME = "phalanx-config"
-SHM_VOLUME = "dshm"
+CHECKPOINT_VOLUME = C.VOLUME_CHECKPOINT
+CONFIG_VOLUME = C.VOLUME_CONFIG
+SHM_VOLUME = C.SHM_VOLUME_NAME
 
 
 def _env(name: str, value: Any) -> dict[str, str]:
@@ -83,10 +83,10 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
         {"name": SHM_VOLUME, "mountPath": C.SHM_MOUNT_PATH},
     ]
     if spec.checkpoint.volume is not None:
-        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume})
+        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume.to_kube()})
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
-    volumes += [dict(v) for v in spec.volumes]
-    mounts += [dict(m) for m in spec.volume_mounts]
+    volumes += [v.to_kube() for v in spec.volumes]
+    mounts += [m.model_dump(by_alias=True, mode="json", exclude_none=True) for m in spec.volume_mounts]
     return volumes, mounts
 
 
@@ -108,7 +108,7 @@ def build_pod(
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": list(spec.command) if spec.command else list(RUNTIME_COMMAND),
-        "env": rendezvous_env(job, rank, attempt, master_port) + [dict(e) for e in spec.env],
+        "env": rendezvous_env(job, rank, attempt, master_port) + [e.to_kube() for e in spec.env],
         "ports": [
             {"name": "rendezvous", "containerPort": master_port, "protocol": "TCP"},
             {"name": "progress", "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
@@ -135,7 +135,7 @@ def build_pod(
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+        pod_spec["tolerations"] = [t.to_kube() for t in spec.tolerations]
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.scheduling.priority_class_name:

@@ -1,0 +1,56 @@
+"""The base of every API model and the scalar types shared by the TrainingJob and operator config."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from phalanx.api import patterns as P
+from phalanx.api.rules import Rule, add_cel
+
+# Free-form Kubernetes content (inside a typed VolumeSource, EnvVarSource, ...): the API server
+# validates it when the operator creates the pods (and the operator dry-runs a pod first).
+KubeObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+
+QUANTITY_SCHEMA = {
+    "x-kubernetes-int-or-string": True,
+    "pattern": P.QUANTITY,
+    "maxLength": 64,
+    "x-kubernetes-validations": [{
+        "rule": "type(self) != int || self >= 0",
+        "message": "must be a non-negative quantity such as 8, 500m or 64Gi",
+    }],
+}
+
+
+def _quantity(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and len(value) <= 64 and re.fullmatch(P.QUANTITY, value):
+        return value
+    raise PydanticCustomError("quantity", "'{value}' must be " + P.DESCRIPTIONS[P.QUANTITY], {"value": value})
+
+
+# A non-negative resource quantity: an integer or a Kubernetes quantity string.
+Quantity = Annotated[int | str, PlainValidator(_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
+
+
+def bounded_str(pattern: str | None = None, max_length: int = 253, **kw: Any) -> Any:
+    """A string field with a format and a length bound (CEL cost estimates need the bound)."""
+    return Field(pattern=pattern, max_length=max_length, **kw)
+
+
+class Model(BaseModel):
+    """camelCase on the wire, unknown fields refused, enums as their values.
+
+    ``rules``: the class's cross-field rules (CEL in the CRD, Python in validate)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True,
+        validate_default=True, allow_inf_nan=False, json_schema_extra=add_cel,
+    )
+    rules: ClassVar[tuple[Rule, ...]] = ()
