@@ -42,6 +42,13 @@ RUNTIME_CONFIG_DIR = "/etc/phalanx"
 RUNTIME_CONFIG_FILE = "config.json"
 RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
 SHM_MOUNT_PATH = "/dev/shm"
+# Writable scratch (HOME, caches, TMPDIR) on an emptyDir: pods may run with a read-only image.
+PHALANX_MOUNT_ROOT = "/phalanx"
+SCRATCH_MOUNT_PATH = f"{PHALANX_MOUNT_ROOT}/scratch"
+# The operator's own volumes in every worker pod (users' volumes may not take these names).
+VOLUME_CHECKPOINT = "checkpoint"
+VOLUME_CONFIG = "phalanx-config"
+VOLUME_SCRATCH = "phalanx-scratch"
 DEFAULT_SHM_SIZE = "2Gi"
 CONTAINER_NAME = "trainer"
 
@@ -62,6 +69,8 @@ ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
 ENV_PET_RDZV_ID = "PET_RDZV_ID"
 ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
 ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
+# Users' env may not set PHALANX_* (the operator's contract with the runtime).
+ENV_RESERVED_PREFIX = "PHALANX_"
 ENV_CONFIG_PATH = "PHALANX_CONFIG"
 ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
@@ -74,6 +83,12 @@ ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
 ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
+# Prometheus label keys of per-job series (operator and runtime). Not `job`: Prometheus sets
+# `job` on every target (the scrape job), so an exported `job` would be renamed `exported_job`.
+METRIC_LABEL_NAMESPACE = "namespace"
+METRIC_LABEL_JOB = "trainingjob"
+# Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
+METRICS_LOG_FILE = "metrics.jsonl"
 
 # Extended resources.
 RESOURCE_GPU = "nvidia.com/gpu"
@@ -127,3 +142,25 @@ KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 # Kubernetes Workload API (KEP-4671).
 WORKLOAD_API_GROUP = "scheduling.k8s.io"
 WORKLOAD_POD_GROUP_NAME = "workers"
+
+# --- Stopping (runtime/phalanx_runtime/lifetime.py, docs/runtime.md "Stopping and preemption") ---
+# After SIGTERM a worker has this long to reach a step boundary and checkpoint; then its watchdog
+# ends it (exit 143, no checkpoint, the reason in its log). Each layer above waits one
+# STOP_ESCALATION_SECONDS more: torchrun's agent SIGKILLs its workers at +1, the launcher exits at
+# +2, `phalanx local` SIGKILLs what is left at +3 — all inside the pod's 120 s grace period.
+ENV_STOP_GRACE_SECONDS = "PHALANX_STOP_GRACE_SECONDS"
+STOP_GRACE_SECONDS = 90  # in pods (render/pod.py TERMINATION_GRACE_SECONDS = 120)
+LOCAL_STOP_GRACE_SECONDS = 30  # `phalanx local`
+STOP_ESCALATION_SECONDS = 5
+# The pid a runtime process expects as its parent; it dies with that parent (PR_SET_PDEATHSIG).
+ENV_PARENT_PID = "PHALANX_PARENT_PID"
+
+# --- Untrusted progress and checkpoint provenance (lifecycle/progress.py, components/checkpoint.py) ---
+# The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
+# one written by an earlier job of the same name.
+ENV_JOB_UID = "PHALANX_JOB_UID"
+COND_LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
+COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
+REASON_LOSS_NOT_FINITE = "LossNotFinite"
+REASON_LOSS_FINITE = "LossFinite"
+REASON_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
