@@ -14,7 +14,9 @@ from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants as C
 from phalanx.gang.pins import pin_affinity
+from phalanx.lifecycle.progress import MAX_BYTES, http_body
 from phalanx.lifecycle.reconcile import Plan
+from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS, PODS_CREATED
 
 log = logging.getLogger("phalanx.kube")
@@ -61,30 +63,32 @@ class Kube:
             API_REQUESTS.labels(verb).inc()
             return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
-    async def create(self, obj: dict[str, Any]) -> bool:
-        """Create a child; an existing one (409) counts as done. Returns True if created."""
+    async def create(self, obj: dict[str, Any], dry_run: bool = False) -> bool:
+        """Create a child; an existing one (409) counts as done. Returns True if created.
+        ``dry_run``: validated and admitted by the API server, not persisted."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        extra = {"dry_run": "All"} if dry_run else {}
         if kind in CUSTOM_PLURALS:
-            return await self.create_custom(obj, CUSTOM_PLURALS[kind])
+            return await self.create_custom(obj, CUSTOM_PLURALS[kind], **extra)
         fn = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
         }[kind]
         try:
-            await self._call("create", fn, ns, obj)
+            await self._call("create", fn, ns, obj, **extra)
         except ApiException as exc:
             if exc.status == 409:
                 return False
             raise
-        if kind == "Pod":
+        if kind == "Pod" and not dry_run:
             PODS_CREATED.inc()
         return True
 
-    async def create_custom(self, obj: dict[str, Any], plural: str) -> bool:
+    async def create_custom(self, obj: dict[str, Any], plural: str, **extra: Any) -> bool:
         group, version = obj["apiVersion"].split("/")
         try:
-            await self._call("create", self.custom.create_namespaced_custom_object, group, version, obj["metadata"]["namespace"], plural, obj)
+            await self._call("create", self.custom.create_namespaced_custom_object, group, version, obj["metadata"]["namespace"], plural, obj, **extra)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -135,53 +139,97 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def get_progress(self, pod_ip: str, port: int = C.PROGRESS_PORT, timeout: float = 1.0) -> dict[str, Any] | None:
-        """Rank 0's JSON progress endpoint; None when unreachable."""
+    async def get_progress(self, pod_ip: str, port: int = C.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:
+        """Rank 0's progress body, unparsed: it is untrusted (lifecycle.progress.parse_progress).
+        None when unreachable, slower than ``timeout``, not 200, or over the size limit."""
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(pod_ip, port), timeout)
+            return await asyncio.wait_for(http_get(pod_ip, port, "/progress"), timeout)
         except (OSError, TimeoutError):
             return None
-        try:
-            writer.write(f"GET /progress HTTP/1.0\r\nHost: {pod_ip}\r\n\r\n".encode())
-            await writer.drain()
-            raw = await asyncio.wait_for(reader.read(1 << 20), timeout)
-            body = raw.split(b"\r\n\r\n", 1)[1]
-            return json.loads(body)
-        except (OSError, TimeoutError, IndexError, ValueError):
-            return None
-        finally:
-            writer.close()
 
-    async def _create_all(self, objs: list[dict[str, Any]]) -> list[str]:
+    async def _create_all(self, objs: list[dict[str, Any]], dry_run: bool = False) -> list[Refusal]:
         """Create concurrently; return the API server's refusals (quota, admission, ...)."""
-        results = await asyncio.gather(*(self.create(o) for o in objs), return_exceptions=True)
+        results = await asyncio.gather(*(self.create(o, dry_run=dry_run) for o in objs), return_exceptions=True)
         refusals = []
         for obj, result in zip(objs, results, strict=True):
             if isinstance(result, ApiException) and result.status and 400 <= result.status < 500:
-                refusals.append(f"{obj['kind']} {obj['metadata']['name']}: {_api_message(result)}")
+                refusals.append(Refusal(obj["kind"], obj["metadata"]["name"], result.status, _api_message(result)))
             elif isinstance(result, BaseException):
                 raise result
         return refusals
 
-    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> list[str]:
+    async def _create_pods(self, pods: list[dict[str, Any]]) -> list[Refusal]:
+        """Slow start, as the Job controller: batches of 1, 2, 4, ... so a refusal (quota, a
+        webhook) costs one request, not one per missing pod; stop at the first refused batch."""
+        done, batch = 0, 1
+        while done < len(pods):
+            refusals = await self._create_all(pods[done:done + batch])
+            if refusals:
+                return refusals
+            done += batch
+            batch = min(batch * 2, max(self.concurrency, 1))
+        return []
+
+    async def force_delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            await self._call("delete", self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _dry_run(self, plan: Plan) -> list[Refusal]:
+        """Every new kind of object once (the first pod stands for its gang) with dryRun=All:
+        admission and validation answer without anything being created."""
+        sample, kinds = [], set()
+        for obj in plan.create:
+            if obj["kind"] not in kinds:
+                kinds.add(obj["kind"])
+                sample.append(obj)
+        return await self._create_all(sample, dry_run=True)
+
+    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> list[Refusal]:
         """Deletes first (old attempts must go before new pods take their hostnames), then creates
         (Service and ConfigMap before pods), then releases the gang, then the status.
-        Returns the creations the API server refused."""
-        if plan.delete_pods:
-            await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods))
-        refusals: list[str] = []
+        Returns the creations the API server refused (nothing is created after a refusal)."""
+        if plan.delete_pods or plan.force_delete_pods:
+            await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods),
+                                 *(self.force_delete_pod(namespace, p) for p in plan.force_delete_pods))
+        if plan.dry_run and plan.create:
+            refusals = await self._dry_run(plan)
+            if refusals:
+                return refusals
         if plan.update:  # before new pods read it
             await asyncio.gather(*(self.update_config_map(o) for o in plan.update))
         if plan.create:
-            refusals += await self._create_all([o for o in plan.create if o["kind"] != "Pod"])
-            refusals += await self._create_all([o for o in plan.create if o["kind"] == "Pod"])
-        if plan.release and not refusals:
+            refusals = await self._create_all([o for o in plan.create if o["kind"] != "Pod"])
+            refusals = refusals or await self._create_pods([o for o in plan.create if o["kind"] == "Pod"])
+            if refusals:
+                return refusals
+        if plan.release:
             await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
         if plan.status is not None:
             await self.patch_status(namespace, name, plan.status, before_status)
         if plan.delete_job:
             await self.delete_job(namespace, name)
-        return refusals
+        return []
+
+async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 4096) -> bytes | None:
+    """One HTTP/1.0 GET, read to EOF (at most ``limit`` bytes with the headers). A single read()
+    returns whatever arrived first — often the headers without the body, when the server sends
+    them apart: a progress poll then read as failed (the demo's stalled step count)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        raw = b""
+        while len(raw) <= limit:
+            chunk = await reader.read(limit + 1 - len(raw))
+            if not chunk:
+                return http_body(raw)
+            raw += chunk
+        return None  # larger than any valid report: not read further
+    finally:
+        writer.close()
 
 
 def _api_message(exc: ApiException) -> str:

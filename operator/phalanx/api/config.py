@@ -84,3 +84,6 @@ class OperatorConfig(Model):
         120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
     )
     default_shm_size: Quantity = "2Gi"
+    force_delete_after_seconds: int = Field(
+        60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
+        "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")

@@ -8,7 +8,7 @@ names are deterministic and pods of an older attempt are always deleted.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -22,11 +22,13 @@ from phalanx.api.types import (
     Phase,
     PlacementStatus,
     TrainingJob,
-    TrainingJobStatus,
 )
-from phalanx.lifecycle.conditions import get_condition, is_true, set_condition
+from phalanx.lifecycle.conditions import get_condition, is_true
 from phalanx.lifecycle.elastic import active_size, at_size, runnable_sizes
 from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, pod_rank
+from phalanx.lifecycle.progress import parse_progress
+from phalanx.lifecycle.status import StatusView as _Status
+from phalanx.lifecycle.status import iso as _iso
 from phalanx.render.job import render_children
 from phalanx.render.names import config_map_name, pod_name, service_name, spec_hash
 from phalanx.validate import validate_job
@@ -44,6 +46,7 @@ class GangDecision:
     placement: dict[str, Any] | None = None
 
 
+MAX_ETA_SECONDS = 2**31 - 1  # estimatedRemainingSeconds from a huge stepTimeSeconds stays an int32
 GangStep = Callable[[TrainingJob, list[dict[str, Any]]], GangDecision]
 # Could a gang of this job (at some size) be placed now, its own pods' capacity counted as free?
 Fits = Callable[[TrainingJob], bool]
@@ -59,7 +62,7 @@ class Observed:
     pods: list[dict[str, Any]]
     service_exists: bool = True
     config_map_exists: bool = True
-    progress: dict[str, Any] | None = None  # rank 0's progress endpoint, if reachable
+    progress: Any = None  # rank 0's progress report, if reachable (untrusted: parsed in decide)
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
     config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
 
@@ -75,10 +78,9 @@ class Plan:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     delete_job: bool = False
     requeue_after: float | None = None
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Dry-run the new attempt's objects first: a permanent refusal then leaves nothing behind.
+    dry_run: bool = False
+    force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on lost nodes
 
 
 def _parse(ts: str | None) -> datetime | None:
@@ -112,40 +114,6 @@ def _alive(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
 
 
-class _Status:
-    """Mutable view of the status with helpers that record transitions."""
-
-    def __init__(self, raw: dict[str, Any] | None, generation: int | None, now: datetime):
-        self.s = TrainingJobStatus.model_validate(raw or {})
-        self.before = self.s.model_dump(by_alias=True, mode="json", exclude_none=True)
-        self.generation = generation
-        self.now = _iso(now)
-        self.events: list[tuple[str, str, str]] = []
-
-    def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
-        self.s.conditions = set_condition(self.s.conditions, type_, status, reason, message, self.now, self.generation)
-
-    def phase(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
-        if self.s.phase != phase:
-            self.events.append(("Warning" if warning else "Normal", reason, message or f"phase {phase}"))
-        self.s.phase = phase
-        self.s.message = message or None
-
-    def finish(self, phase: Phase, reason: str, message: str) -> None:
-        failed = phase == Phase.FAILED
-        self.phase(phase, reason, message, warning=failed)
-        self.cond(C.COND_SUCCEEDED, not failed, reason, message)
-        self.cond(C.COND_FAILED, failed, reason, message)
-        self.cond(C.COND_RUNNING, False, reason, message)
-        self.cond(C.COND_RESTARTING, False, reason, "")
-        self.s.completion_time = self.s.completion_time or self.now
-
-    def dump(self) -> dict[str, Any] | None:
-        self.s.observed_generation = self.generation
-        after = self.s.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return after if after != self.before else None
-
-
 def decide(
     obj: dict[str, Any],
     observed: Observed,
@@ -160,7 +128,11 @@ def decide(
     plan = Plan()
     job, problems = validate_job(obj, config)
 
+    reports: list[dict[str, Any] | None] = []  # rank 0's progress: applied last, whatever returns
+
     def done() -> Plan:
+        for report in reports:
+            _apply_progress(st, report, st.s.total_steps or 0, meta.get("uid"))
         plan.status = st.dump()
         plan.events = st.events
         return plan
@@ -168,6 +140,10 @@ def decide(
     # An earlier job of this name may still be terminating its pods (same names, its own
     # checkpoint save on SIGTERM): never adopt or touch them; create nothing until they are gone.
     predecessors = [p for p in observed.pods if _predecessor(p, meta.get("uid"))]
+    plan.force_delete_pods = _stuck_terminating(observed.pods, observed.lost_nodes, now, config.force_delete_after_seconds)
+    for pod in plan.force_delete_pods:
+        st.events.append(("Warning", C.REASON_FORCE_DELETED, f"pod {pod} stuck terminating on a lost node for over "
+                          f"{config.force_delete_after_seconds}s; deleted with grace period 0"))
     if predecessors:
         observed = replace(observed, pods=[p for p in observed.pods if p not in predecessors], progress=None)
 
@@ -186,6 +162,8 @@ def decide(
     if spec.elastic is not None:
         st.s.active_nodes = active
     st.cond(C.COND_VALID, True, "Validated", "spec is valid")
+    if get_condition(st.s.conditions, C.COND_RECONCILED) is not None:  # recovered from a ReconcileError
+        st.cond(C.COND_RECONCILED, True, "Reconciled", "")
     st.s.total_nodes = spec.nodes
     st.s.world_size = spec.world_size
     st.s.total_steps = spec.training.steps
@@ -194,8 +172,9 @@ def decide(
         st.s.message = f"waiting for {len(predecessors)} pods of an earlier job named {meta.get('name')} to terminate"
         plan.requeue_after = 2.0
         return done()
-    _apply_progress(st, observed.progress, spec.training.steps)
-    _apply_progress(st, final_progress(observed.pods, st.s.restart_attempt), spec.training.steps)
+    # Progress comes from user code: applied in done(), after suspend, deadline and failure checks
+    # have decided, so it can change nothing but the progress fields (parsed strictly there).
+    reports += [observed.progress, final_progress(observed.pods, st.s.restart_attempt)]
 
     # 2. Finished jobs: free what still runs, then wait for the TTL.
     if st.s.phase in TERMINAL_PHASES:
@@ -297,6 +276,7 @@ def decide(
             plan.create.append(child)
         elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.nodes:
             plan.create.append(child)  # gang-backend objects (PodGroup, Workload) before pods
+    plan.dry_run = not current and any(c["kind"] == "Pod" for c in plan.create)
     if st.s.phase == Phase.PENDING and not current:
         st.events.append(("Normal", "Creating", f"creating {spec.nodes} pods (attempt {attempt})"))
     if stale:
@@ -370,35 +350,62 @@ def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] |
         if _attempt(pod) != attempt or pod["metadata"]["labels"].get(C.LABEL_NODE_RANK) != "0":
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
-            try:
-                final = json.loads(message) if message else None
-            except ValueError:
-                continue
-            if isinstance(final, dict) and "step" in final:
+            final = parse_progress(((cs.get("state") or {}).get("terminated") or {}).get("message"))
+            if final and "step" in final:
                 return final
     return None
 
 
-def _apply_progress(st: _Status, progress: dict[str, Any] | None, total: int) -> None:
-    if not progress:
+def _apply_progress(st: _Status, progress: Any, total: int, uid: str | None) -> None:
+    """A progress report (untrusted: parsed here again, whatever the caller did) into the status."""
+    report = parse_progress(progress)
+    if not report:
         return
-    step = progress.get("step")
+    step = report.get("step")
     if step is not None and step != st.s.step:
         st.s.last_progress_time = st.now
     st.s.step = step if step is not None else st.s.step
-    if progress.get("loss") is not None:
-        st.s.loss = round(float(progress["loss"]), 6)
-    if progress.get("tokensPerSecond") is not None:
-        st.s.tokens_per_second = round(float(progress["tokensPerSecond"]), 1)
+    if "loss" in report:
+        _apply_loss(st, report["loss"])
+    if report.get("tokensPerSecond") is not None:
+        st.s.tokens_per_second = round(report["tokensPerSecond"], 1)
     if st.s.step is not None and total:
         st.s.progress_percentage = min(100, int(100 * st.s.step / total))
-    step_time = progress.get("stepTimeSeconds")
+    step_time = report.get("stepTimeSeconds")
     if step_time and st.s.step is not None:
-        st.s.estimated_remaining_seconds = int(max(0, total - st.s.step) * float(step_time))
-    ckpt = progress.get("lastCheckpoint")
-    if ckpt:
-        st.s.last_checkpoint = CheckpointStatus.model_validate(ckpt)
+        st.s.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - st.s.step) * step_time))
+    if report.get("lastCheckpoint"):
+        st.s.last_checkpoint = CheckpointStatus.model_validate(report["lastCheckpoint"])
+    if report.get("resumedFrom") and report["resumedFrom"]["uid"] != uid:
+        _resumed_from_predecessor(st, report["resumedFrom"])
+
+
+def _apply_loss(st: _Status, loss: float) -> None:
+    """A finite loss goes into the status; NaN/±inf (a diverged run) never does — it is not JSON,
+    and the status patch would fail from then on — it sets LossNotFinite and a Warning Event."""
+    diverged = get_condition(st.s.conditions, C.COND_LOSS_NOT_FINITE)
+    if math.isfinite(loss):
+        st.s.loss = round(loss, 6)
+        if diverged is not None and diverged.status == "True":
+            st.cond(C.COND_LOSS_NOT_FINITE, False, C.REASON_LOSS_FINITE, f"loss {st.s.loss} at step {st.s.step}")
+        return
+    st.s.loss = None
+    message = f"rank 0 reported loss {loss} at step {st.s.step}: training diverged"
+    if diverged is None or diverged.status != "True":
+        st.events.append(("Warning", C.REASON_LOSS_NOT_FINITE, message))
+    st.cond(C.COND_LOSS_NOT_FINITE, True, C.REASON_LOSS_NOT_FINITE, message)
+
+
+def _resumed_from_predecessor(st: _Status, resumed: dict[str, Any]) -> None:
+    """The runtime resumed a checkpoint another job uid wrote (checkpoint.resume: true, an earlier
+    job of this name): say so in the status message, a condition and one Event."""
+    who = f"uid {resumed['uid']}" if resumed["uid"] else "an unrecorded uid"
+    message = f"resumed from checkpoint step {resumed['step']} of an earlier job with this name ({who})"
+    if not is_true(st.s.conditions, C.COND_RESUMED_FROM_PREDECESSOR):
+        st.events.append(("Normal", C.REASON_RESUMED_FROM_PREDECESSOR, message))
+    st.cond(C.COND_RESUMED_FROM_PREDECESSOR, True, C.REASON_RESUMED_FROM_PREDECESSOR, message)
+    if st.s.phase == Phase.RUNNING and message not in (st.s.message or ""):
+        st.s.message = f"{st.s.message}; {message}" if st.s.message else message
 
 
 def _first_failure(st: _Status, current: list[dict], spec, now: datetime, observed: Observed) -> Failure | None:
@@ -417,7 +424,9 @@ def _first_failure(st: _Status, current: list[dict], spec, now: datetime, observ
             return Failure(f"rank {missing[0]}", missing[0], "PodLost", "pod disappeared (deleted, or its node is gone)", None, True)
     hang = spec.failure_policy.hang_timeout_seconds
     last = _parse(st.s.last_progress_time) or _parse(st.s.start_time)
-    if hang and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
+    # A step reported in this very pass is progress (it is applied to the status only in done()).
+    fresh = (parse_progress(observed.progress) or {}).get("step") not in (None, st.s.step)
+    if hang and not fresh and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
         return Failure("rank 0", 0, "Hang", f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})", None, True)
     return None
 
@@ -447,6 +456,23 @@ def _on_failure(st: _Status, plan: Plan, failure: Failure, current: list[dict], 
     plan.requeue_after = max(float(delay), 0.5)
     _count_ready(st, [])
     return done()
+
+
+def _stuck_terminating(pods: list[dict], lost_nodes: frozenset[str], now: datetime, timeout: int) -> list[str]:
+    """Pods whose grace period ended ``timeout`` s ago on a node that is gone or NotReady: no
+    kubelet will ever confirm their deletion, and their hostnames block the next gang."""
+    stuck = []
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in lost_nodes:
+            continue
+        try:
+            deleting = _parse(pod["metadata"].get("deletionTimestamp"))
+        except ValueError:
+            continue
+        if deleting is not None and (now - deleting).total_seconds() > timeout:
+            stuck.append(pod["metadata"]["name"])
+    return stuck
 
 
 def _unbound_too_long(st: _Status, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
@@ -490,12 +516,3 @@ def _phase_from_pods(st: _Status, current: list[dict], nodes: int, now: datetime
         return
     if st.s.phase not in (Phase.RESTARTING,):
         st.phase(Phase.PENDING, "Pending", f"{len(current)}/{nodes} pods created")
-
-
-def refused_status(obj: dict[str, Any], refusals: list[str], now: datetime) -> dict[str, Any]:
-    """Status after the API server refused some creations: Created=False with its words."""
-    st = _Status(obj.get("status"), obj.get("metadata", {}).get("generation"), now)
-    message = "; ".join(refusals[:3]) + (f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else "")
-    st.cond(C.COND_CREATED, False, "CreateRefused", message)
-    st.s.message = message
-    return st.s.model_dump(by_alias=True, mode="json", exclude_none=True)
