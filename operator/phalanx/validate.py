@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +33,9 @@ MAX_CONFIG_MAP_BYTES = 1 << 20  # the API server refuses larger ConfigMaps
 class Problem:
     field: str
     message: str
+    # "api": the API server refuses it too (schema, CEL); "operator": only the operator's rules
+    # (semantics, the cluster's config, what CEL cannot afford) — refused before anything exists.
+    source: str = "api"
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
@@ -64,8 +67,7 @@ def schema_problems(error: ValidationError, prefix: str = "spec") -> list[Proble
 
 def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None) -> Any:
     """``value`` as the API server receives it from kubectl: nulls pruned (the server drops null
-    fields before defaulting), whole floats as integers (JSON has one number type), YAML dates as
-    strings. Values JSON cannot carry (NaN, infinities, non-string keys) become problems."""
+    fields before defaulting), YAML dates as strings. Values JSON cannot carry (NaN, infinities, non-string keys) become problems."""
     problems = problems if problems is not None else []
     if isinstance(value, dict):
         out = {}
@@ -82,7 +84,7 @@ def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None)
         if not math.isfinite(value):
             problems.append(Problem(path, f"{value} is not a number JSON can carry (NaN and infinities are refused)"))
             return None
-        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+        return value  # 2.0 stays a float: the API server's CEL refuses it where an integer is due
     if isinstance(value, bool | int | str) or value is None:
         return value
     return str(value)  # YAML timestamps: kubectl sends them as strings
@@ -134,7 +136,16 @@ def parse_job(obj: Any) -> TrainingJob:
     try:
         return TrainingJob.model_validate_json(json.dumps(doc), strict=True, by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise InvalidJob([Problem(_loc(err["loc"]), _message(err)) for err in exc.errors()]) from None
+        raise InvalidJob([_problem(err) for err in exc.errors()]) from None
+
+
+def _problem(err: Any) -> Problem:
+    value = err.get("input")
+    if err["type"] == "int_type" and isinstance(value, float) and value.is_integer():
+        # The API server stores 2.0 for an integer field; its CEL rules then refuse it where
+        # they read it, the runtime never should see it: refused here, whatever the field.
+        return Problem(_loc(err["loc"]), f"must be an integer, not {value} (write {int(value)})", "operator")
+    return Problem(_loc(err["loc"]), _message(err))
 
 
 def _message(err: Any) -> str:
@@ -190,7 +201,7 @@ def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
     problems = []
     for error in check_layout(spec):
         field, _, message = error.partition(": ")
-        problems.append(Problem(f"spec.{field}", message))
+        problems.append(Problem(f"spec.{field}", message, "operator"))
     return problems
 
 
@@ -201,27 +212,30 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
         field, _, message = error.partition(": ")
         if field == "network.profile":
             message += f"; known: {', '.join(sorted(config.network_profiles))}"
-        out.append(Problem(f"spec.{field}", message))
+        out.append(Problem(f"spec.{field}", message, "operator"))
     stub = TrainingJob(metadata={"name": "validate"}, spec=spec)
     for error in render_backend(stub, levels=config.topology.levels).errors:
-        out.append(Problem("spec.scheduling", error))
+        out.append(Problem("spec.scheduling", error, "operator"))
     levels = {lvl.name for lvl in config.topology.levels} | {lvl.label for lvl in config.topology.levels}
     for key in ("required", "preferred"):
         level = getattr(spec.scheduling.topology, key)
         if level is not None and level not in levels:
-            out.append(Problem(f"spec.scheduling.topology.{key}", f"unknown topology level {level!r}; known: {', '.join(lvl.name for lvl in config.topology.levels)}"))
+            out.append(Problem(f"spec.scheduling.topology.{key}", f"unknown topology level {level!r}; known: {', '.join(lvl.name for lvl in config.topology.levels)}", "operator"))
     topo = profile.topo_file if profile else None
     if topo is not None and any(m.mount_path == topo.path for m in spec.volume_mounts):
-        out.append(Problem("spec.volumeMounts", f"{topo.path} is where network profile {spec.network.profile!r} mounts NCCL_TOPO_FILE"))
+        out.append(Problem("spec.volumeMounts", f"{topo.path} is where network profile {spec.network.profile!r} mounts NCCL_TOPO_FILE", "operator"))
     return out
 
 
 def _resource_problems(spec: TrainingJobSpec) -> list[Problem]:
-    """Extended resources (domain/name) are counted in whole units."""
+    """Extended resources (domain/name) are counted in whole units; hugepages need cpu or memory."""
     out = []
+    res = spec.resources
+    if any(k.startswith("hugepages-") for k in res.extra) and res.cpu is None and res.memory is None:
+        out.append(Problem("spec.resources.extra", "hugepages need resources.cpu or resources.memory as well", "operator"))
     for name, amount in spec.resources.extra.items():
         if "/" in name and not (isinstance(amount, int) or str(amount).lstrip("+").isdigit()):
-            out.append(Problem(f"spec.resources.extra[{name}]", f"{amount!r}: extended resources are whole numbers"))
+            out.append(Problem(f"spec.resources.extra[{name}]", f"{amount!r}: extended resources are whole numbers", "operator"))
     return out
 
 
@@ -231,17 +245,19 @@ def _size_problems(job: TrainingJob) -> list[Problem]:
     size = len(json.dumps(runtime_config(job), indent=2, sort_keys=True).encode())
     if size > MAX_CONFIG_MAP_BYTES - 4096:
         return [Problem("spec", f"the job's runtime config is {size} bytes; a ConfigMap holds at most "
-                                f"{MAX_CONFIG_MAP_BYTES} (shorten args, env or volumes)")]
+                                f"{MAX_CONFIG_MAP_BYTES} (shorten args, env or volumes)", "operator")]
     return []
 
 
 def validate_spec(spec: TrainingJobSpec, config: OperatorConfig | None = None) -> list[Problem]:
     config = config or OperatorConfig()
-    layout = _layout_problems(spec)
-    # A CEL rule's message gives way to the layout check's on the same field (it has the numbers).
-    specific = {p.field for p in layout}
-    rules = [Problem(f, m) for f, m in broken_rules(spec, "spec") if f not in specific]
-    return rules + layout + _cluster_problems(spec, config) + _resource_problems(spec)
+    rules = [Problem(f, m, "api" if enforced else "operator") for f, m, enforced in broken_rules(spec, "spec")]
+    # A CEL rule's message gives way to the layout check's on the same field (it has the numbers);
+    # the verdict stays the API server's.
+    by_field = {p.field: p for p in rules}
+    layout = [replace(p, source=by_field[p.field].source) if p.field in by_field else p for p in _layout_problems(spec)]
+    shown = {p.field for p in layout}
+    return [p for p in rules if p.field not in shown] + layout + _cluster_problems(spec, config) + _resource_problems(spec)
 
 
 def validate_job(obj: Any, config: OperatorConfig | None = None) -> tuple[TrainingJob | None, list[Problem]]:
@@ -255,5 +271,5 @@ def validate_job(obj: Any, config: OperatorConfig | None = None) -> tuple[Traini
         if not problems:
             problems = _size_problems(job)
     except Exception as exc:  # noqa: BLE001 - a checker bug must still give a verdict, not a crash
-        problems = [Problem("spec", f"could not be checked ({type(exc).__name__}: {exc}); please report this")]
+        problems = [Problem("spec", f"could not be checked ({type(exc).__name__}: {exc}); please report this", "operator")]
     return job, problems

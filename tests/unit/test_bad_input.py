@@ -124,7 +124,7 @@ def test_bad_shm_size():
     ({"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}, "spec.tolerations[0].value", "must be empty"),
     ({"tolerations": [{"key": "a", "operator": "Sometimes"}]}, "spec.tolerations[0].operator", "Input should be"),
     ({"nodeSelector": {"bad key!": "x"}}, "spec.nodeSelector", "label keys"),
-    ({"nodeSelector": {"zone": "-bad-"}}, "spec.nodeSelector", "label values"),
+    ({"nodeSelector": {"zone": "-bad-"}}, "spec.nodeSelector.zone", "must be a label value"),
     ({"scheduling": {"priorityClassName": "High Priority"}}, "spec.scheduling.priorityClassName", "DNS-1123"),
     ({"network": {"ncclEnv": {"PHALANX_X": "1"}}}, "spec.network.ncclEnv", "not PHALANX_"),
     ({"command": []}, "spec.command", "at least 1 item"),
@@ -153,8 +153,12 @@ def test_strict_like_the_api_server(change, field, words):
     refused(spec_with(**change), field, words)
 
 
-def test_whole_floats_and_nulls_are_taken_as_the_api_server_takes_them():
-    assert problems(spec_with(nodes=2.0, shmSize=None, elastic=None)) == []
+def test_nulls_are_pruned_as_the_api_server_prunes_them():
+    assert problems(spec_with(shmSize=None, elastic=None)) == []
+
+
+def test_whole_floats_are_refused_for_integers():
+    assert problems(spec_with(nodes=2.0)) == ["spec.nodes: must be an integer, not 2.0 (write 2)"]
 
 
 @pytest.mark.parametrize(("top", "field", "words"), [

@@ -68,3 +68,37 @@ def test_generated_file_is_valid_yaml_with_header():
     text = CRD_FILE.read_text()
     assert text.startswith("# Generated")
     assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
+
+
+def _all_rules(node, out):
+    if isinstance(node, dict):
+        out += node.get("x-kubernetes-validations", [])
+        for value in node.values():
+            _all_rules(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _all_rules(value, out)
+    return out
+
+
+def test_every_cel_rule_has_a_python_twin():
+    """No CEL rule without the same rule in `phalanx validate`: a Rule object (one definition,
+    both forms), a format (the same regex as the pydantic field's), or the fixed few below."""
+    from phalanx.api import patterns as P
+    from phalanx.api.base import QUANTITY_SCHEMA, Model
+    from phalanx.api.crd import NAME_RULES
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    twins = {r.cel for cls in subclasses(Model) for r in cls.rules if r.cel}
+    formats = {f"must be {d}" for d in P.DESCRIPTIONS.values()}
+    fixed = {r["rule"] for r in NAME_RULES + QUANTITY_SCHEMA["x-kubernetes-validations"]}
+    rules = _all_rules(build_crd(), [])
+    assert len(rules) > 40
+    for rule in rules:
+        if rule.get("reason") == "FieldValueForbidden":
+            continue  # the immutability transition rule (tests/integration: edits of a running job)
+        assert rule["rule"] in twins or rule["message"] in formats or rule["rule"] in fixed, rule

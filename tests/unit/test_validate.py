@@ -53,7 +53,7 @@ def test_minimal_is_valid():
         ({"training": {"globalBatchSize": 12}}, "spec.training.globalBatchSize", "data-parallel degree 8"),
         ({"training": {"globalBatchSize": 16, "microBatchSize": 3}}, "spec.training.microBatchSize", "not divisible by microBatchSize 3"),
         ({"training": {"globalBatchSize": 8, "gradCompression": "powersgd"}, "parallelism": {"zero": 3}}, "spec.training.gradCompression", "needs zero 0, got zero 3"),
-        ({"model": {"preset": "nope"}}, "spec.model.preset", "unknown model preset 'nope'"),
+        ({"model": {"preset": "nope"}}, "spec.model.preset", "Input should be 'debug', 'tiny'"),
         ({"model": {"preset": "debug", "overrides": {"nHeads": 3}}}, "spec.model", "dim 64 is not divisible by nHeads 3"),
         ({"model": {"preset": "debug", "overrides": {"bogus": 1}}}, "spec.model.overrides.bogus", "unknown field"),
         ({"model": {"preset": "debug", "entrypoint": "m:f"}}, "spec.model", "exactly one"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from phalanx.termchart import chart, sparkline
 from phalanx.watch import progress_line, watch
 
 
@@ -47,3 +48,61 @@ def test_watch_prints_changes_only_and_exits_0_on_success():
 def test_watch_exit_codes_failed_and_timeout():
     assert watch(FakeApi([{"phase": "Failed", "message": "x"}]), "j", "ns", timeout=10, out=io.StringIO(), every=0) == 1
     assert watch(FakeApi([{"phase": "Running"}]), "j", "ns", timeout=0.05, out=io.StringIO(), every=0.01) == 3
+
+
+# ---------------------------------------------------------------- the curves in the terminal
+
+class TtyIO(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def running(step, loss, tps=1000.0):
+    return {"phase": "Running", "step": step, "totalSteps": 5, "loss": loss, "tokensPerSecond": tps}
+
+
+def test_sparkline_low_to_high_and_not_finite():
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5]) == "▅▅▅"  # flat: the middle
+    assert sparkline([4.0, float("nan"), 1.0]) == "█×▁"
+    assert sparkline(list(range(100)), width=10) == sparkline(list(range(90, 100)))
+
+
+def test_chart_draws_a_falling_curve_top_left_to_bottom_right():
+    rows = chart(list(range(1, 31)), [4.0 - 0.03 * s for s in range(1, 31)], title="loss", width=30, height=6)
+    grid = [r.split("│", 1)[1] for r in rows[1:7]]
+    assert rows[0] == "loss" and len(grid) == 6
+    assert grid[0].index("•") < 3 and grid[-1].rindex("•") > 26  # high at the start, low at the end
+    assert rows[1].split("│")[0].strip() == "3.97" and rows[6].split("│")[0].strip() == "3.1"
+    assert "step 1" in rows[-1] and rows[-1].rstrip().endswith("30")
+    assert chart([1], [2.0], title="x") == []  # one point is no curve
+
+
+def test_watch_sparkline_on_lines_and_charts_at_the_end():
+    out = io.StringIO()
+    statuses = [running(s, 5.0 - s) for s in range(1, 5)] + [{**running(5, 0.5), "phase": "Succeeded"}]
+    assert watch(FakeApi(statuses), "j", "ns", timeout=10, out=out, every=0) == 0
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert "loss" not in lines[0].split("tok/s")[1]  # one point: no sparkline yet
+    assert lines[3].endswith("loss █▆▃▁")
+    assert lines.count("loss") == 1 and lines.count("tokens/s") == 1  # the charts, once, at the end
+    assert "\x1b[" not in text  # not a terminal: no cursor movement
+
+
+def test_watch_on_a_terminal_redraws_the_charts_under_the_lines():
+    out = TtyIO()
+    statuses = [running(s, 5.0 - s) for s in range(1, 5)] + [{**running(5, 0.5), "phase": "Succeeded"}]
+    watch(FakeApi(statuses), "j", "ns", timeout=10, out=out, every=0)
+    text = out.getvalue()
+    assert text.count("\x1b[J") == 3  # charts erased before each line once drawn (2nd point on)
+    last = text.split("\x1b[J")[-1].splitlines()
+    assert "Succeeded" in last[0] and last[1] == "loss" and "tokens/s" in last  # redrawn once more, not twice
+    assert text.count("\nloss\n") == 4  # drawn under lines 2-5
+
+
+def test_watch_no_chart():
+    out = TtyIO()
+    statuses = [running(s, 5.0 - s) for s in range(1, 4)] + [{**running(4, 0.5), "phase": "Succeeded"}]
+    watch(FakeApi(statuses), "j", "ns", timeout=10, out=out, every=0, charts=False)
+    assert "\x1b[" not in out.getvalue() and "tokens/s\n" not in out.getvalue()

@@ -19,7 +19,11 @@ from pydantic import BaseModel
 
 @dataclass(frozen=True)
 class Rule:
-    cel: str
+    """``cel`` None: the operator's rule only. CEL cannot afford it (a regex over map keys, whose
+    length the schema cannot bound, exceeds the API server's cost budget); the operator refuses
+    the job before creating anything, and the pod's dry-run would too."""
+
+    cel: str | None
     message: str
     holds: Callable[[Any], bool]
     field: str | None = None  # relative field path of the culprit, e.g. ".parallelism.tensor"
@@ -33,13 +37,14 @@ class Rule:
 
 def add_cel(schema: dict[str, Any], cls: type) -> None:
     """pydantic ``json_schema_extra`` hook: the class's rules become x-kubernetes-validations."""
-    rules = getattr(cls, "rules", ())
+    rules = [r for r in getattr(cls, "rules", ()) if r.cel is not None]
     if rules:
         schema["x-kubernetes-validations"] = [r.crd() for r in rules]
 
 
-def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str]]:
-    """(field path, message) for every rule that does not hold anywhere in ``obj``'s tree.
+def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str, bool]]:
+    """(field path, message, enforced by the API server too) for every rule that does not hold
+    anywhere in ``obj``'s tree.
 
     A rule's predicate that raises counts as broken (it met a value its CEL twin would refuse)."""
     for rule in getattr(type(obj), "rules", ()):
@@ -48,7 +53,7 @@ def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str]]:
         except (ArithmeticError, TypeError, ValueError, AttributeError):
             ok = False
         if not ok:
-            yield path + (rule.field or ""), rule.message
+            yield path + (rule.field or ""), rule.message, rule.cel is not None
     for name, info in type(obj).model_fields.items():
         value = getattr(obj, name)
         child = f"{path}.{info.alias or name}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -133,10 +133,10 @@ class Resources(Model):
     )
 
     rules = (
-        Rule(f"self.extra.all(k, k.matches(r'{P.RESOURCE_NAME}') && size(k) <= {P.MAX_QUALIFIED_NAME})",
+        Rule(None,
              "extra resource names are extended resources (domain/name), hugepages-<size> or ephemeral-storage",
              lambda r: _keys_match(r.extra, P.RESOURCE_NAME, P.MAX_QUALIFIED_NAME), ".extra"),
-        Rule(f"!('{C.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{C.RESOURCE_GPU}']",
+        Rule(f"!has(self.extra) || !('{C.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{C.RESOURCE_GPU}']",
              lambda r: C.RESOURCE_GPU not in r.extra, ".extra"),
     )
 
@@ -181,10 +181,8 @@ class ModelOverrides(Model):
 
 
 class ModelSpec(Model):
-    preset: str | None = Field(
-        None, description="Built-in transformer preset: debug, tiny, small, 125m, 1b, 8b, 70b.",
-        json_schema_extra={"enum": ["debug", "tiny", "small", "125m", "1b", "8b", "70b"]},
-    )
+    preset: Literal["debug", "tiny", "small", "125m", "1b", "8b", "70b"] | None = Field(
+        None, description="Built-in transformer preset: debug, tiny, small, 125m, 1b, 8b, 70b.")
     overrides: ModelOverrides = Field(default_factory=ModelOverrides, description="Shape overrides of the preset.")
     entrypoint: str | None = Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=256,
@@ -225,7 +223,7 @@ class TrainingSpec(Model):
     activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.NONE
     grad_clip: float = Field(1.0, ge=0.0, le=1e6, description="Max global gradient norm; 0 disables.")
     grad_compression: GradCompression = Field(GradCompression.NONE, description="DDP communication hook (zero 0).")
-    seed: int = Field(1234, ge=0, le=(1 << 63) - 1)
+    seed: int = Field(1234, ge=0, le=(1 << 53) - 1)
     log_every: int = Field(1, ge=1, le=1 << 31)
 
 
@@ -270,16 +268,14 @@ class SchedulingSpec(Model):
 class NetworkSpec(Model):
     profile: str = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default="default",
                                description="Cluster network profile (operator config).")
-    nccl_env: dict[str, str] = Field(default_factory=dict, max_length=128,
+    nccl_env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=128,
                                      description="NCCL/torch env overrides (debug variables allowed here).")
     host_network: bool = Field(False, description="Run pods on the host network (RDMA without CNI).")
 
     rules = (
-        Rule(f"self.ncclEnv.all(k, k.matches(r'{P.C_IDENTIFIER}') && size(k) <= 256 && !k.startsWith('{C.ENV_RESERVED_PREFIX}') && size(self.ncclEnv[k]) <= 4096)",
-             f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*), values at most 4096 characters",
+        Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*)",
              lambda n: _keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
-             and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env)
-             and all(len(v) <= 4096 for v in n.nccl_env.values()), ".ncclEnv"),
+             and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
     )
 
 
@@ -297,7 +293,7 @@ class FailurePolicy(Model):
     hang_timeout_seconds: int = Field(0, ge=0, le=1 << 31, description="Restart when no step progress for this long; 0 = off.")
 
     rules = (
-        Rule("!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
+        Rule("!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || !self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
              "an exit code cannot be both retryable and permanent",
              lambda f: not set(f.retryable_exit_codes) & set(f.permanent_exit_codes)),
     )
@@ -395,24 +391,22 @@ SPEC_RULES = (
          "(use a ReadWriteMany persistentVolumeClaim, nfs or csi)",
          lambda s: not _multi_node(s) or s.checkpoint.volume is None or s.checkpoint.volume.source() not in PER_NODE_SOURCES,
          ".checkpoint.volume"),
-    Rule("self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))",
+    Rule("!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",
          "every volumeMount must name a volume of spec.volumes",
          lambda s: {m.name for m in s.volume_mounts} <= {v.name for v in s.volumes}, ".volumeMounts"),
-    Rule("!has(self.checkpoint.volume) || !self.volumeMounts.exists(m, m.mountPath == self.checkpoint.mountPath)",
+    Rule("!has(self.checkpoint.volume) || !has(self.volumeMounts) || !self.volumeMounts.exists(m, m.mountPath == self.checkpoint.mountPath)",
          "a volumeMount uses checkpoint.mountPath, where the checkpoint volume is mounted",
          lambda s: s.checkpoint.volume is None or all(m.mount_path != s.checkpoint.mount_path for m in s.volume_mounts),
          ".volumeMounts"),
-    Rule(f"self.nodeSelector.all(k, k.matches(r'{P.QUALIFIED_NAME}') && size(k) <= {P.MAX_QUALIFIED_NAME} && self.nodeSelector[k].matches(r'{P.LABEL_VALUE}') && size(self.nodeSelector[k]) <= {P.MAX_LABEL_VALUE})",
-         "nodeSelector keys must be label keys ([prefix/]name) and values label values (63 characters, alphanumeric at the ends)",
-         lambda s: _keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME)
-         and all(re.fullmatch(P.LABEL_VALUE, v) and len(v) <= P.MAX_LABEL_VALUE for v in s.node_selector.values()),
+    Rule(None, "nodeSelector keys must be label keys ([prefix/]name, name at most 63 characters)",
+         lambda s: _keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME),
          ".nodeSelector"),
 )
 
 
 class TrainingJobSpec(Model):
     image: str = bounded_str(P.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
-    image_pull_policy: str = Field("IfNotPresent", json_schema_extra={"enum": ["Always", "IfNotPresent", "Never"]})
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, min_length=1, max_length=64, description="User entrypoint mode: replaces the runtime's command.")
     args: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=256)
@@ -434,7 +428,8 @@ class TrainingJobSpec(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=256, description="core/v1 EnvVar list added to the trainer.",
                               json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    node_selector: dict[str, Annotated[str, bounded_str(P.LABEL_VALUE, P.MAX_LABEL_VALUE)]] = Field(
+        default_factory=dict, max_length=64)
     service_account_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None)
     volumes: list[Volume] = Field(default_factory=list, max_length=64, description="Extra core/v1 Volumes.",
                                   json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})

@@ -1,0 +1,71 @@
+"""The per-step metrics log (runtime writer → `phalanx plot` reader) and the PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from phalanx.cli import main
+from phalanx.plot import ema, read_curves, summary
+
+
+def step_metrics(step, loss):
+    from phalanx_runtime.components.metrics import StepMetrics
+
+    return StepMetrics(step=step, loss=loss, grad_norm=1.0, lr=1e-3, step_time_s=0.5, tokens_per_s=2000.0,
+                       tokens_per_s_per_device=1000.0, mfu=0.25, peak_memory_bytes=1 << 30)
+
+
+def write_run(directory, steps):
+    """What rank 0 writes: a line per step through StepLog (a new StepLog per gang)."""
+    from phalanx_runtime.components.metrics import StepLog, metrics_log_path
+
+    log = StepLog(metrics_log_path(directory))
+    for step, loss in steps:
+        log.write(step_metrics(step, loss))
+
+
+def test_runtime_log_is_one_json_line_per_step(tmp_path):
+    write_run(tmp_path, [(1, 4.0), (2, float("nan"))])
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["step"] == 1 and first["loss"] == 4.0 and first["tokens_per_s"] == 2000.0 and first["time"] > 1e9
+    assert math.isnan(json.loads(lines[1])["loss"])
+
+
+def test_a_resumed_gang_overrides_the_repeated_steps(tmp_path):
+    write_run(tmp_path, [(s, 5.0 - 0.1 * s) for s in range(1, 15)])  # first gang dies after step 14
+    write_run(tmp_path, [(s, 9.0) for s in range(11, 21)])  # resumed from the checkpoint at step 10
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 21, "lo')  # torn last line
+    curves = read_curves(tmp_path)
+    steps, loss = curves.series("loss")
+    assert steps == list(range(1, 21))
+    assert loss[9] == pytest.approx(4.0) and loss[10:] == [9.0] * 10  # steps 11-14: the resumed gang's values
+    assert curves.resumes == [10]
+    assert summary(curves) == "steps 1–20, loss 4.9000 → 9.0000, resumed from step 10"
+    mfu_steps, mfu = curves.series("mfu", 100.0)
+    assert mfu_steps == steps and mfu[0] == 25.0
+
+
+def test_ema_smooths_and_starts_at_the_first_value():
+    assert ema([4.0, 2.0], alpha=0.5) == [4.0, 3.0]
+    assert ema([]) == []
+
+
+def test_phalanx_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path, [(s, 5.0 / s) for s in range(1, 31)])
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(tmp_path), "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert "steps 1–30, loss 5.0000 → 0.1667" in capsys.readouterr().out
+
+
+def test_phalanx_plot_without_steps_fails_clearly(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 1
+    assert "no steps logged" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "nowhere")]) == 2  # no such file

@@ -1,0 +1,259 @@
+"""Rank 0's progress report is user code's output: parsed strictly, read whole, from the declared
+port, and never able to break the status patch or stop the reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+import time
+
+import pytest
+
+from phalanx import constants as C
+from phalanx.kube import Kube, http_get
+from phalanx.lifecycle.progress import (
+    MAX_BYTES,
+    decode,
+    http_body,
+    loss_not_finite,
+    parse_progress,
+    progress_port,
+)
+from phalanx.lifecycle.reconcile import Observed, decide
+from tests.unit.test_reconcile import T0, Sim
+
+GOOD = {"job": "j", "phase": "Running", "step": 12, "totalSteps": 30, "loss": 3.25, "tokensPerSecond": 950.5,
+        "mfu": 0.01, "stepTimeSeconds": 1.1, "worldSize": 8, "startTime": 1.8e9, "updatedAt": 1.8e9,
+        "lastCheckpoint": {"step": 10, "path": "/ckpt/ns/j/step-10", "time": "2026-11-30T12:00:00Z"}}
+
+
+def test_a_well_formed_report_keeps_its_known_fields():
+    report = parse_progress(json.dumps({**GOOD, "extra": {"x": 1}}).encode())
+    assert report == {k: v for k, v in GOOD.items() if k != "job"}
+    assert parse_progress(report) == report  # idempotent: the handler parses, decide parses again
+
+
+HOSTILE_BODIES = {
+    "nan literal": b'{"step": 5, "loss": NaN}',
+    "infinity": b'{"step": 5, "loss": Infinity, "tokensPerSecond": Infinity}',
+    "overflowing float": b'{"step": 5, "loss": 1e999, "stepTimeSeconds": 1e999}',
+    "strings for numbers": b'{"step": "5", "loss": "nan", "tokensPerSecond": "fast"}',
+    "bools for numbers": b'{"step": true, "loss": false, "worldSize": true}',
+    "negative and fractional steps": b'{"step": -1, "totalSteps": 2.5}',
+    "huge integer": b'{"step": ' + b"9" * 400 + b', "tokensPerSecond": ' + b"9" * 400 + b"}",
+    "wrong shapes": b'{"step": [5], "lastCheckpoint": "step-10", "resumedFrom": [1, 2]}',
+    "checkpoint without path": b'{"step": 5, "lastCheckpoint": {"step": 4}}',
+    "checkpoint step a string": b'{"step": 5, "lastCheckpoint": {"step": "x", "path": "/p"}}',
+    "long strings": json.dumps({"step": 5, "phase": "R" * 100, "lastCheckpoint": {"step": 4, "path": "/" * 5000},
+                                "resumedFrom": {"uid": "u" * 500, "step": 1}}).encode(),
+    "deeply nested": b'{"step": 5, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "nested just past the limit": b'{"step": 5, "x": [[[[1]]]]}',
+    "huge": b'{"step": 5, "pad": "' + b"x" * (MAX_BYTES + 1) + b'"}',
+    "not JSON": b"Killed\n",
+    "not UTF-8": b'{"step": 5, "phase": "\xff\xfe"}',
+    "empty": b"",
+    "a list": b"[1, 2, 3]",
+    "a number": b"NaN",
+    "null": b"null",
+    "brackets inside strings": b'{"step": 5, "phase": "[[[[[[[["}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+def test_hostile_bodies_parse_to_finite_values_or_nothing(name):
+    problems: list[str] = []
+    report = parse_progress(HOSTILE_BODIES[name], problems)
+    if report is None:
+        assert problems  # said why
+        return
+    for key, value in report.items():
+        if isinstance(value, float) and key != "loss":
+            assert math.isfinite(value), (key, value)
+        if isinstance(value, int | float) and key != "loss":
+            assert not isinstance(value, bool) and 0 <= value <= 2**53
+        if isinstance(value, str):
+            assert len(value) <= 1024
+    json.dumps({k: v for k, v in report.items() if k != "loss"}, allow_nan=False)
+    if "loss" in report:
+        assert isinstance(report["loss"], float)
+
+
+def test_what_survives_of_hostile_bodies():
+    assert parse_progress(HOSTILE_BODIES["nan literal"])["step"] == 5
+    assert loss_not_finite(parse_progress(HOSTILE_BODIES["nan literal"]))
+    assert loss_not_finite(parse_progress(HOSTILE_BODIES["infinity"]))
+    assert "tokensPerSecond" not in parse_progress(HOSTILE_BODIES["infinity"])
+    assert parse_progress(HOSTILE_BODIES["strings for numbers"]) == {}
+    assert parse_progress(HOSTILE_BODIES["bools for numbers"]) == {}
+    assert parse_progress(HOSTILE_BODIES["wrong shapes"]) == {}
+    assert parse_progress(HOSTILE_BODIES["checkpoint without path"]) == {"step": 5}
+    assert parse_progress(HOSTILE_BODIES["long strings"]) == {"step": 5}
+    assert parse_progress(HOSTILE_BODIES["brackets inside strings"]) == {"step": 5, "phase": "[[[[[[[["}
+    for name in ("deeply nested", "nested just past the limit", "huge", "not JSON", "not UTF-8", "empty", "a list",
+                 "a number", "null"):
+        assert parse_progress(HOSTILE_BODIES[name]) is None, name
+
+
+def test_already_decoded_objects_are_checked_too():
+    deep: dict = {"step": 1}
+    cur = deep
+    for _ in range(10):
+        cur["x"] = {}
+        cur = cur["x"]
+    assert decode(deep) is None
+    assert parse_progress({"step": float("nan"), "loss": "x", "lastCheckpoint": {"step": 1, "path": 7}}) == {}
+    assert parse_progress(["step", 1]) is None and parse_progress(42) is None  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------ HTTP
+
+
+def test_http_body_takes_only_a_whole_200_response():
+    body = json.dumps(GOOD).encode()
+    ok = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    assert http_body(ok) == body
+    assert http_body(ok[: ok.index(b"\r\n\r\n") + 4]) is None  # headers only: Content-Length says more
+    assert http_body(ok[:-5]) is None
+    assert http_body(b"HTTP/1.0 404 Not Found\r\n\r\n{}") is None
+    assert http_body(b"garbage") is None
+    assert http_body(b"HTTP/1.0 200 OK\r\n\r\n" + b" " * (MAX_BYTES + 1)) is None
+
+
+async def _serve(handler):
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_get_progress_reads_the_whole_response_when_the_body_comes_later():
+    """The runtime sent the headers and the body in two writes; the body waits for the GIL while
+    training (and checkpoint threads) hold it. Reading once returned the headers alone: the poll
+    failed and the job status stood still (the demo's 'stopped at step 13')."""
+    body = json.dumps(GOOD).encode()
+
+    async def slow(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(body)
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        server, port = await _serve(slow)
+        async with server:
+            return await Kube.get_progress(None, "127.0.0.1", port)  # type: ignore[arg-type]
+
+    assert parse_progress(asyncio.run(main()))["step"] == 12
+
+
+@pytest.mark.parametrize("behaviour", ["endless", "silent", "refused"])
+def test_get_progress_gives_up_on_endless_silent_or_absent_servers(behaviour):
+    async def endless(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n")
+        try:
+            for _ in range(10_000):
+                writer.write(b"x" * 1024)
+                await writer.drain()
+        except ConnectionError:
+            pass
+
+    async def silent(reader, writer):
+        await asyncio.sleep(5)
+
+    async def main():
+        if behaviour == "refused":
+            server, port = await _serve(silent)
+            server.close()
+            await server.wait_closed()
+            return await Kube.get_progress(None, "127.0.0.1", port)  # type: ignore[arg-type]
+        server, port = await _serve(endless if behaviour == "endless" else silent)
+        async with server:
+            return await Kube.get_progress(None, "127.0.0.1", port, timeout=1.0)  # type: ignore[arg-type]
+
+    started = time.monotonic()
+    assert asyncio.run(main()) is None
+    assert time.monotonic() - started < 4.0
+
+
+def test_http_get_stops_reading_past_the_limit():
+    async def big(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n" + b"{" * (3 * MAX_BYTES))
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        server, port = await _serve(big)
+        async with server:
+            return await http_get("127.0.0.1", port, "/progress")
+
+    assert asyncio.run(main()) is None
+
+
+# ---------------------------------------------------------------------- the declared port
+
+
+def _pod(ports):
+    return {"spec": {"containers": [{"name": "sidecar", "ports": [{"name": "progress", "containerPort": 1111}]},
+                                    {"name": C.CONTAINER_NAME, "ports": ports}]}}
+
+
+def test_progress_port_is_the_trainers_declared_port():
+    assert progress_port(_pod([{"name": "rendezvous", "containerPort": 23455},
+                               {"name": "progress", "containerPort": 23456}])) == 23456
+    assert progress_port({"spec": {}}) == C.PROGRESS_PORT
+    for bad in ("23456", 0, 70000, True, None):
+        pod = _pod([{"name": "progress", "containerPort": bad}])
+        pod["spec"]["containers"].pop(0)
+        assert progress_port(pod) == C.PROGRESS_PORT
+
+
+def test_rendered_host_network_pod_is_polled_on_its_own_port(job_obj):
+    """A hostNetwork job listens on a per-job port; the pod index keeps it and the poll uses it."""
+    from phalanx.handlers import _slim_pod
+    from phalanx.render.network import NetworkWiring, apply_network
+
+    sim = Sim(job_obj)
+    sim.step()
+    pod = next(p for p in sim.pods.values() if p["metadata"]["labels"][C.LABEL_NODE_RANK] == "0")
+    assert progress_port(_slim_pod(pod)) == C.PROGRESS_PORT
+    wiring = NetworkWiring(host_network=True, master_port=23455, progress_port=23456, metrics_port=23457)
+    moved = apply_network(pod, wiring)
+    env = {e["name"]: e.get("value") for e in moved["spec"]["containers"][0]["env"]}
+    assert env[C.ENV_PROGRESS_PORT] == "23456"
+    assert progress_port(_slim_pod(moved)) == 23456
+
+
+# ----------------------------------------------------------------- decide() never breaks
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+def test_decide_with_a_hostile_report_writes_a_valid_status(job_obj, name):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 3, "loss": 4.0})
+    plan = sim.step(progress=HOSTILE_BODIES[name])
+    json.dumps(plan.status, allow_nan=False)  # what the API server must accept
+    assert sim.status["phase"] == "Running" and sim.status["step"] in (3, 5)
+
+
+def test_hostile_report_cannot_stop_suspend(job_obj):
+    """Before: a malformed lastCheckpoint raised in decide(), so suspend (and every later check)
+    never ran while it was reported."""
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.obj["spec"]["suspend"] = True
+    sim.step(progress={"step": 5, "lastCheckpoint": {"step": "x", "path": ["/"]}, "loss": "NaN"})
+    assert sim.status["phase"] == "Suspended" and sim.pods == {}
+
+
+def test_observed_progress_may_be_raw_bytes(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    obj = copy.deepcopy(sim.obj)
+    plan = decide(obj, Observed(pods=list(sim.pods.values()), progress=json.dumps(GOOD).encode()), T0)
+    assert plan.status["step"] == 12 and plan.status["lastCheckpoint"]["step"] == 10
