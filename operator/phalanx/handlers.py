@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,14 +21,22 @@ from phalanx.api.types import TrainingJob
 from phalanx.gang.admission import admit, decision_for, gang_request
 from phalanx.gang.inventory import Reservation
 from phalanx.gang.planner import GangRequest, Placement
+from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
+from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.reconcile import (
     Fits,
     GangDecision,
     GangStep,
     Observed,
     decide,
+)
+from phalanx.lifecycle.refusals import (
+    MAX_DECIDE_ERRORS,
+    Refusal,
+    error_status,
     refused_status,
+    retry_delay,
 )
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.render.names import config_map_name, service_name
@@ -37,7 +46,6 @@ log = logging.getLogger("phalanx.operator")
 RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
-REFUSAL_BACKOFF = 10.0
 WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 
@@ -96,7 +104,10 @@ def _slim_pod(body: kopf.Body) -> dict[str, Any]:
                                 for o in body["metadata"].get("ownerReferences") or []],
         },
         "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or []),
-                 "nodeSelector": dict(spec.get("nodeSelector") or {})},
+                 "nodeSelector": dict(spec.get("nodeSelector") or {}),
+                 # the declared progress port (hostNetwork jobs have their own): see progress_port()
+                 "containers": [{"name": c.get("name"), "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == "progress"]}
+                                for c in spec.get("containers") or []]},
         "status": {
             "phase": status.get("phase"),
             "reason": status.get("reason"),
@@ -226,6 +237,7 @@ async def job_loop(
     fits = elastic_probe(namespace, name, cluster_nodes, cluster_pods, priority_classes)
     last_progress_poll = 0.0
     progress: dict[str, Any] | None = None
+    failures = _Failures()
     try:
         while not stopped:
             wake.clear()
@@ -242,27 +254,40 @@ async def job_loop(
                 lost_nodes=_lost_nodes(pods, cluster_nodes),
                 config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),
             )
-            obj = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}), "status": status}
+            obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
+                   "spec": dict(body.get("spec") or {}), "status": status}
             started = time.perf_counter()
             try:
                 plan = decide(obj, observed, datetime.now(UTC), State.config, gang=gang, fits=fits)
+            except Exception as exc:  # noqa: BLE001 - no input may kill the loop; it is reported
+                failures.decide += 1
+                RECONCILES.labels("error").inc()
+                log.exception("deciding %s/%s failed (%d in a row)", namespace, name, failures.decide)
+                await _report_error(body, obj, exc, failures.decide, namespace, name)
+                await _sleep_or_wake(wake, retry_delay(failures.decide))
+                continue
+            failures.decide = 0
+            try:
                 assert State.kube is not None
                 refusals = await State.kube.execute(namespace, plan, status, name)
                 RECONCILES.labels("ok").inc()
-            except Exception:  # noqa: BLE001 - one bad pass must not kill the loop
+            except Exception:  # noqa: BLE001 - API or transport trouble: back off and retry
+                failures.api += 1
                 RECONCILES.labels("error").inc()
-                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                await asyncio.sleep(2.0)
+                log.exception("reconcile of %s/%s failed (%d in a row); retrying", namespace, name, failures.api)
+                await _sleep_or_wake(wake, retry_delay(failures.api))
                 continue
             finally:
                 RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            failures.api = 0
             if refusals:
-                await _report_refusals(body, obj, plan, refusals, namespace, name)
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout=REFUSAL_BACKOFF)
-                except TimeoutError:
-                    pass
+                failures.refused += 1
+                permanent = await _report_refusals(body, obj, plan, refusals, namespace, name)
+                JOB_METRICS.observe({**obj, "status": body.get("status") or status}, progress)  # as reported
+                # permanent: the job is Failed now; the pause only guards against a stale body
+                await _sleep_or_wake(wake, 1.0 if permanent else retry_delay(failures.refused))
                 continue
+            failures.refused = 0
             for type_, reason, message in plan.events:
                 kopf.event(body, type=type_, reason=reason, message=message)
                 if reason == "Restarting":
@@ -270,6 +295,7 @@ async def job_loop(
             if plan.status is not None:
                 _track_phase(key, plan.status.get("phase"))
                 await _await_status(body, plan.status)
+            JOB_METRICS.observe({**obj, "status": plan.status or status}, progress)
             if plan.delete_job:
                 return
             await _await_expectations(key, job_pods, plan)
@@ -286,17 +312,54 @@ async def job_loop(
         State.waiting.pop(f"{namespace}/{name}", None)
         State.pending.pop(f"{namespace}/{name}", None)
         _track_phase(key, None)
+        JOB_METRICS.forget(namespace, name)
 
 
-async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[str], namespace: str, name: str) -> None:
-    """The API server refused a creation (quota, admission, missing PriorityClass): say so."""
+@dataclass
+class _Failures:
+    """Consecutive failures of one job's loop, by kind (each backs off on its own)."""
+
+    decide: int = 0
+    api: int = 0
+    refused: int = 0
+
+
+async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(wake.wait(), timeout=seconds)
+    except TimeoutError:
+        pass
+
+
+async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[Refusal], namespace: str, name: str) -> bool:
+    """The API server refused a creation: say so. Permanent refusals fail the job (the next pass
+    deletes what it had); retryable ones are reported once and retried with backoff."""
     current = {**obj, "status": plan.status or obj.get("status")}
-    status = refused_status(current, refusals, datetime.now(UTC))
+    status, permanent = refused_status(current, refusals, datetime.now(UTC))
     if status.get("message") == (obj.get("status") or {}).get("message"):
-        return  # already reported; retrying quietly
+        return permanent  # already reported; retrying quietly
     assert State.kube is not None
     await State.kube.patch_status(namespace, name, status, current.get("status"))
-    kopf.event(body, type="Warning", reason="CreateRefused", message=status["message"])
+    reason = C.REASON_CREATE_REJECTED if permanent else C.REASON_CREATE_REFUSED
+    kopf.event(body, type="Warning", reason=reason, message=status["message"])
+    if permanent:
+        _track_phase((namespace, name), status.get("phase"))
+        await _await_status(body, status)
+    return permanent
+
+
+async def _report_error(body: kopf.Body, obj: dict, exc: Exception, count: int, namespace: str, name: str) -> None:
+    """decide() raised: a ReconcileError condition now, Failed once it keeps happening."""
+    final = count >= MAX_DECIDE_ERRORS
+    status = error_status(obj, f"{type(exc).__name__}: {exc}", datetime.now(UTC), final=final)
+    try:
+        assert State.kube is not None
+        await State.kube.patch_status(namespace, name, status, obj.get("status"))
+    except Exception:  # noqa: BLE001 - reported in the log above; the loop goes on
+        log.exception("could not report the error of %s/%s", namespace, name)
+        return
+    if status.get("message") != (obj.get("status") or {}).get("message"):
+        kopf.event(body, type="Warning", reason=C.REASON_RECONCILE_ERROR, message=status["message"])
 
 
 def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
@@ -337,10 +400,15 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozen
 
 
 async def _poll_progress(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed."""
     rank0 = [p for p in pods if p["metadata"]["labels"].get(C.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
     if not rank0 or State.kube is None:
         return None
-    return await State.kube.get_progress(rank0[-1]["status"]["podIP"])
+    pod, problems = rank0[-1], []
+    report = parse_progress(await State.kube.get_progress(pod["status"]["podIP"], progress_port(pod)), problems)
+    if problems:
+        log.debug("progress of %s: %s", pod["metadata"]["name"], "; ".join(problems))
+    return report
 
 
 async def _await_status(body: kopf.Body, written: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ def _bounds(node: dict[str, Any]) -> str:
         parts.append(f"≤ {node['maxItems']} items")
     if "pattern" in node:
         parts.append(f"pattern `{node['pattern']}`")
+    for rule in node.get("x-kubernetes-validations", []):
+        if rule["message"].startswith("must be "):
+            parts.append(rule["message"])
     return ", ".join(parts)
 
 
@@ -49,19 +52,77 @@ def _rows(node: dict[str, Any], prefix: str, required: list[str], out: list[str]
             _rows(sub, key, sub.get("required", []), out)
 
 
+MODES = """\
+## Two modes
+
+| | built-in runtime (`model` set) | command job (`command`, no `model`) |
+|---|---|---|
+| what runs | `phalanx-runtime` trains `model` (preset or `entrypoint`) | your `command`/`args` (e.g. `torchrun train.py`) in `image` |
+| `parallelism`, `training`, `data`, `model` | used, with the layout rules below | ignored: your script splits its world itself |
+| layout rule | nodes × procsPerNode = data × tensor × pipeline, batch arithmetic, model shape | nodes × procsPerNode = world, nothing more |
+| `checkpoint` | sharded DCP checkpoints, resume, interval, keepLast | `volume` mounted at `mountPath`, `PHALANX_CHECKPOINT_DIR` set; the rest is yours |
+| `failurePolicy.hangTimeoutSeconds` | from the runtime's step progress | refused (no progress is reported) |
+| everything else | gang, topology, network profile, env, volumes, restarts, elastic, suspend | the same |
+
+A command that wraps the runtime (`command: [bash, -c, "... && phalanx-runtime"]` with `model`
+set) is held to the built-in runtime's rules: the runtime reads the same spec.
+
+## What is checked where
+
+Every check below gives the same verdict in `phalanx validate|render|local` (offline) and in
+the operator; `tests/integration/test_one_verdict.py` compares them with the real API server on
+a corpus of good and bad manifests.
+
+1. **At `kubectl apply`, by the API server** (the CRD): types (strict: `"4"` is not a number,
+   snake_case names are unknown fields), bounds and enums of every field, the formats named in the
+   table (names, label keys and values, quantities, image references, paths), unique env names,
+   volume names and mountPaths, and the cross-field rules listed next (CEL).
+2. **By the operator, before anything is created** (the job ends `Valid=False`, reason
+   `InvalidSpec`, naming the field): the built-in runtime's layout (model shape vs tensor and
+   pipeline degrees, batch arithmetic), the cluster's network profiles and topology levels,
+   label keys of `nodeSelector`, extended-resource names and whole-number amounts, the size of the
+   rendered runtime config (a ConfigMap holds 1 MiB), integers written as floats.
+3. **By the API server at pod creation, before anything is created**: each new gang is first
+   created with `dryRun=All` (one pod, the Service, the ConfigMap). A permanent refusal (invalid:
+   400/422; forbidden by admission such as Pod Security: 403) ends the job `Failed`, reason
+   `CreateRejected`, with the API server's message, and no pod is left. A retryable one (quota, a
+   PriorityClass or ServiceAccount that does not exist yet, 409/429/5xx) keeps it waiting with
+   `Created=False`, reason `CreateRefused`, retried with exponential backoff (2 s … 5 min) and
+   created in slow-start batches (1, 2, 4, …).
+4. **While it runs**: an error while deciding a job's fate sets `Reconciled=False`
+   (`ReconcileError`) with the message and, after 3 in a row, ends the job `Failed`; a pod stuck
+   terminating on a node that is gone or NotReady is deleted with grace period 0 after
+   `forceDeleteAfterSeconds` (operator config, default 60) and an Event `ForceDeleted`.
+
+Cross-field rules (API server CEL and operator alike):
+"""
+
+
 def api_reference() -> str:
     root = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     lines = [
         "# TrainingJob API reference (phalanx.dev/v1alpha1)",
         "",
         "Generated from the pydantic models in `operator/phalanx/api/` by `make crds`; do not edit.",
-        "Short name `tj`. Cross-field rules (checked by the API server with CEL, and by the operator):",
+        "Short name `tj`.",
         "",
+        MODES,
     ]
-    for section in ("spec", "spec.parallelism"):
-        node = root["spec"] if section == "spec" else root["spec"]["properties"]["parallelism"]
-        lines += [f"- {r['message']}" for r in node.get("x-kubernetes-validations", [])]
+    lines += [f"- {r['message']}" for r in root["spec"].get("x-kubernetes-validations", [])]
+    lines += ["", "Operator-only rules (CEL cannot afford them; refused before anything is created):", ""]
+    lines += [f"- {m}" for m in _operator_only_rules()]
     for title in ("spec", "status"):
         lines += ["", f"## {title}", "", "| field | type | default | description |", "|---|---|---|---|"]
         _rows(root[title], "", root[title].get("required", []), lines)
     return "\n".join(lines) + "\n"
+
+
+def _operator_only_rules() -> list[str]:
+    from phalanx.api.base import Model
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    return sorted({r.message for cls in subclasses(Model) for r in cls.rules if r.cel is None})
