@@ -145,7 +145,7 @@ up() {
   ensure_host
   choose_node_image
   use_shim_if_needed
-  mkdir -p "$SHARED"
+  mkdir -p "$SHARED" && chmod 1777 "$SHARED"  # the pods write as uid 1000 (hostPath: fsGroup does not apply)
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     log "cluster $CLUSTER exists"
     kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"

@@ -36,14 +36,14 @@ wheelhouse() {
 
 # Run a shell script in a container of $1 (wheelhouse and /src mounted read-only) and commit
 # the result as $2 with the given entrypoint and inputs label; drop the image $2 replaces.
-commit_from() { # from tag entrypoint inputs script
-  local from="$1" tag="$2" entry="$3" inputs="$4" script="$5" id old
+commit_from() { # from tag entrypoint inputs script [user]
+  local from="$1" tag="$2" entry="$3" inputs="$4" script="$5" user="${6:-0}" id old
   id="phalanx-img-build-$$-$RANDOM"
   old="$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)"
   docker run --name "$id" -v "$WHEELS:/wheels:ro" -v "$work:/src:ro" --entrypoint /bin/sh "$from" -euc "$script" >&2
   docker commit \
     --change 'ENV PATH=/opt/phalanx/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1' \
-    --change "ENTRYPOINT [\"$entry\"]" --change "LABEL dev.phalanx.inputs=$inputs" "$id" "$tag" >/dev/null
+    --change "ENTRYPOINT [\"$entry\"]" --change "LABEL dev.phalanx.inputs=$inputs" --change "USER $user" "$id" "$tag" >/dev/null
   docker rm -f "$id" >/dev/null
   if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]]; then docker rmi "$old" >/dev/null 2>&1 || true; fi
 }
@@ -75,8 +75,11 @@ runtime_deps() {
   echo "$tag"
 }
 
-build() { # name from pip-args entrypoint
-  local name="$1" from="$2" pip_args="$3" entry="$4" tag="phalanx/$1:$VERSION" inputs
+# The runtime runs as this non-root user (the operator's pods set the same uid, gid and fsGroup:
+# operator/phalanx/constants.py RUNTIME_UID); its HOME is the pod's writable scratch emptyDir.
+RUNTIME_UID=1000
+build() { # name from pip-args entrypoint [user]
+  local name="$1" from="$2" pip_args="$3" entry="$4" user="${5:-0}" tag="phalanx/$1:$VERSION" inputs
   inputs="$( (echo "$from $(docker image inspect -f '{{.Id}}' "$from") $pip_args"; ls "$WHEELS"; cat "$ROOT/pyproject.toml";
               sed -n '/^build()/,/^}/p' "${BASH_SOURCE[0]}"; cd "$ROOT" && git ls-files -z operator runtime | xargs -0 cat) | sha256sum | cut -c1-16)"
   if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
@@ -84,9 +87,11 @@ build() { # name from pip-args entrypoint
   commit_from "$from" "$tag" "$entry" "$inputs" "
     [ -x /opt/phalanx/bin/pip ] || python3 -m venv /opt/phalanx
     grep -q ':65532:' /etc/passwd || echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >> /etc/passwd
+    grep -q ':$RUNTIME_UID:' /etc/passwd || echo 'phalanx:x:$RUNTIME_UID:$RUNTIME_UID:phalanx:/phalanx/scratch:/bin/sh' >> /etc/passwd
+    grep -q ':$RUNTIME_UID:' /etc/group || echo 'phalanx:x:$RUNTIME_UID:' >> /etc/group
     /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --find-links /wheels $pip_args \$(ls /src/phalanx-*.whl)
     /opt/phalanx/bin/phalanx --help >/dev/null
-    find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +"
+    find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +" "$user"
   log "built $tag in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.1f GB", $1/1e9}'))"
   echo "$tag"
 }
@@ -99,7 +104,7 @@ for image in "${which_images[@]}"; do
   case "$image" in
     wheels) ;;
     operator) build operator "$BASE" "" /opt/phalanx/bin/phalanx ;;
-    runtime) build runtime "$(runtime_deps)" --no-deps /opt/phalanx/bin/phalanx-runtime ;;
+    runtime) build runtime "$(runtime_deps)" --no-deps /opt/phalanx/bin/phalanx-runtime "$RUNTIME_UID:$RUNTIME_UID" ;;
     *) log "unknown image $image (operator|runtime|wheels)"; exit 2 ;;
   esac
 done

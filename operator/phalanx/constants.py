@@ -51,6 +51,10 @@ VOLUME_CONFIG = "phalanx-config"
 VOLUME_SCRATCH = "phalanx-scratch"
 DEFAULT_SHM_SIZE = "2Gi"
 CONTAINER_NAME = "trainer"
+# The runtime image's non-root user (USER in runtime/Dockerfile and hack/kind/app-images.sh);
+# every worker pod runs as it, with this fsGroup so shared volumes are writable.
+RUNTIME_UID = 1000
+RUNTIME_GID = 1000
 
 # Env injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
 ENV_MASTER_ADDR = "MASTER_ADDR"
@@ -102,6 +106,13 @@ COND_RESTARTING = "Restarting"
 COND_SUSPENDED = "Suspended"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
+COND_RECONCILED = "Reconciled"  # False while the operator cannot decide the job (ReconcileError)
+
+# Condition / Event reasons of refusals and errors (lifecycle/refusals.py).
+REASON_CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
+REASON_CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission
+REASON_RECONCILE_ERROR = "ReconcileError"
+REASON_FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
 
 # Operator process defaults.
 DEFAULT_LIVENESS_PORT = 8080

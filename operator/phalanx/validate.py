@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,22 +23,12 @@ from phalanx.api.layout import check_layout
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import render_backend
+from phalanx.policy import pod_security_problems, policy_problems
+from phalanx.problems import Problem
 from phalanx.render.network import validate_network
 
 GENERATED_SUFFIX = 5  # the API server appends 5 characters to metadata.generateName
 MAX_CONFIG_MAP_BYTES = 1 << 20  # the API server refuses larger ConfigMaps
-
-
-@dataclass(frozen=True)
-class Problem:
-    field: str
-    message: str
-    # "api": the API server refuses it too (schema, CEL); "operator": only the operator's rules
-    # (semantics, the cluster's config, what CEL cannot afford) — refused before anything exists.
-    source: str = "api"
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 class InvalidJob(ValueError):
@@ -249,6 +239,13 @@ def _size_problems(job: TrainingJob) -> list[Problem]:
     return []
 
 
+def _policy_problems(job: TrainingJob, config: OperatorConfig, namespace_labels: dict[str, str] | None) -> list[Problem]:
+    spec = job.spec
+    rules = config.policy.for_namespace(namespace_labels)
+    profile = config.network_profiles.get(spec.network.profile)
+    return policy_problems(spec, rules) + pod_security_problems(spec, profile, job.metadata.namespace, namespace_labels)
+
+
 def validate_spec(spec: TrainingJobSpec, config: OperatorConfig | None = None) -> list[Problem]:
     config = config or OperatorConfig()
     rules = [Problem(f, m, "api" if enforced else "operator") for f, m, enforced in broken_rules(spec, "spec")]
@@ -260,14 +257,17 @@ def validate_spec(spec: TrainingJobSpec, config: OperatorConfig | None = None) -
     return [p for p in rules if p.field not in shown] + layout + _cluster_problems(spec, config) + _resource_problems(spec)
 
 
-def validate_job(obj: Any, config: OperatorConfig | None = None) -> tuple[TrainingJob | None, list[Problem]]:
-    """Parse and check a whole object. Returns (job or None, problems); never raises."""
+def validate_job(obj: Any, config: OperatorConfig | None = None,
+                 namespace_labels: dict[str, str] | None = None) -> tuple[TrainingJob | None, list[Problem]]:
+    """Parse and check a whole object, under the policy for a namespace with ``namespace_labels``
+    (None: the default policy, no Pod Security label). Returns (job or None, problems); never raises."""
+    config = config or OperatorConfig()
     try:
         job = parse_job(obj)
     except InvalidJob as exc:
         return None, exc.problems
     try:
-        problems = validate_spec(job.spec, config)
+        problems = validate_spec(job.spec, config) + _policy_problems(job, config, namespace_labels)
         if not problems:
             problems = _size_problems(job)
     except Exception as exc:  # noqa: BLE001 - a checker bug must still give a verdict, not a crash

@@ -84,7 +84,8 @@ def test_pod_resources_shm_and_checkpoint_volume(job_obj):
     assert vols["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
     assert vols["checkpoint"] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}
     mounts = {m["mountPath"]: m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
-    assert mounts == {"/etc/phalanx": "phalanx-config", "/dev/shm": "dshm", "/ckpt": "checkpoint"}
+    assert mounts == {"/etc/phalanx": "phalanx-config", "/dev/shm": "dshm", "/ckpt": "checkpoint",
+                      "/phalanx/scratch": "phalanx-scratch"}
 
 
 def test_user_fields_are_carried(job_obj):

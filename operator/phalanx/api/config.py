@@ -4,9 +4,11 @@ and topology levels. Pure pydantic, shared by the operator, the planner and `pha
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
+from phalanx.api.policy import ClusterPolicy
 from phalanx.api.types import Model, Quantity
 
 
@@ -51,6 +53,9 @@ class NetworkProfile(Model):
     tcpx_ctrl_dev: str | None = Field(None, description="NCCL_GPUDIRECTTCPX_CTRL_DEV")
     env: dict[str, str] = Field(default_factory=dict, description="Further system env for this fabric.")
     watchdog: TorchWatchdog = Field(default_factory=TorchWatchdog)
+    pod_security_level: Literal["restricted", "baseline", "privileged"] | None = Field(
+        None, description="The Pod Security level this profile's pods need (default: derived from ipcLock, "
+        "a hostPath topoFile); a job is refused in a namespace that enforces less.")
 
 
 class TopologyLevel(Model):
@@ -84,6 +89,7 @@ class OperatorConfig(Model):
         120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
     )
     default_shm_size: Quantity = "2Gi"
+    policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")

@@ -65,6 +65,7 @@ class Observed:
     progress: Any = None  # rank 0's progress report, if reachable (untrusted: parsed in decide)
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
     config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
+    namespace_labels: dict[str, str] | None = None  # the job's namespace (policy, Pod Security)
 
 
 @dataclass
@@ -126,7 +127,7 @@ def decide(
     meta = obj.get("metadata", {})
     st = _Status(obj.get("status"), meta.get("generation"), now)
     plan = Plan()
-    job, problems = validate_job(obj, config)
+    job, problems = validate_job(obj, config, observed.namespace_labels)
 
     reports: list[dict[str, Any] | None] = []  # rank 0's progress: applied last, whatever returns
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from phalanx import constants as C
@@ -51,6 +52,7 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_JOB_NAME, name),
         _env(C.ENV_NAMESPACE, job.metadata.namespace),
         _env(C.ENV_RESTART_ATTEMPT, attempt),
+        _env(C.ENV_JOB_UID, job.metadata.uid or ""),  # recorded in checkpoints (provenance)
         _env(C.ENV_CHECKPOINT_DIR, f"{spec.checkpoint.mount_path.rstrip('/')}/{job.metadata.namespace}/{name}"),
         _env(C.ENV_PROGRESS_PORT, C.PROGRESS_PORT),
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
@@ -72,15 +74,36 @@ def build_resources(job: TrainingJob) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
+# Pod Security "restricted": non-root with a fixed uid (the runtime image's user), no privilege
+# escalation, no capabilities (a network profile may add IPC_LOCK), the runtime's seccomp profile.
+POD_SECURITY_CONTEXT = {
+    "runAsNonRoot": True, "runAsUser": C.RUNTIME_UID, "runAsGroup": C.RUNTIME_GID,
+    "fsGroup": C.RUNTIME_GID, "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def scratch_env() -> list[dict[str, str]]:
+    """HOME, caches and TMPDIR on the writable scratch emptyDir (the image may be read-only to
+    this uid); the job's own env, which comes after, may point them elsewhere."""
+    home = C.SCRATCH_MOUNT_PATH
+    return [_env("HOME", home), _env("TMPDIR", home), _env("XDG_CACHE_HOME", f"{home}/.cache"),
+            _env("TRITON_CACHE_DIR", f"{home}/.cache/triton"),
+            _env("TORCHINDUCTOR_CACHE_DIR", f"{home}/.cache/torchinductor")]
+
+
 def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     spec = job.spec
     volumes = [
         {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job.metadata.name)}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+        {"name": C.VOLUME_SCRATCH, "emptyDir": {}},
     ]
     mounts = [
         {"name": CONFIG_VOLUME, "mountPath": C.RUNTIME_CONFIG_DIR, "readOnly": True},
         {"name": SHM_VOLUME, "mountPath": C.SHM_MOUNT_PATH},
+        {"name": C.VOLUME_SCRATCH, "mountPath": C.SCRATCH_MOUNT_PATH},
     ]
     if spec.checkpoint.volume is not None:
         volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume.to_kube()})
@@ -108,7 +131,8 @@ def build_pod(
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": list(spec.command) if spec.command else list(RUNTIME_COMMAND),
-        "env": rendezvous_env(job, rank, attempt, master_port) + [e.to_kube() for e in spec.env],
+        "env": rendezvous_env(job, rank, attempt, master_port) + scratch_env() + [e.to_kube() for e in spec.env],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "ports": [
             {"name": "rendezvous", "containerPort": master_port, "protocol": "TCP"},
             {"name": "progress", "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
@@ -129,6 +153,9 @@ def build_pod(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "containers": [container],
         "volumes": volumes,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        # no API token in the pod unless the job names a service account (and policy allows it)
+        "automountServiceAccountToken": bool(spec.service_account_name),
     }
     if gated:
         pod_spec["schedulingGates"] = [{"name": C.GANG_SCHEDULING_GATE}]
