@@ -26,6 +26,7 @@ crds:
 	$(PYTHON) -m phalanx crd -o crds/phalanx.dev_trainingjobs.yaml
 	cp crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/
 	$(PYTHON) -m phalanx crd --reference -o docs/api.md
+	$(PYTHON) -m phalanx crd --admission-policy -o charts/phalanx/templates/admission-policy.yaml
 
 lint:
 	$(PYTHON) -m ruff check operator runtime tests bench hack

@@ -20,6 +20,8 @@ SECTIONS = {
     "gpu": "### Runtime (e): single GPU (MFU, bf16)",
 }
 RUNTIME_HEADING = "## Runtime"
+# A run of ranks (spawn.run_ranks) that takes longer is hung: its ranks are killed, the bench fails.
+RANKS_TIMEOUT_S = 1800
 
 
 def machine() -> str:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_common import append_result, median  # noqa: E402
+from runtime_common import RANKS_TIMEOUT_S, append_result, median  # noqa: E402
 
 WARMUP = 2
 
@@ -99,7 +99,7 @@ def main() -> None:
 
     rows = []
     for zero, name in ((0, "DDP (zero 0)"), (3, "FSDP2 (zero 3)")):
-        out = run_ranks(job(zero, args.preset, args.steps, args.seq), 2, fn=compare)
+        out = run_ranks(job(zero, args.preset, args.steps, args.seq), 2, fn=compare, timeout=RANKS_TIMEOUT_S)
         mo, mp = median(out["ours"]), median(out["plain"])
         rows.append((name, mo, mp, mo / mp, len(out["ours"])))
         print(f"{name}: ours {mo * 1e3:.1f} ms, plain {mp * 1e3:.1f} ms, ratio {mo / mp:.3f}", flush=True)

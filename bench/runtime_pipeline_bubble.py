@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_common import append_result, median  # noqa: E402
+from runtime_common import RANKS_TIMEOUT_S, append_result, median  # noqa: E402
 
 MBS = 2
 REPS = 10
@@ -114,7 +114,7 @@ def main() -> None:
            "spec": {"image": "x", "procsPerNode": args.pp, "parallelism": {"pipeline": args.pp, "microbatches": args.pp},
                     "model": {"preset": args.preset}, "data": {"seqLen": args.seq},
                     "training": {"globalBatchSize": 2 * args.pp, "precision": "fp32"}}}
-    rows = run_ranks(doc, args.pp, fn=measure)
+    rows = run_ranks(doc, args.pp, fn=measure, timeout=RANKS_TIMEOUT_S)
     body = ("| schedule | p | m | step (median) | busy per rank | measured bubble | (p−1)/(m+p−1) |\n"
             "|---|---|---|---|---|---|---|\n")
     for r in rows:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_common import append_result  # noqa: E402
+from runtime_common import RANKS_TIMEOUT_S, append_result  # noqa: E402
 
 
 def _local(t):
@@ -70,7 +70,7 @@ def main() -> None:
     body = ("| ranks N | Ψ (params) | params / grads / AdamW bytes on the largest rank | total per rank (max) | 16Ψ/N | deviation |\n"
             "|---|---|---|---|---|---|\n")
     for n in args.ranks:
-        out = run_ranks(job(args.preset, n), n, fn=measure)
+        out = run_ranks(job(args.preset, n), n, fn=measure, timeout=RANKS_TIMEOUT_S)
         psi = out["psi"]
         worst = max(out["ranks"], key=lambda r: sum(r.values()))
         total = sum(worst.values())

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import copy
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import yaml
+
+from phalanx_runtime import lifetime
 
 # Operator/cluster fixtures (crd, operator, api, pool) for the integration suites.
 pytest_plugins = ["tests.integration.harness"]
@@ -29,3 +33,65 @@ MINIMAL = {
 @pytest.fixture
 def job_obj() -> dict:
     return copy.deepcopy(MINIMAL)
+
+
+# --- No process outlives the suite --------------------------------------------------------------
+# pytest is a subreaper (PR_SET_CHILD_SUBREAPER): processes a test orphaned re-parent to pytest,
+# not to init, so everything a test started and left behind is still our descendant at the end,
+# after every fixture's teardown. The run then fails, naming each process and the test during which
+# it appeared, and the processes are killed. Allowed: container daemons that hack/kind-e2e.sh
+# starts on purpose, and whatever runs under them (kind's nodes).
+LONG_LIVED_DAEMONS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "docker-proxy")
+# Python's per-process helpers: they exit with pytest (their pipe to it closes).
+PYTEST_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_before_session: set[tuple[int, int | None]] = set()
+_first_seen: dict[tuple[int, int | None], str] = {}
+
+
+def _our_processes() -> set[tuple[int, int | None]]:
+    """(pid, start time) of every live descendant: identifies a process across pid reuse."""
+    return {(p, lifetime.start_time(p)) for p in lifetime.descendants(os.getpid()) if lifetime.alive(p)}
+
+
+def _under_daemon(pid: int) -> bool:
+    me = os.getpid()
+    while pid and pid != me:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() in LONG_LIVED_DAEMONS:
+                return True
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def pytest_configure(config):
+    if lifetime.LINUX:
+        lifetime.set_subreaper(True)
+        _before_session.update(_our_processes())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    yield
+    for key in _our_processes():
+        _first_seen.setdefault(key, item.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not lifetime.LINUX:
+        return
+    left = sorted(k for k in _our_processes() - _before_session
+                  if not _under_daemon(k[0]) and not any(h in lifetime.cmdline(k[0]) for h in PYTEST_HELPERS))
+    if not left:
+        return
+    lines = [f"pid {pid}: {lifetime.cmdline(pid)[:200]} (alive after {_first_seen.get((pid, st), 'a fixture')})"
+             for pid, st in left]
+    lifetime.kill_pids([pid for pid, _ in left], signal.SIGKILL)
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write("\n")
+        tr.write_sep("=", f"{len(left)} process(es) started by the tests outlived them (now killed)", red=True)
+        for line in lines:
+            tr.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

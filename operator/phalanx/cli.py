@@ -129,8 +129,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_crd(args: argparse.Namespace) -> int:
     from phalanx.api.crd import crd_yaml
     from phalanx.api.reference import api_reference
+    from phalanx.policy.admission import admission_policy_template
 
-    text = api_reference() if args.reference else crd_yaml()
+    text = api_reference() if args.reference else admission_policy_template() if args.admission_policy else crd_yaml()
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("crd", help="print the TrainingJob CRD")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
+    p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
     p.set_defaults(fn=cmd_crd)
 
     p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`")

@@ -157,6 +157,12 @@ def cluster_pods(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
                    "status": {"phase": body.get("status", {}).get("phase")}}}
 
 
+@kopf.index("namespaces")
+def namespace_labels(name: str, labels: dict[str, str], **_: Any) -> dict:
+    """Each namespace's labels: which policy applies, which Pod Security level it enforces."""
+    return {name: dict(labels)}
+
+
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
 def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
     return {name: int(body.get("value", 0))}
@@ -229,6 +235,7 @@ async def job_loop(
     cluster_nodes: kopf.Index,
     cluster_pods: kopf.Index,
     priority_classes: kopf.Index,
+    namespace_labels: kopf.Index,
     **_: Any,
 ) -> None:
     key = (namespace, name)
@@ -253,6 +260,7 @@ async def job_loop(
                 progress=progress,
                 lost_nodes=_lost_nodes(pods, cluster_nodes),
                 config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),
+                namespace_labels=next(iter(namespace_labels.get(namespace, [None]))),
             )
             obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                    "spec": dict(body.get("spec") or {}), "status": status}
@@ -267,6 +275,7 @@ async def job_loop(
                 await _sleep_or_wake(wake, retry_delay(failures.decide))
                 continue
             failures.decide = 0
+            JOB_METRICS.observe({**obj, "status": plan.status or status}, progress)  # even if the write fails
             try:
                 assert State.kube is not None
                 refusals = await State.kube.execute(namespace, plan, status, name)
@@ -295,7 +304,6 @@ async def job_loop(
             if plan.status is not None:
                 _track_phase(key, plan.status.get("phase"))
                 await _await_status(body, plan.status)
-            JOB_METRICS.observe({**obj, "status": plan.status or status}, progress)
             if plan.delete_job:
                 return
             await _await_expectations(key, job_pods, plan)

@@ -1,8 +1,15 @@
-"""Operator Prometheus metrics."""
+"""Operator Prometheus metrics: the fleet view (reconciles, jobs by phase, pods, API requests).
+Per-job series live in ``phalanx.jobmetrics``; the runtime's per-pod series in
+``phalanx_runtime.components.metrics``. Names follow Prometheus conventions: ``phalanx_`` prefix,
+base units (``_seconds``), ``_total`` on counters only."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from phalanx.api.types import Phase
+
+RECONCILE_RESULTS = ("ok", "error")
 
 RECONCILES = Counter("phalanx_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram(
@@ -13,3 +20,10 @@ JOBS = Gauge("phalanx_jobs", "TrainingJobs by phase", ["phase"])
 PODS_CREATED = Counter("phalanx_pods_created_total", "Worker pods created")
 API_REQUESTS = Counter("phalanx_api_requests_total", "Kubernetes API requests made by the operator", ["verb"])
 RESTARTS = Counter("phalanx_gang_restarts_total", "Whole-gang restarts")
+
+# Every known label value exists from the start at 0, so rate()/increase() see the first error
+# and "no jobs in phase X" is a 0, not an absent series.
+for _result in RECONCILE_RESULTS:
+    RECONCILES.labels(_result)
+for _phase in Phase:
+    JOBS.labels(_phase.value)

@@ -5,9 +5,10 @@ worker starts, then runs ``procsPerNode`` workers through the torch elastic laun
 
 Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 143 stopped by
 SIGTERM (preemption, suspend, pod deletion) after the workers saved a checkpoint (retryable).
-SIGTERM reaches the workers through torchrun's agent, which waits up to
-``$TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (default here 100 s, inside the pod's 120 s grace period)
-before it kills them.
+SIGTERM (and SIGINT, taken as SIGTERM) reaches the workers through torchrun's agent; each worker
+has ``$PHALANX_STOP_GRACE_SECONDS`` (90 s in pods) to checkpoint, the agent kills them 5 s later,
+and this process exits 5 s after that whatever happens — inside the pod's 120 s grace period. When
+``$PHALANX_PARENT_PID`` names our parent (``phalanx local``), its death stops us like a SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -28,6 +30,7 @@ from phalanx.constants import (
     ENV_NNODES,
     ENV_NODE_RANK,
     ENV_NPROC_PER_NODE,
+    ENV_PARENT_PID,
     ENV_PET_MASTER_ADDR,
     ENV_PET_MASTER_PORT,
     ENV_PET_MAX_RESTARTS,
@@ -39,12 +42,22 @@ from phalanx.constants import (
     ENV_RESTART_ATTEMPT,
 )
 from phalanx_runtime.config import RuntimeConfig, check_layout, default_config_path, load_config
+from phalanx_runtime.lifetime import (
+    StopWatchdog,
+    descendants,
+    die_with_parent,
+    escalation,
+    kill_pids,
+    parent_pid_from_env,
+    stop_grace,
+)
 
 log = logging.getLogger("phalanx_runtime.launch")
 EXIT_INVALID = 2
 EXIT_WORKER_FAILED = 1
 EXIT_PREEMPTED = 143  # = phalanx_runtime.components.checkpoint.EXIT_PREEMPTED
-SHUTDOWN_TIMEOUT_S = "100"  # torchrun waits this long for workers to checkpoint after SIGTERM
+# torchrun forwards these to the workers; not SIGINT, which _sigint_as_sigterm turns into SIGTERM.
+AGENT_SIGNALS = "SIGTERM,SIGHUP,SIGQUIT"
 
 
 @dataclass
@@ -153,6 +166,52 @@ def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available:
     return errors
 
 
+def _preempted(signum, frame):  # noqa: ARG001
+    raise SystemExit(EXIT_PREEMPTED)
+
+
+def _sigint_as_sigterm(signum, frame):  # noqa: ARG001
+    """Ctrl-C is a preemption too: torchrun forwards the signal it got, and workers checkpoint on
+    SIGTERM only (SIGINT would raise KeyboardInterrupt in them)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    raise SignalException(f"Process {os.getpid()} got SIGINT (handled as SIGTERM)", sigval=signal.SIGTERM)
+
+
+def _stop_plan(grace: float):
+    """Without workers (config, imports, rendezvous) there is nothing to checkpoint: stop at once,
+    even if the main thread is blocked in C. With workers: one escalation step past the agent."""
+    def plan() -> tuple[float, str]:
+        if not descendants(os.getpid()):
+            return 0.0, "no worker has started yet (setup or rendezvous), so there is nothing to checkpoint"
+        return escalation(2, grace), "its workers did not stop; killing them"
+    return plan
+
+
+def _arm_early_stop() -> StopWatchdog:
+    """First thing: in a pod this process is PID 1, which the kernel spares every signal it has no
+    handler for, so without one a SIGTERM during setup or rendezvous would wait for the kubelet's
+    SIGKILL. Started by ``phalanx local``, this process dies with it (SIGTERM)."""
+    parent = parent_pid_from_env()
+    if parent is not None:
+        die_with_parent(signal.SIGTERM, parent)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _preempted)
+    watchdog = StopWatchdog(0, name="launcher", signals=(signal.SIGTERM, signal.SIGINT),
+                            on_expire=lambda: kill_pids(descendants(os.getpid())), plan=_stop_plan(stop_grace()))
+    watchdog.start()
+    return watchdog
+
+
+def _prepare_torchrun() -> None:
+    """Workers die with this process (they get ``$PHALANX_PARENT_PID``); the agent waits one
+    escalation step past the workers' grace before SIGKILL and forwards SIGTERM (SIGINT as SIGTERM)."""
+    os.environ[ENV_PARENT_PID] = str(os.getpid())
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(escalation(1, stop_grace()))))
+    os.environ["PET_SIGNALS_TO_HANDLE"] = AGENT_SIGNALS
+    signal.signal(signal.SIGINT, _sigint_as_sigterm)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="phalanx-runtime", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=None, help=f"runtime config JSON (default ${ENV_CONFIG_PATH} or {default_config_path()})")
@@ -160,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the torchrun command, start nothing")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    watchdog = _arm_early_stop()
+    try:
+        return _run(args)
+    finally:
+        watchdog.stop()
+
+
+def _run(args: argparse.Namespace) -> int:
     config_path = args.config or default_config_path()
     try:
         cfg = load_config(config_path)
@@ -183,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
     os.environ.setdefault(ENV_JOB_NAME, cfg.name)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
     if le.direct:
         os.environ.update({"RANK": str(le.rank), "WORLD_SIZE": str(le.world_size), "LOCAL_RANK": str(le.local_rank),
                            "MASTER_ADDR": le.master_addr, "MASTER_PORT": str(le.master_port)})
@@ -200,10 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
+    return _torchrun(targs)
+
+
+def _torchrun(targs: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    _prepare_torchrun()
     try:
         torchrun_main(targs)
     except SignalException as e:

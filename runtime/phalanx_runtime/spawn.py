@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import tempfile
+import time
 from typing import Any
+
+from phalanx_runtime.lifetime import die_with_parent
 
 
 def free_port() -> int:
@@ -17,7 +21,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str, threads: int, fn_ref) -> None:
+def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str, threads: int, fn_ref,
+            parent: int) -> None:
+    die_with_parent(signal.SIGKILL, parent)  # a killed test or benchmark takes its ranks with it
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
                        "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(world)})
     import torch
@@ -39,14 +45,26 @@ def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str
             json.dump(out, f)
 
 
-def run_ranks(cfg_doc: dict[str, Any], world_size: int, *, threads: int = 1, fn=None) -> dict:
+def run_ranks(cfg_doc: dict[str, Any], world_size: int, *, threads: int = 1, fn=None,
+              timeout: float | None = None) -> dict:
     """Spawn ``world_size`` ranks of ``train`` (or of ``fn(cfg)``, a picklable function) on
-    this machine with gloo; returns rank 0's result dict."""
+    this machine with gloo; returns rank 0's result dict. After ``timeout`` seconds (or any error)
+    the ranks still running are killed and TimeoutError is raised."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "result.json")
-        mp.start_processes(_worker, args=(world_size, free_port(), cfg_doc, out, threads, fn),
-                           nprocs=world_size, start_method="spawn", join=True)
+        ctx = mp.start_processes(_worker, args=(world_size, free_port(), cfg_doc, out, threads, fn, os.getpid()),
+                                 nprocs=world_size, start_method="spawn", join=False)
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            while not ctx.join(timeout=1):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{world_size} ranks still running after {timeout}s; killed")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                p.join(10)
         with open(out) as f:
             return json.load(f)

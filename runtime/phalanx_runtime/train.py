@@ -27,13 +27,19 @@ from phalanx.constants import (
 )
 from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
-from phalanx_runtime.components.metrics import MetricsLogger, device_peak_flops
+from phalanx_runtime.components.metrics import (
+    MetricsLogger,
+    device_peak_flops,
+    metric_labels,
+    metrics_log_path,
+)
 from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer
 from phalanx_runtime.components.progress import Progress, ProgressServer, write_final
 from phalanx_runtime.config import RuntimeConfig, check_layout, load_config
 from phalanx_runtime.distributed.clip import clip_grad_norm_
 from phalanx_runtime.distributed.mesh import build_mesh, device_for_rank
 from phalanx_runtime.distributed.pipeline import build_pipeline
+from phalanx_runtime.lifetime import StopWatchdog, die_with_parent, parent_pid_from_env, stop_grace
 from phalanx_runtime.models.entrypoint import ModelContext
 from phalanx_runtime.models.registry import build_model_parts
 
@@ -112,9 +118,13 @@ def grad_sync(parts, enabled: bool):
 
 # --------------------------------------------------------------------------------------------
 # Preemption: SIGTERM sets a flag; the loop agrees on it across ranks at the next step
-# boundary, saves a checkpoint and exits EXIT_PREEMPTED (143, retryable).
+# boundary, saves a checkpoint and exits EXIT_PREEMPTED (143, retryable). A rank that cannot get
+# there (blocked in a collective or the rendezvous on a rank that is hung or gone) is ended by a
+# watchdog after $PHALANX_STOP_GRACE_SECONDS, with the reason in its log (lifetime.StopWatchdog).
 
 _stop = threading.Event()
+NO_CHECKPOINT_REASON = ("no checkpoint was saved: the ranks save one together at a step boundary, and this rank "
+                        "never reached it (blocked in a collective or the rendezvous on a rank that is hung or gone)")
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001
@@ -128,9 +138,12 @@ def sigterm_flag():
         return
     _stop.clear()
     prev = signal.signal(signal.SIGTERM, _on_sigterm)
+    watchdog = StopWatchdog(stop_grace(), name=f"rank {os.environ.get('RANK', 0)}", reason=NO_CHECKPOINT_REASON)
+    watchdog.start()
     try:
         yield
     finally:
+        watchdog.stop()
         signal.signal(signal.SIGTERM, prev)
 
 
@@ -216,7 +229,8 @@ def _train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port
     metrics = MetricsLogger(flops_per_token=model.shape.flops_per_token(spec.data.seq_len) if model.shape else None,
                             peak_flops=peak, world_size=world, tokens_per_step=tokens_per_step, device=device,
                             prometheus_port=metrics_port if local_rank == 0 else None,
-                            labels={"job": cfg.name, "rank": str(rank)})
+                            labels=metric_labels(cfg.namespace, cfg.name, rank),
+                            log_path=metrics_log_path(ckpt_dir) if rank == 0 else None)
     server = None
     if progress_port is None and os.environ.get(ENV_PROGRESS_PORT) and rank == 0:
         progress_port = int(os.environ[ENV_PROGRESS_PORT])
@@ -315,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.train")
     ap.add_argument("--config", default=None, help="runtime config JSON (default: $PHALANX_CONFIG)")
     args = ap.parse_args(argv)
+    # A worker never outlives the launcher (or test harness) that started it: if that is killed
+    # outright, nobody else would stop this process, and it would wait in a collective forever.
+    die_with_parent(signal.SIGKILL, parent_pid_from_env())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = load_config(args.config)
     result = train(cfg)

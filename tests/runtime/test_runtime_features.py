@@ -162,7 +162,7 @@ def test_impossible_layout_refused_before_start(tmp_path):
 
 
 def test_progress_and_metrics_endpoints():
-    from phalanx_runtime.components.metrics import MetricsLogger
+    from phalanx_runtime.components.metrics import MetricsLogger, metric_labels
     from phalanx_runtime.components.progress import Progress, ProgressServer
     from phalanx_runtime.spawn import free_port
 
@@ -177,11 +177,14 @@ def test_progress_and_metrics_endpoints():
         srv.close()
     port = free_port()
     m = MetricsLogger(flops_per_token=1e6, peak_flops=1e9, world_size=2, tokens_per_step=1000,
-                      device=torch.device("cpu"), prometheus_port=port, labels={"job": "j"})
+                      device=torch.device("cpu"), prometheus_port=port, labels=metric_labels("ns", "j", 0))
     rec = m.record(step=1, loss=3.0, grad_norm=1.0, lr=1e-3, step_time=0.5)
     assert rec.tokens_per_s == 2000 and rec.mfu == pytest.approx(1e6 * 1000 / 1e9)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-    assert 'phalanx_tokens_per_second{job="j"} 2000.0' in text and "phalanx_mfu" in text
+    labels = 'namespace="ns",rank="0",trainingjob="j"'
+    assert f"phalanx_runtime_tokens_per_second{{{labels}}} 2000.0" in text
+    assert f"phalanx_runtime_tokens_total{{{labels}}} 1000.0" in text
+    assert f"phalanx_runtime_step_duration_seconds_count{{{labels}}} 1.0" in text and "phalanx_runtime_mfu_ratio" in text
 
 
 def test_final_progress_is_written_as_termination_message(tmp_path):

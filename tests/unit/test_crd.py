@@ -93,7 +93,7 @@ def test_every_cel_rule_has_a_python_twin():
             yield sub
             yield from subclasses(sub)
 
-    twins = {r.cel for cls in subclasses(Model) for r in cls.rules if r.cel}
+    twins = {r.cel for cls in subclasses(Model) for r in cls.checks if r.cel}
     formats = {f"must be {d}" for d in P.DESCRIPTIONS.values()}
     fixed = {r["rule"] for r in NAME_RULES + QUANTITY_SCHEMA["x-kubernetes-validations"]}
     rules = _all_rules(build_crd(), [])

@@ -161,3 +161,12 @@ def test_a_changed_reason_replaces_the_series():
     jm.observe(job(status={"phase": "Scheduling", "conditions": [cond("Schedulable", "True", "GatesLifted")]}))
     reasons = {dict(labels).get("reason") for name, labels in scrape(jm) if name == "phalanx_trainingjob_status_condition"}
     assert reasons == {"GatesLifted"}  # the old reason's series is gone, not left at its last value
+
+
+def test_garbage_from_the_runtime_is_no_sample_and_never_an_exception():
+    v = values(job_samples(job(status=RUNNING), {"loss": "oops", "mfu": [1]}))
+    assert v[("phalanx_trainingjob_loss", ())] == 2.5  # the status value instead
+    assert ("phalanx_trainingjob_mfu_ratio", ()) not in v
+    jm = JobMetrics()
+    jm.observe({"metadata": {"name": "x"}, "status": {"conditions": "not a list"}})  # logged, not raised
+    assert jm.jobs() == []

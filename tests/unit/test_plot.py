@@ -8,7 +8,7 @@ import math
 import pytest
 
 from phalanx.cli import main
-from phalanx.plot import ema, read_curves, summary
+from phalanx.plot import ema, read_curves, smoothing, summary
 
 
 def step_metrics(step, loss):
@@ -50,9 +50,11 @@ def test_a_resumed_gang_overrides_the_repeated_steps(tmp_path):
     assert mfu_steps == steps and mfu[0] == 25.0
 
 
-def test_ema_smooths_and_starts_at_the_first_value():
-    assert ema([4.0, 2.0], alpha=0.5) == [4.0, 3.0]
-    assert ema([]) == []
+def test_ema_is_debiased_and_skips_nan():
+    assert ema([4.0, 2.0], alpha=0.5) == [4.0, pytest.approx((0.5 * 4.0 * 0.5 + 0.5 * 2.0) / 0.75)]
+    assert ema([3.0, float("nan"), 3.0], alpha=0.1) == pytest.approx([3.0, 3.0, 3.0])
+    assert ema([], alpha=0.1) == []
+    assert smoothing(30) == pytest.approx(1 / 3) and smoothing(10_000) == 0.02 and smoothing(5) == 0.5
 
 
 def test_phalanx_plot_writes_a_png(tmp_path, capsys):

@@ -58,6 +58,7 @@ HOSTILE_BODIES = {
     "a number": b"NaN",
     "null": b"null",
     "brackets inside strings": b'{"step": 5, "phase": "[[[[[[[["}',
+    "escaped quotes, unterminated": b'{"step": 5, "p": "' + b'\\"' * 21_000,
 }
 
 
@@ -80,6 +81,15 @@ def test_hostile_bodies_parse_to_finite_values_or_nothing(name):
         assert isinstance(report["loss"], float)
 
 
+def test_hostile_bodies_parse_in_linear_time():
+    """The parser runs on the operator's event loop: no input may stall it (a string regex that
+    backtracks took 19 s on 42 KB of escaped quotes)."""
+    started = time.perf_counter()
+    for body in HOSTILE_BODIES.values():
+        parse_progress(body)
+    assert time.perf_counter() - started < 1.0
+
+
 def test_what_survives_of_hostile_bodies():
     assert parse_progress(HOSTILE_BODIES["nan literal"])["step"] == 5
     assert loss_not_finite(parse_progress(HOSTILE_BODIES["nan literal"]))
@@ -92,7 +102,7 @@ def test_what_survives_of_hostile_bodies():
     assert parse_progress(HOSTILE_BODIES["long strings"]) == {"step": 5}
     assert parse_progress(HOSTILE_BODIES["brackets inside strings"]) == {"step": 5, "phase": "[[[[[[[["}
     for name in ("deeply nested", "nested just past the limit", "huge", "not JSON", "not UTF-8", "empty", "a list",
-                 "a number", "null"):
+                 "a number", "null", "escaped quotes, unterminated"):
         assert parse_progress(HOSTILE_BODIES[name]) is None, name
 
 

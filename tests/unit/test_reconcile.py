@@ -485,3 +485,97 @@ def test_unparseable_termination_message_is_ignored(job_obj):
         pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "Killed\n"
     sim.step()
     assert sim.status["step"] == 5
+
+
+# --- Untrusted progress (issue 12, item 6) and checkpoint provenance (item 7) -------------------
+
+
+def _finish_rank0(sim, message):
+    sim.set_pods("Succeeded", ready=False, exit_code=0)
+    for pod in sim.pods.values():
+        if pod["metadata"]["labels"][C.LABEL_NODE_RANK] == "0":
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+
+
+def test_nan_loss_is_reported_not_written(job_obj):
+    """A diverged run: the status patch stays valid JSON (a NaN made every later patch fail, so the
+    status froze), LossNotFinite says why, one Warning Event; a finite loss clears the condition."""
+    import json
+
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 4, "loss": 3.0})
+    for step in (5, 6):
+        plan = sim.step(progress=b'{"step": %d, "loss": NaN}' % step)
+        json.dumps(plan.status, allow_nan=False)
+    assert sim.status["step"] == 6 and "loss" not in sim.status
+    c = cond(sim.status, C.COND_LOSS_NOT_FINITE)
+    assert (c["status"], c["reason"]) == ("True", "LossNotFinite") and "nan" in c["message"] and "step 6" in c["message"]
+    assert [e for e in sim.events if e[1] == "LossNotFinite"] == [("Warning", "LossNotFinite", c["message"].replace("6", "5"))]
+    sim.step(progress={"step": 7, "loss": 2.0})
+    assert sim.status["loss"] == 2.0 and cond(sim.status, C.COND_LOSS_NOT_FINITE)["status"] == "False"
+
+
+def test_nan_final_loss_still_writes_the_final_phase(job_obj):
+    import json
+
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    _finish_rank0(sim, '{"step": 30, "loss": NaN, "lastCheckpoint": {"step": 30, "path": "/c/step-30"}}')
+    plan = sim.step()
+    json.dumps(plan.status, allow_nan=False)
+    assert sim.status["phase"] == "Succeeded" and sim.status["step"] == 30 and "loss" not in sim.status
+    assert cond(sim.status, C.COND_LOSS_NOT_FINITE)["status"] == "True"
+    assert sim.step().status is None  # converged: nothing more to write (NaN != NaN rewrote it forever)
+
+
+def test_hostile_termination_message_never_stops_the_reconcile(job_obj):
+    """json.loads recursed on '[[[…' and raised RecursionError out of decide() on every pass."""
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 5})
+    _finish_rank0(sim, "[" * 100_000)
+    sim.step()
+    assert sim.status["phase"] == "Succeeded" and sim.status["step"] == 5
+
+
+def test_failure_and_deadline_checks_do_not_depend_on_progress(job_obj):
+    job_obj["spec"]["activeDeadlineSeconds"] = 60
+    hostile = {"step": 5, "loss": "x", "lastCheckpoint": {"step": [], "path": {}}, "stepTimeSeconds": 1e308}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.now += timedelta(seconds=61)
+    sim.step(progress=hostile)
+    assert cond(sim.status, "Failed")["reason"] == "DeadlineExceeded" and sim.status["step"] == 5
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.set_pods("Failed", ready=False, exit_code=137, only=1)
+    sim.step(progress=hostile)
+    assert sim.status["phase"] == "Restarting" and sim.status["step"] == 5
+
+
+def test_a_step_reported_in_the_same_pass_is_not_a_hang(job_obj):
+    """Progress is applied after the failure checks; a step that just advanced still counts."""
+    job_obj["spec"]["failurePolicy"] = {"hangTimeoutSeconds": 60}
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 5})
+    sim.now += timedelta(seconds=90)  # no report got through for a while (polls failed)
+    sim.step(progress={"step": 40})
+    assert sim.status["phase"] == "Running" and sim.status["step"] == 40
+
+
+def test_resuming_a_predecessors_checkpoint_is_said(job_obj):
+    """A job re-created under the same name resumed the checkpoint its predecessor (another uid)
+    wrote: a condition, the status message and one Event say so; its own uid is not news."""
+    job_obj["metadata"]["uid"] = "uid-new"
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 20, "resumedFrom": {"uid": "uid-new", "step": 10}})
+    assert not [e for e in sim.events if e[1] == "ResumedFromPredecessor"]
+    for _ in range(2):
+        sim.step(progress={"step": 21, "resumedFrom": {"uid": "uid-old", "step": 20}})
+    c = cond(sim.status, C.COND_RESUMED_FROM_PREDECESSOR)
+    assert c["status"] == "True" and "uid-old" in c["message"] and "step 20" in c["message"]
+    assert "uid-old" in sim.status["message"] and sim.status["message"].count("uid-old") == 1
+    assert [e[0] for e in sim.events if e[1] == "ResumedFromPredecessor"] == ["Normal"]

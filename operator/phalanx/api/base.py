@@ -47,10 +47,10 @@ def bounded_str(pattern: str | None = None, max_length: int = 253, **kw: Any) ->
 class Model(BaseModel):
     """camelCase on the wire, unknown fields refused, enums as their values.
 
-    ``rules``: the class's cross-field rules (CEL in the CRD, Python in validate)."""
+    ``checks``: the class's cross-field rules (CEL in the CRD, Python in validate)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True,
         validate_default=True, allow_inf_nan=False, json_schema_extra=add_cel,
     )
-    rules: ClassVar[tuple[Rule, ...]] = ()
+    checks: ClassVar[tuple[Rule, ...]] = ()

@@ -53,7 +53,7 @@ _VolumeSourceBase = create_model(
 class VolumeSource(_VolumeSourceBase):
     """A core/v1 VolumeSource: exactly one member, its content free-form."""
 
-    rules = (_one_source_rule(),)
+    checks = (_one_source_rule(),)
 
     def source(self) -> str | None:
         found = _set_sources(self)
@@ -66,7 +66,7 @@ class VolumeSource(_VolumeSourceBase):
 class Volume(VolumeSource):
     name: str = bounded_str(P.DNS_LABEL, P.MAX_DNS_LABEL, description="Volume name (DNS label).")
 
-    rules = (
+    checks = (
         _one_source_rule(),
         Rule(f"!(self.name in {_cel_list(RESERVED_VOLUMES)})",
              f"volume names {', '.join(RESERVED_VOLUMES)} are the operator's own",
@@ -87,7 +87,7 @@ class VolumeMount(Model):
     mount_propagation: Literal["None", "HostToContainer"] | None = None
     recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
 
-    rules = (
+    checks = (
         Rule(" && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')"
                          for p in RESERVED_MOUNT_PATHS),
              f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
@@ -104,7 +104,7 @@ class EnvVarSource(Model):
     secret_key_ref: KubeObject | None = None
     file_key_ref: KubeObject | None = None
 
-    rules = (
+    checks = (
         Rule("[has(self.fieldRef), has(self.resourceFieldRef), has(self.configMapKeyRef), "
              "has(self.secretKeyRef), has(self.fileKeyRef)].filter(x, x).size() == 1",
              "set exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef, fileKeyRef",
@@ -118,7 +118,7 @@ class EnvVar(Model):
     value: str | None = bounded_str(None, 32768, default=None)
     value_from: EnvVarSource | None = None
 
-    rules = (
+    checks = (
         Rule("!has(self.value) || !has(self.valueFrom)", "set value or valueFrom, not both",
              lambda e: e.value is None or e.value_from is None, ".valueFrom"),
         Rule(f"!self.name.startsWith('{C.ENV_RESERVED_PREFIX}')",
@@ -137,7 +137,7 @@ class Toleration(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(None, ge=-(1 << 31), le=(1 << 31) - 1)
 
-    rules = (
+    checks = (
         Rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
              "value must be empty when operator is Exists",
              lambda t: t.operator != "Exists" or not t.value, ".value"),

@@ -125,4 +125,4 @@ def _operator_only_rules() -> list[str]:
             yield sub
             yield from subclasses(sub)
 
-    return sorted({r.message for cls in subclasses(Model) for r in cls.rules if r.cel is None})
+    return sorted({r.message for cls in subclasses(Model) for r in cls.checks if r.cel is None})

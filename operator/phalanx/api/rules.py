@@ -3,7 +3,7 @@ server refuses the object at `kubectl apply`) and as a Python predicate (`phalan
 `render`, `local` and the operator give the same verdict offline and for objects stored before
 a rule existed). tests/unit/test_rules.py checks every rule both ways on the same inputs.
 
-A rule belongs to the model class it is declared on (``rules`` ClassVar); ``self`` in the CEL
+A rule belongs to the model class it is declared on (``checks`` ClassVar); ``self`` in the CEL
 is that object, and ``holds`` gets the pydantic instance. Fields that are absent in the object
 are ``None`` in Python and ``!has(...)`` in CEL (the API server prunes nulls, as parsing does).
 """
@@ -37,7 +37,7 @@ class Rule:
 
 def add_cel(schema: dict[str, Any], cls: type) -> None:
     """pydantic ``json_schema_extra`` hook: the class's rules become x-kubernetes-validations."""
-    rules = [r for r in getattr(cls, "rules", ()) if r.cel is not None]
+    rules = [r for r in getattr(cls, "checks", ()) if r.cel is not None]
     if rules:
         schema["x-kubernetes-validations"] = [r.crd() for r in rules]
 
@@ -47,7 +47,7 @@ def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str, bool]]:
     anywhere in ``obj``'s tree.
 
     A rule's predicate that raises counts as broken (it met a value its CEL twin would refuse)."""
-    for rule in getattr(type(obj), "rules", ()):
+    for rule in getattr(type(obj), "checks", ()):
         try:
             ok = rule.holds(obj)
         except (ArithmeticError, TypeError, ValueError, AttributeError):

@@ -132,7 +132,7 @@ class Resources(Model):
         description="Extra extended resources per node, e.g. rdma/rdma_shared_device_a: 1.",
     )
 
-    rules = (
+    checks = (
         Rule(None,
              "extra resource names are extended resources (domain/name), hugepages-<size> or ephemeral-storage",
              lambda r: _keys_match(r.extra, P.RESOURCE_NAME, P.MAX_QUALIFIED_NAME), ".extra"),
@@ -189,7 +189,7 @@ class ModelSpec(Model):
         description="User model 'package.module:function'; receives a context (mesh, ranks, device, config).",
     )
 
-    rules = (
+    checks = (
         Rule("has(self.preset) != has(self.entrypoint)",
              "set exactly one of model.preset (built-in transformer) or model.entrypoint (module:function)",
              lambda m: (m.preset is None) != (m.entrypoint is None)),
@@ -238,7 +238,7 @@ class CheckpointSpec(Model):
     resume: bool = Field(True, description="Resume from the last committed checkpoint.")
     export_consolidated: bool = Field(False, description="Write a consolidated model at the end.")
 
-    rules = (
+    checks = (
         Rule(" && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')" for p in RESERVED_MOUNT_PATHS),
              f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
              lambda c: not any(c.mount_path.rstrip("/") == p or c.mount_path.startswith(p + "/") for p in RESERVED_MOUNT_PATHS),
@@ -272,7 +272,7 @@ class NetworkSpec(Model):
                                      description="NCCL/torch env overrides (debug variables allowed here).")
     host_network: bool = Field(False, description="Run pods on the host network (RDMA without CNI).")
 
-    rules = (
+    checks = (
         Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*)",
              lambda n: _keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
              and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
@@ -292,7 +292,7 @@ class FailurePolicy(Model):
     max_backoff_seconds: int = Field(300, ge=0, le=86400)
     hang_timeout_seconds: int = Field(0, ge=0, le=1 << 31, description="Restart when no step progress for this long; 0 = off.")
 
-    rules = (
+    checks = (
         Rule("!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || !self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
              "an exit code cannot be both retryable and permanent",
              lambda f: not set(f.retryable_exit_codes) & set(f.permanent_exit_codes)),
@@ -309,7 +309,7 @@ class ElasticSpec(Model):
         120, ge=0, le=1 << 31, description="Wait this long for a replacement node before shrinking; also the least time at one size before growing."
     )
 
-    rules = (
+    checks = (
         Rule("self.minNodes <= self.maxNodes", "elastic.minNodes must be <= elastic.maxNodes",
              lambda e: e.min_nodes <= e.max_nodes, ".minNodes"),
     )
@@ -438,7 +438,7 @@ class TrainingJobSpec(Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
 
-    rules = SPEC_RULES
+    checks = SPEC_RULES
 
     @field_validator("env")
     @classmethod

@@ -12,8 +12,15 @@ What a checkpoint holds (one DCP state dict, resharded on load):
   (DTensor), TP and PP layouts load into each other at any world size;
 * ``trainer``: step, LR scheduler, data-loader position (global batches consumed: the position
   re-splits over any data-parallel degree);
-* per rank (``rng/rank-<r>.pt``, torch.save): torch / python / numpy RNG; a rank that did not
-  exist in the saved run keeps its seeded RNG.
+* per rank (``rng/rank-<r>.pt``, torch.save of tensors and primitives): torch / python / numpy
+  RNG; a rank that did not exist in the saved run keeps its seeded RNG.
+
+Nothing read back is unpickled freely (a checkpoint directory is writable by pods): RNG files and
+DCP's non-tensor entries load with ``torch.load(weights_only=True)``, DCP's ``.metadata`` with an
+unpickler that admits DCP's metadata classes only (:class:`SafeReader`), ``COMMITTED`` is JSON.
+``COMMITTED`` records the writing job's uid (``$PHALANX_JOB_UID``): resuming a checkpoint another
+uid wrote (a deleted and re-created job of the same name, ``checkpoint.resume: true``) is logged
+and reported in the progress as ``resumedFrom: {uid, step}``.
 
 Commit protocol: every rank writes into ``.tmp-step-N``; DCP's coordinator (rank 0) writes
 ``.metadata`` only after it has gathered every rank's write result, so when rank 0's save has
@@ -33,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -43,6 +51,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+from phalanx.constants import ENV_JOB_NAME, ENV_JOB_UID
 
 log = logging.getLogger("phalanx_runtime.checkpoint")
 
@@ -50,6 +64,7 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpoint saved on SIGTERM, job not fini
 COMMIT_MARKER = "COMMITTED"
 STEP_RE = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-step-"
+MARKER_MAX_BYTES = 64 * 1024
 
 
 def _fsync_dir(path: Path) -> None:
@@ -81,16 +96,11 @@ def committed_steps(directory: str | os.PathLike) -> list[int]:
 def validate_checkpoint(path: str | os.PathLike) -> str | None:
     """None if the committed checkpoint at ``path`` is complete, else why not."""
     p = Path(path)
-    marker = p / COMMIT_MARKER
+    info = read_marker(p)
+    if info is None or type(info.get("step")) is not int:
+        return "commit marker unreadable"
     try:
-        info = json.loads(marker.read_text())
-        int(info["step"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return f"commit marker unreadable: {e}"
-    try:
-        from torch.distributed.checkpoint import FileSystemReader
-
-        md = FileSystemReader(str(p)).read_metadata()
+        md = SafeReader(str(p)).read_metadata()
     except Exception as e:  # noqa: BLE001 — any unreadable metadata means a damaged checkpoint
         return f"DCP metadata unreadable: {type(e).__name__}: {e}"
     need: dict[str, int] = {}
@@ -107,7 +117,8 @@ def validate_checkpoint(path: str | os.PathLike) -> str | None:
             return f"shard {rel} missing"
         if have < size:
             return f"shard {rel} truncated ({have} < {size} bytes)"
-    for r in range(int(info.get("world_size", 0))):
+    world = info.get("world_size", 0)
+    for r in range(world if type(world) is int and 0 <= world <= 1 << 20 else 0):
         if not (p / "rng" / f"rank-{r}.pt").exists():
             return f"rng/rank-{r}.pt missing"
     return None
@@ -125,11 +136,14 @@ def latest_valid(directory: str | os.PathLike) -> tuple[int, Path] | None:
 
 
 def _rng_state() -> dict:
+    """Tensors and primitives only, so ``torch.load(weights_only=True)`` reads it back."""
     st = {"torch": torch.get_rng_state(), "python": random.getstate()}
     try:
         import numpy as np
 
-        st["numpy"] = np.random.get_state()
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        st["numpy"] = {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
     except ImportError:  # pragma: no cover
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -139,13 +153,91 @@ def _rng_state() -> dict:
 
 def _set_rng_state(st: dict) -> None:
     torch.set_rng_state(st["torch"])
-    random.setstate(st["python"])
+    version, state, gauss = st["python"]
+    random.setstate((version, tuple(state), gauss))
     if "numpy" in st:
         import numpy as np
 
-        np.random.set_state(st["numpy"])
+        n = st["numpy"]
+        np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                             n["cached_gaussian"]))
     if "cuda" in st and torch.cuda.is_available():
         torch.cuda.set_rng_state(st["cuda"])
+
+
+def load_rng(path: Path) -> bool:
+    """Restore this rank's RNG from ``path`` with ``weights_only=True``; a file that needs more
+    (an older runtime's numpy arrays, or anything crafted) is refused and the seeded RNG kept."""
+    try:
+        _set_rng_state(torch.load(path, weights_only=True))
+    except Exception as e:  # noqa: BLE001 — an unreadable RNG file must not stop the resume
+        log.warning("RNG state %s not restored (%s: %s); this rank keeps its seeded RNG",
+                    path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+        return False
+    return True
+
+
+def read_marker(path: Path) -> dict | None:
+    """A checkpoint's COMMITTED marker (JSON, at most MARKER_MAX_BYTES), None if unreadable."""
+    try:
+        with open(path / COMMIT_MARKER, "rb") as f:
+            raw = f.read(MARKER_MAX_BYTES + 1)
+        info = json.loads(raw) if len(raw) <= MARKER_MAX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+# DCP's metadata pickle names these globals, and nothing else may be constructed from it.
+_METADATA_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
+    "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+    "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        # torch.__dict__, not getattr: no lazy submodule import for an arbitrary name.
+        if (module, name) in _METADATA_GLOBALS or (module == "torch" and isinstance(torch.__dict__.get(name), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}: refused, not DCP metadata")
+
+
+class SafeReader(FileSystemReader):
+    """DCP's FileSystemReader, but ``.metadata`` is unpickled with DCP's metadata classes only."""
+
+    def read_metadata(self, *args, **kwargs) -> Metadata:
+        rank = kwargs.get("rank")
+        name = ".metadata" if rank is None else f"__{rank}.metadata"
+        with self.fs.create_stream(self.fs.concat_path(self.path, name), "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+        if not isinstance(metadata, Metadata):
+            raise pickle.UnpicklingError(f"checkpoint metadata is a {type(metadata).__name__}")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def _weights_only(planner_class):
+    """``planner_class`` loading DCP's non-tensor entries (trainer state, optimizer scalars) with
+    ``weights_only=True``; DCP's own planners unpickle them with weights_only=False."""
+
+    class WeightsOnly(planner_class):
+        def load_bytes(self, read_item, value) -> None:
+            obj = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = obj
+
+    WeightsOnly.__name__ = f"WeightsOnly{planner_class.__name__}"
+    return WeightsOnly
+
+
+SafeLoadPlanner = _weights_only(DefaultLoadPlanner)
 
 
 @dataclass
@@ -186,6 +278,8 @@ class Checkpointer:
         self.stall_seconds: list[float] = []  # time training was blocked per save
         self.save_seconds: list[float] = []  # total time per save (until committed)
         self._t_start: dict[int, float] = {}
+        self.job_uid = os.environ.get(ENV_JOB_UID) or None  # the operator's job; None locally
+        self.resumed_from: dict | None = None  # {"uid", "step"} when resuming another uid's checkpoint
         if self.rank == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
             for p in self.dir.glob(TMP_PREFIX + "*"):
@@ -325,7 +419,8 @@ class Checkpointer:
             return
         # Every rank's shards are on disk: DCP's coordinator wrote .metadata after gathering all
         # write results, and rank 0's save returned only after that.
-        info = {"step": step, "world_size": self.world, "layout": self.layout, "time": self.last["time"]}
+        info = {"step": step, "world_size": self.world, "layout": self.layout, "time": self.last["time"],
+                "job_uid": self.job_uid, "job_name": os.environ.get(ENV_JOB_NAME)}
         with open(tmp / COMMIT_MARKER, "w") as f:
             json.dump(info, f)
             f.flush()
@@ -340,11 +435,13 @@ class Checkpointer:
         log.info("checkpoint step %d committed at %s", step, final)
         if self.progress is not None:
             self.progress.update(lastCheckpoint=dict(self.last))
-        self._prune()
+        self._prune(step)
 
-    def _prune(self) -> None:
+    def _prune(self, just: int) -> None:
+        """Keep the newest ``keepLast``, and always ``just`` (the one just committed): an earlier
+        job's higher steps in the same directory must not prune it."""
         keep = max(self.cfg.keep_last, 1)
-        for step in committed_steps(self.dir)[keep:]:
+        for step in [s for s in committed_steps(self.dir) if s != just][keep - 1:]:
             p = self.dir / f"step-{step}"
             trash = self.dir / f".old-step-{step}-{os.getpid()}"
             try:
@@ -358,18 +455,20 @@ class Checkpointer:
     def find_resume(self) -> tuple[int, Path] | None:
         """Rank 0 picks the newest valid committed checkpoint; every rank gets the same answer."""
         found = [latest_valid(self.dir) if (self.rank == 0 and self.cfg.resume) else None]
+        if self.rank == 0 and not self.cfg.resume and committed_steps(self.dir):
+            log.warning("checkpoint.resume is false: starting fresh; the committed checkpoints in %s "
+                        "(steps %s) are not loaded", self.dir, committed_steps(self.dir))
         dist.broadcast_object_list(found, src=0, group=self.pg)
         return found[0]
 
     def load(self, path: str | os.PathLike) -> int:
         """Restore everything from a committed checkpoint; returns its step."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         path = Path(path)
         sd = self.state_dict(0)
-        dcp.load(sd, storage_reader=FileSystemReader(str(path)), process_group=self.pg)
+        dcp.load(sd, storage_reader=SafeReader(str(path)), planner=SafeLoadPlanner(), process_group=self.pg)
         set_state_dict(self._model(), self._optim(), model_state_dict=sd["model"], optim_state_dict=sd["optim"],
                        options=self._options())
         tr = sd["trainer"]
@@ -377,14 +476,31 @@ class Checkpointer:
         self.loader.load_state_dict(tr["loader"])
         rng = path / "rng" / f"rank-{self.rank}.pt"
         if rng.exists():
-            _set_rng_state(torch.load(rng, weights_only=False))
+            load_rng(rng)
         step = int(tr["step"])
-        self.last = {"step": step, "path": str(path), "time": _read_time(path)}
+        info = read_marker(path) or {}
+        written = info.get("time")
+        self.last = {"step": step, "path": str(path), "time": written if isinstance(written, str) else None}
         if self.progress is not None:
             self.progress.update(lastCheckpoint=dict(self.last))
         if self.rank == 0:
             log.info("resumed from %s (step %d)", path, step)
+        self._note_provenance(info.get("job_uid"), step, path)
         return step
+
+    def _note_provenance(self, writer: object, step: int, path: Path) -> None:
+        """Resuming a checkpoint that another job uid wrote (or one with no uid recorded) happens on
+        purpose (``checkpoint.resume: true``) but never silently: logged and in the progress."""
+        if self.job_uid is None or writer == self.job_uid:
+            return
+        uid = writer[:128] if isinstance(writer, str) else ""  # the operator takes at most 128
+        self.resumed_from = {"uid": uid, "step": step}
+        if self.progress is not None:
+            self.progress.update(resumedFrom=dict(self.resumed_from))
+        if self.rank == 0:
+            log.warning("resumed %s (step %d), written by %s, not by this job (uid %s): an earlier job "
+                        "of this name; checkpoint.resume: false would start fresh", path, step,
+                        f"job uid {uid}" if uid else "a job whose uid was not recorded", self.job_uid)
 
     def resume(self) -> int:
         """Load the newest valid committed checkpoint if resume is on; returns the start step."""
@@ -401,13 +517,12 @@ class Checkpointer:
         self.wait()
         out = None
         if self.rank == 0 and self.last is not None:
-            from torch.distributed.checkpoint import FileSystemReader
             from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
             sd: dict = {}
-            _load_state_dict(sd, storage_reader=FileSystemReader(self.last["path"]),
-                             planner=_EmptyStateDictLoadPlanner(keys={"model"}), no_dist=True)
+            _load_state_dict(sd, storage_reader=SafeReader(self.last["path"]),
+                             planner=_weights_only(_EmptyStateDictLoadPlanner)(keys={"model"}), no_dist=True)
             model = {k: v for k, v in sd["model"].items()}
             out = self.dir / "final" / "model.pt"
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -456,10 +571,3 @@ def _writer(path: str):
             return fut
 
     return _SlowWriter(path, sync_files=True)
-
-
-def _read_time(path: Path) -> str | None:
-    try:
-        return json.loads((path / COMMIT_MARKER).read_text()).get("time")
-    except (OSError, ValueError):
-        return None

@@ -1,15 +1,25 @@
 """Step metrics: step time, tokens/s, MFU (torchtitan formula), loss, grad norm, peak memory;
-exported per pod on a Prometheus endpoint (prometheus_client)."""
+exported per pod on a Prometheus endpoint (prometheus_client) and, on rank 0, appended as one JSON
+line per step to ``metrics.jsonl`` in the checkpoint dir (shared storage; ``phalanx plot``).
+
+Prometheus names: ``phalanx_runtime_`` prefix, base units, ``_total`` on counters, ``_ratio`` for
+0-1 values; labels ``namespace``, ``trainingjob`` (never ``job``: the scrape job's label) and
+``rank``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
 
 import torch
+
+from phalanx.constants import METRIC_LABEL_JOB, METRIC_LABEL_NAMESPACE, METRICS_LOG_FILE
 
 log = logging.getLogger("phalanx_runtime")
 
@@ -79,45 +89,115 @@ class StepMetrics:
         return asdict(self)
 
 
+PREFIX = "phalanx_runtime_"
+RANK_LABEL = "rank"
+# name → help; gauges hold the last step's value.
+GAUGES = {
+    "step": "Last optimizer step",
+    "loss": "Training loss of the last step (global mean)",
+    "grad_norm": "Global gradient norm of the last step, before clipping",
+    "learning_rate": "Learning rate of the last step",
+    "tokens_per_second": "Global training throughput of the last step",
+    "mfu_ratio": "Model FLOPs utilisation of the last step (0-1)",
+    "peak_memory_bytes": "Peak memory of this process",
+}
+TOKENS_TOTAL = "tokens_total"  # counter: global tokens trained by this gang since it started
+STEP_DURATION = "step_duration_seconds"  # histogram
+STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300)
+
+
+def exported_names() -> set[str]:
+    """Every sample name the runtime exports (dashboards and alerts may use only these)."""
+    hist = {f"{PREFIX}{STEP_DURATION}_{s}" for s in ("bucket", "sum", "count")}
+    return {PREFIX + g for g in GAUGES} | {PREFIX + TOKENS_TOTAL} | hist
+
+
+def metric_labels(namespace: str, job: str, rank: int) -> dict[str, str]:
+    return {METRIC_LABEL_NAMESPACE: namespace, METRIC_LABEL_JOB: job, RANK_LABEL: str(rank)}
+
+
+def metrics_log_path(checkpoint_dir: str | os.PathLike | None) -> Path | None:
+    return Path(checkpoint_dir) / METRICS_LOG_FILE if checkpoint_dir else None
+
+
+class PromMetrics:
+    """The runtime's series in their own registry (one process, one label set)."""
+
+    def __init__(self, labels: dict[str, str]):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        keys, values = sorted(labels), [labels[k] for k in sorted(labels)]
+
+        def child(metric):
+            return metric.labels(*values) if keys else metric
+
+        self.gauges = {k: child(Gauge(PREFIX + k, h, keys, registry=self.registry)) for k, h in GAUGES.items()}
+        self.tokens = child(Counter(PREFIX + TOKENS_TOTAL, "Global tokens trained since this gang started",
+                                    keys, registry=self.registry))
+        self.step_duration = child(Histogram(PREFIX + STEP_DURATION, "Wall time per training step", keys,
+                                             buckets=STEP_BUCKETS, registry=self.registry))
+
+    def record(self, m: StepMetrics, tokens: int) -> None:
+        for key, value in (("step", m.step), ("loss", m.loss), ("grad_norm", m.grad_norm), ("learning_rate", m.lr),
+                           ("tokens_per_second", m.tokens_per_s), ("mfu_ratio", m.mfu),
+                           ("peak_memory_bytes", m.peak_memory_bytes)):
+            self.gauges[key].set(value)
+        self.tokens.inc(tokens)
+        self.step_duration.observe(m.step_time_s)
+
+
+class StepLog:
+    """Appends one JSON line per step (``time`` = Unix seconds); a resumed gang appends after
+    the steps it repeats, so readers keep the last line of each step."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+
+    def write(self, m: StepMetrics) -> None:
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", buffering=1)  # line-buffered, kept open
+            self._file.write(json.dumps({"time": round(time.time(), 3), **m.to_dict()}, allow_nan=True) + "\n")
+        except OSError as e:  # shared storage trouble must not stop training
+            log.warning("metrics log %s: %s", self.path, e)
+            self._file = None
+
+
 class MetricsLogger:
     def __init__(self, *, flops_per_token: float | None, peak_flops: float, world_size: int,
                  tokens_per_step: int, device: torch.device, prometheus_port: int | None = None,
-                 labels: dict | None = None):
+                 labels: dict | None = None, log_path: str | os.PathLike | None = None):
         self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
         self.world_size, self.tokens_per_step, self.device = world_size, tokens_per_step, device
-        self.gauges = None
+        self.prom: PromMetrics | None = None
+        self.log = StepLog(log_path) if log_path else None
         if prometheus_port:
             self._start_prometheus(prometheus_port, labels or {})
 
     def _start_prometheus(self, port: int, labels: dict) -> None:
         try:
-            from prometheus_client import CollectorRegistry, Gauge, start_http_server
+            from prometheus_client import start_http_server
         except ImportError:
             log.warning("prometheus_client not installed; no metrics endpoint")
             return
-        reg = CollectorRegistry()
-        names = {"step": "Optimizer steps done", "loss": "Training loss (global mean)",
-                 "grad_norm": "Global gradient norm before clipping", "lr": "Learning rate",
-                 "step_time_seconds": "Wall time of the last step", "tokens_per_second": "Global tokens/s",
-                 "mfu": "Model FLOPs utilisation (0-1)", "peak_memory_bytes": "Peak memory of this process"}
-        keys = sorted(labels)
-        self.gauges = {k: Gauge(f"phalanx_{k}", d, keys, registry=reg) for k, d in names.items()}
-        self._labels = labels
+        prom = PromMetrics(labels)
         try:
-            start_http_server(port, registry=reg)
+            start_http_server(port, registry=prom.registry)
         except OSError as e:
             log.warning("metrics endpoint on port %s failed: %s", port, e)
-            self.gauges = None
+            return
+        self.prom = prom
 
     def record(self, *, step: int, loss: float, grad_norm: float, lr: float, step_time: float) -> StepMetrics:
         tps = self.tokens_per_step / step_time if step_time > 0 else 0.0
         per_dev = tps / self.world_size
         mfu = (self.flops_per_token * per_dev / self.peak_flops) if self.flops_per_token and self.peak_flops else 0.0
         m = StepMetrics(step, loss, grad_norm, lr, step_time, tps, per_dev, mfu, peak_memory_bytes(self.device))
-        if self.gauges:
-            vals = {"step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr, "step_time_seconds": step_time,
-                    "tokens_per_second": tps, "mfu": mfu, "peak_memory_bytes": m.peak_memory_bytes}
-            for k, v in vals.items():
-                g = self.gauges[k].labels(**self._labels) if self._labels else self.gauges[k]
-                g.set(v)
+        if self.prom:
+            self.prom.record(m, self.tokens_per_step)
+        if self.log:
+            self.log.write(m)
         return m

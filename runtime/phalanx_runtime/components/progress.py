@@ -53,11 +53,12 @@ class ProgressServer:
                     body, code = b'{"ok": true}', 200
                 else:
                     body, code = b'{"error": "not found"}', 404
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # Status line, headers and body in ONE send. Sent apart (end_headers() flushes the
+                # headers), the body waits for this thread to get the GIL back from the training
+                # and checkpoint threads, and a client that reads once sees headers only.
+                head = (f"HTTP/1.0 {code} {self.responses[code][0]}\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+                self.wfile.write(head.encode() + body)
 
             def log_message(self, *args):  # quiet
                 pass

@@ -1,0 +1,194 @@
+"""Rank 0's progress, parsed strictly. Pure.
+
+The progress endpoint's body and rank 0's termination message come from the training pod, i.e.
+from user code (a custom image or command can serve anything on the progress port). Everything
+the operator takes from them goes through :func:`parse_progress`: at most ``MAX_BYTES`` and
+``MAX_DEPTH`` levels, known keys only, integers in range, finite numbers, bounded strings.
+The one exception is ``loss``: a NaN or infinite loss is a real outcome (a diverged run), so it
+is kept as a float here and the reconcile reports it (condition ``LossNotFinite``) instead of
+writing it into the status, where it would make the patch invalid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from phalanx import constants as C
+
+MAX_BYTES = 64 * 1024  # body / message; larger is refused unread
+MAX_DEPTH = 4  # the runtime's deepest value is {"lastCheckpoint": {...}}: depth 2
+MAX_STRING = 1024
+MAX_COUNT = 2**53  # steps, world size: exact in a float and in int64
+MAX_RATE = 1e15  # tokens/s, seconds, MFU, epoch seconds: finite and far from overflow
+_BAD = object()
+_TOKENS = re.compile(r'[\\"\[\]{}]')
+
+
+def _count(v: Any) -> Any:
+    return v if type(v) is int and 0 <= v <= MAX_COUNT else _BAD  # type(): bool is not a count
+
+
+def _rate(v: Any) -> Any:
+    # The comparison rejects NaN and ±inf, and never converts a huge int (OverflowError).
+    return float(v) if type(v) in (int, float) and 0 <= v <= MAX_RATE else _BAD
+
+
+def _loss(v: Any) -> Any:
+    """Any float, NaN and ±infinity included (reported as such); never a string or a bool."""
+    if type(v) is float:
+        return v
+    return float(v) if type(v) is int and abs(v) <= MAX_COUNT else _BAD
+
+
+def _string(limit: int) -> Callable[[Any], Any]:
+    return lambda v: v if isinstance(v, str) and len(v) <= limit else _BAD
+
+
+def _record(fields: dict[str, Callable[[Any], Any]], required: tuple[str, ...]) -> Callable[[Any], Any]:
+    """A nested object: only ``fields``, each valid; ``required`` present."""
+
+    def check(v: Any) -> Any:
+        if not isinstance(v, dict):
+            return _BAD
+        out = {k: fn(v[k]) for k, fn in fields.items() if v.get(k) is not None}
+        if any(x is _BAD for x in out.values()) or any(k not in out for k in required):
+            return _BAD
+        return out
+
+    return check
+
+
+FIELDS: dict[str, Callable[[Any], Any]] = {
+    "phase": _string(32),
+    "step": _count,
+    "totalSteps": _count,
+    "worldSize": _count,
+    "loss": _loss,
+    "tokensPerSecond": _rate,
+    "mfu": _rate,
+    "stepTimeSeconds": _rate,
+    "startTime": _rate,
+    "updatedAt": _rate,
+    "lastCheckpoint": _record({"step": _count, "path": _string(MAX_STRING), "time": _string(64)}, ("step", "path")),
+    # Set by the runtime when it resumed a checkpoint another job uid wrote ("" = unrecorded).
+    "resumedFrom": _record({"uid": _string(128), "step": _count}, ("uid", "step")),
+}
+
+
+def _too_deep_text(text: str) -> bool:
+    """Nesting beyond MAX_DEPTH, counted before parsing (json.loads recurses per level). One pass
+    over the structural characters, linear in the input (a regex for strings backtracks: O(n²))."""
+    depth, in_string, escaped = 0, False, -1
+    for token in _TOKENS.finditer(text):
+        ch, at = token.group(), token.start()
+        if at == escaped:
+            continue
+        if in_string:
+            if ch == "\\":
+                escaped = at + 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list | tuple):
+            if depth > MAX_DEPTH:
+                return True
+            stack += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return False
+
+
+def decode(raw: bytes | str | dict | None, problems: list[str] | None = None) -> dict | None:
+    """``raw`` (bytes, text, or an already-decoded object) as a JSON object within the limits."""
+    problems = problems if problems is not None else []
+    if raw is None:
+        return None
+    if isinstance(raw, bytes | bytearray | str):
+        if len(raw) > MAX_BYTES:
+            problems.append(f"larger than {MAX_BYTES} bytes")
+            return None
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+            if _too_deep_text(text):
+                problems.append(f"nested deeper than {MAX_DEPTH}")
+                return None
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            problems.append(f"not JSON: {str(e)[:80]}")
+            return None
+    if not isinstance(raw, dict):
+        problems.append(f"not a JSON object: {type(raw).__name__}")
+        return None
+    if _too_deep(raw):
+        problems.append(f"nested deeper than {MAX_DEPTH}")
+        return None
+    return raw
+
+
+def parse_progress(raw: bytes | str | dict | None, problems: list[str] | None = None) -> dict | None:
+    """The known, valid fields of a progress report (the runtime's camelCase keys), or None when
+    ``raw`` is not a JSON object within the limits. Invalid fields are dropped (and named in
+    ``problems``); unknown keys are ignored. Idempotent: parsing a parsed report returns it."""
+    problems = problems if problems is not None else []
+    obj = decode(raw, problems)
+    if obj is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, check in FIELDS.items():
+        if obj.get(key) is None:
+            continue
+        value = check(obj[key])
+        if value is _BAD:
+            problems.append(f"{key}: invalid value {str(obj[key])[:40]!r}")
+        else:
+            out[key] = value
+    return out
+
+
+def loss_not_finite(report: dict | None) -> bool:
+    loss = (report or {}).get("loss")
+    return loss is not None and not math.isfinite(loss)
+
+
+def http_body(raw: bytes) -> bytes | None:
+    """The body of a complete ``HTTP/1.x 200`` response (read to EOF), else None: another status,
+    no end of headers, a body shorter or longer than its Content-Length, or over MAX_BYTES."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = lines[0].split()
+    if not sep or len(status) < 2 or status[0] not in (b"HTTP/1.0", b"HTTP/1.1") or status[1] != b"200":
+        return None
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip() != str(len(body)).encode():
+            return None
+    return body if len(body) <= MAX_BYTES else None
+
+
+def progress_port(pod: dict[str, Any]) -> int:
+    """The port rank 0 serves progress on: the trainer's container port named ``progress`` (a
+    hostNetwork job has its own port block), else the default."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ordered = sorted(containers, key=lambda c: c.get("name") != C.CONTAINER_NAME)
+    for container in ordered:
+        for port in container.get("ports") or []:
+            number = port.get("containerPort")
+            if port.get("name") == "progress" and type(number) is int and 0 < number < 65536:
+                return number
+    return C.PROGRESS_PORT
