@@ -23,6 +23,11 @@ MANAGED_BY = "phalanx-operator"
 COMPONENT_WORKER = "worker"
 COMPONENT_SERVICE = "rendezvous"
 COMPONENT_CONFIG = "config"
+COMPONENT_NETWORK = "network-policy"
+# Container port names (the job's NetworkPolicy opens them by name: hostNetwork jobs move them).
+PORT_NAME_RENDEZVOUS = "rendezvous"
+PORT_NAME_PROGRESS = "progress"
+PORT_NAME_METRICS = "metrics"
 
 # Annotations.
 ANNOTATION_SPEC_HASH = f"{GROUP}/spec-hash"

@@ -39,7 +39,7 @@ from phalanx.lifecycle.refusals import (
     retry_delay,
 )
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
-from phalanx.render.names import config_map_name, service_name
+from phalanx.render.names import config_map_name, network_policy_name, service_name
 
 log = logging.getLogger("phalanx.operator")
 
@@ -126,6 +126,11 @@ def job_pods(namespace: str, labels: dict[str, str], body: kopf.Body, **_: Any) 
 
 @kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
 def job_services(namespace: str, name: str, **_: Any) -> dict:
+    return {(namespace, name): True}
+
+
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+def job_network_policies(namespace: str, name: str, **_: Any) -> dict:
     return {(namespace, name): True}
 
 
@@ -232,6 +237,7 @@ async def job_loop(
     job_pods: kopf.Index,
     job_services: kopf.Index,
     job_config_maps: kopf.Index,
+    job_network_policies: kopf.Index,
     cluster_nodes: kopf.Index,
     cluster_pods: kopf.Index,
     priority_classes: kopf.Index,
@@ -257,6 +263,8 @@ async def job_loop(
                 pods=pods,
                 service_exists=(namespace, service_name(name)) in job_services,
                 config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
+                network_policy_exists=not State.config.network_policy.enabled
+                or (namespace, network_policy_name(name)) in job_network_policies,
                 progress=progress,
                 lost_nodes=_lost_nodes(pods, cluster_nodes),
                 config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),

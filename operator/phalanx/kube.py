@@ -45,6 +45,7 @@ class Kube:
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
         self.pool = ThreadPoolExecutor(max_workers=max(4, self.concurrency), thread_name_prefix="kube")
         self.gate = asyncio.Semaphore(self.concurrency)
 
@@ -74,6 +75,7 @@ class Kube:
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }[kind]
         try:
             await self._call("create", fn, ns, obj, **extra)

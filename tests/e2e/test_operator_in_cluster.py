@@ -12,6 +12,7 @@ NEEDED = [
     ("create", "", "services", ""), ("create", "", "configmaps", ""), ("patch", "", "configmaps", ""),
     ("patch", "phalanx.dev", "trainingjobs", "status"), ("watch", "phalanx.dev", "trainingjobs", ""),
     ("create", "", "events", ""), ("list", "", "nodes", ""), ("watch", "scheduling.k8s.io", "priorityclasses", ""),
+    ("watch", "", "namespaces", ""), ("create", "networking.k8s.io", "networkpolicies", ""),
 ]
 # … and minimal: nothing it does not use.
 NOT_NEEDED = [
@@ -20,6 +21,7 @@ NOT_NEEDED = [
     ("patch", "", "nodes", ""), ("delete", "", "nodes", ""), ("create", "apps", "deployments", ""),
     ("create", "phalanx.dev", "trainingjobs", ""), ("update", "phalanx.dev", "trainingjobs", ""),
     ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+    ("patch", "", "namespaces", ""), ("delete", "networking.k8s.io", "networkpolicies", ""),
 ]
 
 

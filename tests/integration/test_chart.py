@@ -63,7 +63,8 @@ def test_namespaced_mode_uses_roles_per_namespace():
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
     assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-                             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]}]
+                             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
+                             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--all-namespaces" not in args
 
@@ -82,6 +83,8 @@ def test_rbac_is_least_privilege():
     assert flat[("", "configmaps")] == {"get", "list", "watch", "create", "patch"}
     assert flat[("phalanx.dev", "trainingjobs/status")] == {"get", "patch"}
     assert flat[("", "nodes")] == {"list", "watch"}
+    assert flat[("", "namespaces")] == {"list", "watch"}
+    assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "list", "watch", "create"}
     for verbs in flat.values():
         assert "*" not in verbs and "update" not in verbs and "escalate" not in verbs
     assert ("", "secrets") not in flat

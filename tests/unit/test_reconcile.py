@@ -22,7 +22,7 @@ class Sim:
     def __init__(self, obj):
         self.obj = copy.deepcopy(obj)
         self.pods: dict[str, dict] = {}
-        self.svc = self.cm = False
+        self.svc = self.cm = self.np = False
         self.now = T0
         self.events: list[tuple[str, str, str]] = []
         self.creates = 0
@@ -31,7 +31,7 @@ class Sim:
 
     def step(self, gang=None, progress=None, apply_status=True, lost_nodes=frozenset(), fits=None):
         observed = Observed(pods=copy.deepcopy(list(self.pods.values())), service_exists=self.svc,
-                            config_map_exists=self.cm, progress=progress, lost_nodes=lost_nodes,
+                            config_map_exists=self.cm, network_policy_exists=self.np, progress=progress, lost_nodes=lost_nodes,
                             config_map_hash=self.cm_hash)
         kwargs = {"gang": gang} if gang else {}
         kwargs["fits"] = fits
@@ -44,6 +44,8 @@ class Sim:
                 self.svc = True
             elif child["kind"] == "ConfigMap":
                 self.cm = True
+            elif child["kind"] == "NetworkPolicy":
+                self.np = True
             else:
                 assert child["metadata"]["name"] not in self.pods, "duplicate create"
                 self.pods[child["metadata"]["name"]] = copy.deepcopy(child)
@@ -86,7 +88,7 @@ def cond(status, type_):
 def test_fresh_job_creates_service_configmap_and_all_pods_at_once(job_obj):
     sim = Sim(job_obj)
     plan = sim.step()
-    assert [c["kind"] for c in plan.create] == ["Service", "ConfigMap", "Pod", "Pod"]
+    assert [c["kind"] for c in plan.create] == ["Service", "ConfigMap", "Pod", "Pod", "NetworkPolicy"]
     assert sim.status["phase"] == "Pending"
     assert cond(sim.status, "Valid")["status"] == "True"
     assert cond(sim.status, "Created")["reason"] == "CreatingPods"
@@ -133,7 +135,7 @@ def test_replay_is_idempotent_no_duplicates(job_obj):
     sim = Sim(job_obj)
     for _ in range(5):
         sim.step()
-    assert len(sim.pods) == 2 and sim.creates == 4
+    assert len(sim.pods) == 2 and sim.creates == 5  # Service, ConfigMap, NetworkPolicy, 2 pods
 
 
 def test_crash_before_status_write_converges(job_obj):

@@ -23,8 +23,8 @@ def _env(pod):
 
 def test_children_kinds_names_and_owners(job_obj):
     children = _render(job_obj)
-    assert [c["kind"] for c in children] == ["Service", "ConfigMap", "Pod", "Pod"]
-    assert [c["metadata"]["name"] for c in children] == ["job", "job-config", "job-node-0-0", "job-node-1-0"]
+    assert [c["kind"] for c in children] == ["Service", "ConfigMap", "Pod", "Pod", "NetworkPolicy"]
+    assert [c["metadata"]["name"] for c in children] == ["job", "job-config", "job-node-0-0", "job-node-1-0", "job-gang"]
     for child in children:
         owner = child["metadata"]["ownerReferences"]
         assert owner == [{"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "name": "job", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}]
@@ -50,7 +50,7 @@ def test_config_map_holds_resolved_spec(job_obj):
 
 
 def test_pod_rendezvous_env_and_identity(job_obj):
-    pods = _render(job_obj, attempt=3)[2:]
+    pods = [c for c in _render(job_obj, attempt=3) if c["kind"] == "Pod"]
     for rank, pod in enumerate(pods):
         env = _env(pod)
         assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "job-node-0.job"
@@ -137,3 +137,29 @@ def test_cli_refuses_invalid_job(tmp_path, capsys):
     err = capsys.readouterr()
     assert err.out == ""
     assert "spec.parallelism.tensor: tensor 2 must divide procsPerNode 3 (a tensor-parallel group may not straddle nodes)" in err.err
+
+
+def test_network_policy_admits_the_gang_the_operator_and_the_scraper(job_obj):
+    from phalanx.api.config import NetworkPolicyConfig
+
+    config = OperatorConfig(network_policy=NetworkPolicyConfig(
+        operator_namespace_labels={"kubernetes.io/metadata.name": "phalanx-system"},
+        scraper_namespace_labels={"kubernetes.io/metadata.name": "monitoring"}, scraper_pod_labels={"app": "prometheus"}))
+    policy = next(c for c in _render(job_obj, config=config) if c["kind"] == "NetworkPolicy")
+    gang = {"matchLabels": {C.LABEL_JOB_NAME: "job"}}
+    assert policy["spec"]["podSelector"] == gang and policy["spec"]["policyTypes"] == ["Ingress"]
+    own, operator, scraper = policy["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": gang}]}  # every port: rendezvous and the collectives' own
+    assert operator["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "phalanx-system"}},
+                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "phalanx-operator"}}}]
+    assert [p["port"] for p in operator["ports"]] == ["progress", "metrics"]
+    assert [p["port"] for p in scraper["ports"]] == ["metrics"]
+    pod = next(c for c in _render(job_obj, config=config) if c["kind"] == "Pod")
+    assert {"progress", "metrics"} <= {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+
+
+def test_network_policy_can_be_turned_off(job_obj):
+    from phalanx.api.config import NetworkPolicyConfig
+
+    config = OperatorConfig(network_policy=NetworkPolicyConfig(enabled=False))
+    assert "NetworkPolicy" not in [c["kind"] for c in _render(job_obj, config=config)]

@@ -81,6 +81,19 @@ class TopologyConfig(Model):
     intra_node_latency_us: float = Field(1.0, ge=0)
 
 
+class NetworkPolicyConfig(Model):
+    """The per-job NetworkPolicy: who may reach a job's pods besides its own gang. A selector left
+    out matches everything on that side (both out: from anywhere)."""
+
+    enabled: bool = True
+    operator_namespace_labels: dict[str, str] | None = Field(
+        None, description="The operator's namespace, e.g. {kubernetes.io/metadata.name: phalanx-system}.")
+    operator_pod_labels: dict[str, str] | None = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "phalanx-operator"}, description="The operator's pods.")
+    scraper_namespace_labels: dict[str, str] | None = Field(None, description="Prometheus' namespace (metrics port).")
+    scraper_pod_labels: dict[str, str] | None = Field(None, description="Prometheus' pods (metrics port).")
+
+
 class OperatorConfig(Model):
     network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
@@ -89,6 +102,7 @@ class OperatorConfig(Model):
         120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
     )
     default_shm_size: Quantity = "2Gi"
+    network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "

@@ -189,6 +189,6 @@ def progress_port(pod: dict[str, Any]) -> int:
     for container in ordered:
         for port in container.get("ports") or []:
             number = port.get("containerPort")
-            if port.get("name") == "progress" and type(number) is int and 0 < number < 65536:
+            if port.get("name") == C.PORT_NAME_PROGRESS and type(number) is int and 0 < number < 65536:
                 return number
     return C.PROGRESS_PORT

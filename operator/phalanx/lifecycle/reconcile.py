@@ -62,6 +62,7 @@ class Observed:
     pods: list[dict[str, Any]]
     service_exists: bool = True
     config_map_exists: bool = True
+    network_policy_exists: bool = True
     progress: Any = None  # rank 0's progress report, if reachable (untrusted: parsed in decide)
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
     config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
@@ -263,7 +264,8 @@ def decide(
         plan.requeue_after = 1.0
     children = []
     config_drift = observed.config_map_hash is not None and observed.config_map_hash != spec_hash(spec.model_dump(by_alias=True, mode="json"))
-    if missing or not observed.service_exists or not observed.config_map_exists or config_drift:
+    if missing or not observed.service_exists or not observed.config_map_exists or not observed.network_policy_exists \
+            or config_drift:
         children = render_children(job, config, attempt, ranks=missing)  # only what is missing
     if config_drift:  # the gang was resized: the runtime config must say the new size
         plan.update += [c for c in children if c["kind"] == "ConfigMap"]
@@ -275,6 +277,9 @@ def decide(
             plan.create.append(child)
         elif kind == "Pod" and name not in have:
             plan.create.append(child)
+        elif kind == "NetworkPolicy":
+            if not observed.network_policy_exists:
+                plan.create.append(child)
         elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.nodes:
             plan.create.append(child)  # gang-backend objects (PodGroup, Workload) before pods
     plan.dry_run = not current and any(c["kind"] == "Pod" for c in plan.create)

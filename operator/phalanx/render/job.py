@@ -12,6 +12,7 @@ from phalanx.backends import apply_mutation, render_backend
 from phalanx.render.configmap import build_config_map
 from phalanx.render.names import spec_hash
 from phalanx.render.network import NetworkWiring, render_network
+from phalanx.render.networkpolicy import build_network_policy
 from phalanx.render.pod import build_pod
 from phalanx.render.service import build_service
 
@@ -24,9 +25,9 @@ def job_wiring(job: TrainingJob, config: OperatorConfig) -> NetworkWiring:
 def render_children(
     job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0, ranks: Iterable[int] | None = None
 ) -> list[dict[str, Any]]:
-    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, then one Pod per node-rank
-    (only ``ranks`` when given: the reconcile renders just what is missing). Every child carries
-    the spec hash."""
+    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, one Pod per node-rank (only
+    ``ranks`` when given: the reconcile renders just what is missing), the NetworkPolicy. Every
+    child carries the spec hash. (The executor creates every other kind before the pods.)"""
     config = config or OperatorConfig()
     wiring = job_wiring(job, config)
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
@@ -34,7 +35,8 @@ def render_children(
         apply_mutation(build_pod(job, rank, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
         for rank in (range(job.spec.nodes) if ranks is None else ranks)
     ]
-    children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods]
+    policy = [build_network_policy(job, config.network_policy)] if config.network_policy.enabled else []
+    children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods, *policy]
     digest = spec_hash(job.spec.model_dump(by_alias=True, mode="json"))
     for child in children:
         child["metadata"].setdefault("annotations", {})[C.ANNOTATION_SPEC_HASH] = digest

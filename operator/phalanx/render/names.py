@@ -18,6 +18,10 @@ def config_map_name(job: str) -> str:
     return f"{job}-config"
 
 
+def network_policy_name(job: str) -> str:
+    return f"{job}-gang"
+
+
 def hostname(job: str, rank: int) -> str:
     return f"{job}-node-{rank}"
 

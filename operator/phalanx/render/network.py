@@ -194,7 +194,7 @@ _PORT_ENV = {
     C.ENV_PROGRESS_PORT: "progress_port",
     C.ENV_METRICS_PORT: "metrics_port",
 }
-_PORT_NAMES = {"rendezvous": "master_port", "progress": "progress_port", "metrics": "metrics_port"}
+_PORT_NAMES = {C.PORT_NAME_RENDEZVOUS: "master_port", C.PORT_NAME_PROGRESS: "progress_port", C.PORT_NAME_METRICS: "metrics_port"}
 
 
 def _trainer(pod_spec: dict[str, Any]) -> dict[str, Any]:

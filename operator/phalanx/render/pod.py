@@ -134,9 +134,9 @@ def build_pod(
         "env": rendezvous_env(job, rank, attempt, master_port) + scratch_env() + [e.to_kube() for e in spec.env],
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "ports": [
-            {"name": "rendezvous", "containerPort": master_port, "protocol": "TCP"},
-            {"name": "progress", "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
-            {"name": "metrics", "containerPort": C.METRICS_PORT, "protocol": "TCP"},
+            {"name": C.PORT_NAME_RENDEZVOUS, "containerPort": master_port, "protocol": "TCP"},
+            {"name": C.PORT_NAME_PROGRESS, "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
+            {"name": C.PORT_NAME_METRICS, "containerPort": C.METRICS_PORT, "protocol": "TCP"},
         ],
         "volumeMounts": mounts,
     }

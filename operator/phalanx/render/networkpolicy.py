@@ -1,0 +1,40 @@
+"""A NetworkPolicy per job (owned by it): its pods take connections from the same gang on any
+port (rendezvous, NCCL/gloo's own ports), from the operator on the progress and metrics ports,
+and from the metrics scraper on the metrics port — from nowhere else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.config import NetworkPolicyConfig
+from phalanx.api.types import TrainingJob
+from phalanx.render.names import metadata, network_policy_name
+
+
+def _peer(namespace_labels: dict[str, str] | None, pod_labels: dict[str, str] | None) -> dict[str, Any]:
+    peer: dict[str, Any] = {}
+    if namespace_labels is not None:
+        peer["namespaceSelector"] = {"matchLabels": dict(namespace_labels)}
+    if pod_labels is not None:
+        peer["podSelector"] = {"matchLabels": dict(pod_labels)}
+    return peer
+
+
+def build_network_policy(job: TrainingJob, config: NetworkPolicyConfig) -> dict[str, Any]:
+    gang = {"matchLabels": {C.LABEL_JOB_NAME: job.metadata.name}}
+    operator = _peer(config.operator_namespace_labels, config.operator_pod_labels)
+    scraper = _peer(config.scraper_namespace_labels, config.scraper_pod_labels)
+    ports = {name: {"protocol": "TCP", "port": name} for name in (C.PORT_NAME_PROGRESS, C.PORT_NAME_METRICS)}
+    ingress = [
+        {"from": [{"podSelector": gang}]},
+        {"from": [operator], "ports": [ports[C.PORT_NAME_PROGRESS], ports[C.PORT_NAME_METRICS]]},
+    ]
+    if config.scraper_namespace_labels is not None or config.scraper_pod_labels is not None:
+        ingress.append({"from": [scraper], "ports": [ports[C.PORT_NAME_METRICS]]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(job, network_policy_name(job.metadata.name), C.COMPONENT_NETWORK),
+        "spec": {"podSelector": gang, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
