@@ -117,6 +117,8 @@ spec:
   volumeName: phalanx-shared-$NAMESPACE
   resources: {requests: {storage: 50Gi}}
 YAML
+  # Jobs run where Pod Security "restricted" is enforced: Phalanx pods are restricted by default.
+  kubectl label namespace "$NAMESPACE" pod-security.kubernetes.io/enforce=restricted --overwrite >/dev/null
 }
 
 # `kind load docker-image`, frugal with disk: streams `docker save` into each node's

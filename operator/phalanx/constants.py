@@ -180,3 +180,19 @@ COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job 
 REASON_LOSS_NOT_FINITE = "LossNotFinite"
 REASON_LOSS_FINITE = "LossFinite"
 REASON_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
+
+# --- The operator's own availability (leader.py, podreflector.py, charts/phalanx) ---------------
+# Leader election: one coordination.k8s.io Lease; only its holder reconciles. Timings as
+# client-go's defaults: a holder that has not renewed for RENEW_DEADLINE stops (exits); a
+# standby takes over LEASE_DURATION after it last saw the lease change.
+LEADER_LEASE_NAME = "phalanx-operator-leader"
+LEADER_LEASE_DURATION_SECONDS = 15.0
+LEADER_RENEW_DEADLINE_SECONDS = 10.0
+LEADER_RETRY_PERIOD_SECONDS = 2.0
+# The operator pod's own name and namespace (downward API): lease identity and namespace.
+ENV_OPERATOR_POD_NAME = "POD_NAME"
+ENV_OPERATOR_POD_NAMESPACE = "POD_NAMESPACE"
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Namespaced mode: the cluster-wide pod reflector's watch length and page size.
+POD_REFLECTOR_WATCH_SECONDS = 300
+POD_REFLECTOR_PAGE_SIZE = 500

@@ -20,6 +20,7 @@ JOBS = Gauge("phalanx_jobs", "TrainingJobs by phase", ["phase"])
 PODS_CREATED = Counter("phalanx_pods_created_total", "Worker pods created")
 API_REQUESTS = Counter("phalanx_api_requests_total", "Kubernetes API requests made by the operator", ["verb"])
 RESTARTS = Counter("phalanx_gang_restarts_total", "Whole-gang restarts")
+LEADER = Gauge("phalanx_leader", "1 while this operator process reconciles (holds the leader lease, or runs without leader election)")
 
 # Every known label value exists from the start at 0, so rate()/increase() see the first error
 # and "no jobs in phase X" is a 0, not an absent series.

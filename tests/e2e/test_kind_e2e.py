@@ -168,3 +168,35 @@ def test_invalid_job_is_refused_and_creates_nothing(jobs, runtime_image):
         jobs.create(obj)
     assert err.value.status == 422 and "tensor" in err.value.body
     assert not jobs.pods("e2e-bad")
+
+
+def test_jobs_run_restricted_as_the_runtime_user(jobs, e2e_api, runtime_image, shared_dir):
+    """The e2e namespace enforces Pod Security "restricted" (hack/kind-e2e.sh): the example job's
+    pods were admitted there, ran as uid 1000 and wrote their checkpoints as that user."""
+    ns = client.CoreV1Api(e2e_api).read_namespace(jobs.ns)
+    assert ns.metadata.labels.get("pod-security.kubernetes.io/enforce") == "restricted"
+    name = "e2e-restricted"
+    jobs.create(small_job(name, runtime_image, steps=10, interval=5))
+    follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)
+    for pod in jobs.pods(name):
+        sc = pod.spec.security_context
+        assert sc.run_as_non_root and sc.run_as_user == 1000 and sc.seccomp_profile.type == "RuntimeDefault"
+        assert pod.spec.containers[0].security_context.allow_privilege_escalation is False
+    if shared_dir:
+        committed = list((shared_dir / jobs.ns / name).glob("step-*/COMMITTED"))
+        assert committed and all(p.stat().st_uid == 1000 for p in committed), committed
+
+
+def test_diverged_job_ends_with_its_final_phase_and_a_readable_status(jobs, runtime_image):
+    """lr 10 with weight decay 10 drives the weights to inf within ~20 steps: the loss goes NaN.
+    The status stays writable (no NaN in it), says LossNotFinite, and reaches its final phase."""
+    name = "e2e-nan"
+    obj = small_job(name, runtime_image, steps=40, interval=0)
+    obj["spec"]["training"].update(lr=10, weightDecay=10, gradClip=0, lrSchedule={"decay": "constant"})
+    jobs.create(obj)
+    final = follow(jobs, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 900)[-1]
+    assert final["phase"] == "Succeeded" and final["step"] == 40, final
+    cond = next(c for c in final["conditions"] if c["type"] == "LossNotFinite")
+    assert cond["status"] == "True", cond
+    assert "loss" not in final or final["loss"] == final["loss"]  # never NaN in the stored status
+    assert any(e.reason == cond["reason"] for e in jobs.events(name)), "a Warning event says the loss diverged"

@@ -42,6 +42,17 @@ def wait_for(fn, timeout: float = 60.0, what: str = "condition", interval: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
 
 
+def http_ready(proc: subprocess.Popen | None, url: str, exited: Any) -> bool:
+    """True once ``url`` answers 200; raises (with ``exited()``) if the process has died."""
+    if proc is None or proc.poll() is not None:
+        raise AssertionError(exited())
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 class OperatorProcess:
     """`phalanx operator` exactly as the chart's Deployment runs it, but as a local process."""
 
@@ -67,13 +78,7 @@ class OperatorProcess:
         return self
 
     def healthy(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"operator exited; log:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return http_ready(self.proc, f"http://127.0.0.1:{self.liveness_port}/healthz", lambda: f"operator exited; log:\n{self.tail()}")
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:

@@ -22,7 +22,15 @@ import yaml
 from kubernetes import client
 
 from phalanx.constants import PROGRESS_PORT
-from tests.integration.harness import GROUP, PLURAL, VERSION, free_port, job_manifest, wait_for
+from tests.integration.harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    free_port,
+    http_ready,
+    job_manifest,
+    wait_for,
+)
 from tests.observability import alert_rules, binary, dashboard_queries, render_rules, selectors
 
 OPERATOR_JOB, RUNTIME_JOB, DEAD_JOB = "phalanx-operator-metrics", "phalanx-runtime", "phalanx-dead"
@@ -52,13 +60,8 @@ class Prometheus:
         wait_for(self.ready, 60, "prometheus /-/ready")
 
     def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"prometheus exited:\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
+        return http_ready(self.proc, f"http://127.0.0.1:{self.port}/-/ready",
+                          lambda: f"prometheus exited:\n{self.log.read_text()[-3000:]}")
 
     def api(self, path: str, **params: str) -> dict:
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
