@@ -27,6 +27,7 @@ crds:
 	cp crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/
 	$(PYTHON) -m phalanx crd --reference -o docs/api.md
 	$(PYTHON) -m phalanx crd --admission-policy -o charts/phalanx/templates/admission-policy.yaml
+	$(PYTHON) -m phalanx crd --values-schema -o charts/phalanx/values.schema.json
 
 lint:
 	$(PYTHON) -m ruff check operator runtime tests bench hack

@@ -16,6 +16,8 @@
 #            hack/kind/shim/docker.
 # Images of Phalanx itself never come from a registry: hack/kind/app-images.sh builds them
 # and load_image (a disk-frugal `kind load`) puts them on the nodes.
+# PHALANX_KIND_IMAGES="operator" skips the 3.6 GB runtime image (default "operator runtime");
+# PHALANX_KIND_NETPOL=1 installs a NetworkPolicy enforcer (hack/kind/netpol.sh) in `up`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -157,8 +159,9 @@ up() {
     kind create cluster --image "$NODE_IMAGE" --config "$STATE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 5m
   fi
   local images
-  mapfile -t images < <(hack/kind/app-images.sh operator runtime)
+  mapfile -t images < <(hack/kind/app-images.sh ${PHALANX_KIND_IMAGES:-operator runtime})
   for image in "${images[@]}"; do load_image "$image"; done
+  [[ "${PHALANX_KIND_NETPOL:-0}" == 1 ]] && PHALANX_KIND_CLUSTER="$CLUSTER" hack/kind/netpol.sh install
   shared_volume
   log "installing charts/phalanx"
   kubectl get ns phalanx-system >/dev/null 2>&1 || kubectl create ns phalanx-system >/dev/null
@@ -233,5 +236,5 @@ case "${1:-}" in
   demo) demo ;;
   test) shift; e2e "$@" ;;
   down) down ;;
-  *) sed -n '2,19p' "$0"; exit 2 ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

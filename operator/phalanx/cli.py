@@ -131,7 +131,16 @@ def cmd_crd(args: argparse.Namespace) -> int:
     from phalanx.api.reference import api_reference
     from phalanx.policy.admission import admission_policy_template
 
-    text = api_reference() if args.reference else admission_policy_template() if args.admission_policy else crd_yaml()
+    from phalanx.api.chartschema import values_schema_json
+
+    if args.reference:
+        text = api_reference()
+    elif args.admission_policy:
+        text = admission_policy_template()
+    elif args.values_schema:
+        text = values_schema_json()
+    else:
+        text = crd_yaml()
     if args.output:
         Path(args.output).write_text(text)
     else:
@@ -151,6 +160,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_local(args: argparse.Namespace) -> int:
     from phalanx_runtime.local import LayoutError, run_local
 
+    if args.job != "-" and _checked(_jobs(args.job)[0], load_operator_config(args.config), args.job) is None:
+        return 1  # the same verdict as the operator's, before any process starts
     try:
         run_local(args.job, json=args.json, timeout=args.timeout, checkpoint_dir=args.checkpoint_dir)
     except LayoutError as exc:
@@ -214,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
     p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
+    p.add_argument("--values-schema", action="store_true", help="the chart's values.schema.json instead")
     p.set_defaults(fn=cmd_crd)
 
     p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`")
@@ -229,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
     p.add_argument("--timeout", type=float, help="give up after this many seconds")
     p.add_argument("--checkpoint-dir", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
+    p.add_argument("--config", help="operator config YAML (network profiles, policy) for the checks")
     p.set_defaults(fn=cmd_local)
 
     p = sub.add_parser("watch", help="follow a TrainingJob's phase, step, loss and tokens/s until it finishes")
@@ -254,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness-port", type=int, default=C.DEFAULT_LIVENESS_PORT)
     p.add_argument("--metrics-port", type=int, default=C.DEFAULT_OPERATOR_METRICS_PORT)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--leader-elect", action="store_true", help="run as one of several replicas: only the Lease holder reconciles")
+    p.add_argument("--leader-elect-lease-name", default=C.LEADER_LEASE_NAME)
+    p.add_argument("--leader-elect-namespace", help=f"the Lease's namespace (default: ${C.ENV_OPERATOR_POD_NAMESPACE}, then the in-cluster one)")
+    p.add_argument("--leader-elect-lease-duration", type=float, default=C.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS")
+    p.add_argument("--leader-elect-renew-deadline", type=float, default=C.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS")
+    p.add_argument("--leader-elect-retry-period", type=float, default=C.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS")
     p.set_defaults(fn=cmd_operator)
     return parser
 

@@ -39,6 +39,7 @@ from phalanx.lifecycle.refusals import (
     retry_delay,
 )
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
+from phalanx.podreflector import usage_entry
 from phalanx.render.names import config_map_name, network_policy_name, service_name
 
 log = logging.getLogger("phalanx.operator")
@@ -58,8 +59,16 @@ class State:
     kube: Kube | None = None
     wakeups: dict[tuple[str, str], asyncio.Event] = {}
     waiting: dict[str, GangRequest] = {}  # gangs whose pods all exist, gated, by "ns/name"
-    pending: dict[str, tuple[list[Reservation], float]] = {}  # pins not yet seen in the index
+    # Pins not yet seen in the index. No reservation lives only here: a pin is written into the
+    # pods (release patch: node affinity) before it is recorded, and the planner reads pins back
+    # from the pod index (reservations_from_pods); this only bridges the watch's lag. A new
+    # leader starts with it empty, safely: the old leader stopped writing renew_deadline after
+    # its last renew, lease_duration - renew_deadline (5 s by default) before the lease could be
+    # taken over, while the standby's warm pod index was already receiving those pins.
+    pending: dict[str, tuple[list[Reservation], float]] = {}
     phases: dict[tuple[str, str], str] = {}
+    leader: Any = None  # phalanx.leader.Elector with --leader-elect: job loops act only while it leads
+    pod_reflector: Any = None  # phalanx.podreflector.PodReflector in namespaced mode: every namespace's pods
 
 
 def wakeup(namespace: str, name: str) -> asyncio.Event:
@@ -150,16 +159,10 @@ def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 @kopf.index("pods")
-def cluster_pods(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
-    """Every live pod's requests and binding: the capacity the gang planner must respect."""
-    spec = body.get("spec", {})
-    return {None: {"metadata": {"name": name, "namespace": namespace, "labels": dict(body["metadata"].get("labels") or {})},
-                   "spec": {"nodeName": spec.get("nodeName"), "nodeSelector": dict(spec.get("nodeSelector") or {}),
-                            "affinity": dict(spec.get("affinity") or {}),
-                            "containers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("containers") or []],
-                            "initContainers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("initContainers") or []],
-                            "overhead": spec.get("overhead")},
-                   "status": {"phase": body.get("status", {}).get("phase")}}}
+def cluster_pods(body: kopf.Body, **_: Any) -> dict | None:
+    """Every live pod's requests and binding: the capacity the gang planner must respect.
+    Namespaced mode: kopf sees only the listed namespaces; the PodReflector holds them all."""
+    return None if State.pod_reflector is not None else {None: usage_entry(body)}
 
 
 @kopf.index("namespaces")
@@ -246,13 +249,17 @@ async def job_loop(
 ) -> None:
     key = (namespace, name)
     wake = wakeup(namespace, name)
-    gang = native_gang_step(cluster_nodes, cluster_pods, priority_classes)
-    fits = elastic_probe(namespace, name, cluster_nodes, cluster_pods, priority_classes)
+    usage = cluster_pods if State.pod_reflector is None else State.pod_reflector
+    gang = native_gang_step(cluster_nodes, usage, priority_classes)
+    fits = elastic_probe(namespace, name, cluster_nodes, usage, priority_classes)
     last_progress_poll = 0.0
     progress: dict[str, Any] | None = None
     failures = _Failures()
     try:
         while not stopped:
+            # a standby keeps its indexes warm and decides nothing until it holds the lease
+            if State.leader is not None and not await State.leader.wait_leading(stopped):
+                break
             wake.clear()
             pods = list(job_pods.get(key, []))
             status = dict(body.get("status") or {})

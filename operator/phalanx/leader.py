@@ -286,7 +286,7 @@ class Elector:
         if first:
             self._changed.set()
             LEADER.set(1)
-            self._report("acquired leadership: lease %s (transition %d)", self.where, new.transitions)
+            self._report("acquired leadership: lease %s as %s (transition %d)", self.where, self.me, new.transitions)
 
     async def release(self) -> None:
         """On a clean shutdown (all reconcile loops stopped): hand the lease over at once."""

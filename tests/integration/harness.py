@@ -11,7 +11,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -56,10 +56,18 @@ def http_ready(proc: subprocess.Popen | None, url: str, exited: Any) -> bool:
 class OperatorProcess:
     """`phalanx operator` exactly as the chart's Deployment runs it, but as a local process."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, config: dict[str, Any] | None = None):
+    running: ClassVar[set[OperatorProcess]] = set()  # started and not stopped, in this test session
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, config: dict[str, Any] | None = None,
+                 namespaces: list[str] | None = None, extra_args: list[str] | None = None, name: str = "operator"):
+        """``namespaces``: namespaced mode (``-n`` each) instead of ``--all-namespaces``;
+        ``extra_args`` e.g. ``--leader-elect ...``; ``name`` keeps several processes' files apart."""
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
-        self.config_path = log_dir / "operator-config.yaml"
+        self.name = name
+        self.namespaces = list(namespaces or [])
+        self.extra_args = list(extra_args or [])
+        self.config_path = log_dir / f"{name}-config.yaml"
         self.config_path.write_text(yaml.safe_dump(config or {}))
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -67,13 +75,16 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         self.liveness_port, self.metrics_port = free_port(), free_port()
         self.starts += 1
-        self.log = self.log_dir / f"operator-{self.starts}.log"
+        self.log = self.log_dir / f"{self.name}-{self.starts}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        scope = [f"--namespace={ns}" for ns in self.namespaces] or ["--all-namespaces"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "phalanx", "operator", f"--kubeconfig={self.kubeconfig}", "--all-namespaces",
-             f"--config={self.config_path}", f"--liveness-port={self.liveness_port}", f"--metrics-port={self.metrics_port}"],
+            [sys.executable, "-m", "phalanx", "operator", f"--kubeconfig={self.kubeconfig}", *scope,
+             f"--config={self.config_path}", f"--liveness-port={self.liveness_port}", f"--metrics-port={self.metrics_port}",
+             *self.extra_args],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
+        OperatorProcess.running.add(self)
         wait_for(self.healthy, 60, "operator /healthz")
         return self
 
@@ -93,11 +104,13 @@ class OperatorProcess:
 
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind, like a node dying under the operator."""
+        OperatorProcess.running.discard(self)
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:
+        OperatorProcess.running.discard(self)
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:

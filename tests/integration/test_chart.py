@@ -145,3 +145,20 @@ def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, opera
         operator.start()
         subprocess.run([helm(), "uninstall", release, "-n", ns, f"--kubeconfig={cluster.kubeconfig}"], capture_output=True)
         cluster.kubectl("delete", "ns", ns, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("policy.default.allowSecrets=yes", "got string, want boolean"),
+    ("policy.default.alowSecrets=true", "additional properties 'alowSecrets' not allowed"),
+    ("networkProfiles.ib.fabric=fiber", "value must be one of"),
+    ("podCreateConcurrency=0", "minimum"),
+])
+def test_values_schema_refuses_bad_values(value, words):
+    res = subprocess.run([helm(), "template", "rel", str(CHART), "--set", value], capture_output=True, text=True)
+    assert res.returncode != 0 and words in res.stderr, res.stderr
+
+
+def test_notes_say_what_jobs_may_ask_for(cluster):
+    res = subprocess.run([helm(), "install", "--dry-run=client", "rel", str(CHART), "-n", "phalanx-system"],
+                         capture_output=True, text=True, env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"})
+    assert "What a TrainingJob may ask for" in res.stdout and "Secrets: refused" in res.stdout, res.stdout + res.stderr

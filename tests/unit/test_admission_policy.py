@@ -48,3 +48,9 @@ def test_chart_policies_match_the_operator_policy():
     assert admission_policy()["spec"]["validations"] == yaml.safe_load(
         (CHART / "templates" / "admission-policy.yaml").read_text().split("\n", 2)[2].rsplit("{{- end }}", 1)[0]
         .replace("{{ .name }}", "x").replace('{{- include "phalanx.policyVariables" .rules | nindent 2 }}', "[]"))["spec"]["validations"]
+
+
+def test_values_schema_is_generated():
+    from phalanx.api.chartschema import values_schema_json
+
+    assert (CHART / "values.schema.json").read_text() == values_schema_json()

@@ -225,3 +225,12 @@ def test_cli_names_the_kind_it_found(tmp_path, capsys):
     assert main(["validate", str(path)]) == 1
     err = capsys.readouterr().err
     assert "found kind TraningJob" in err and "kind: TrainingJob" in err
+
+
+def test_cli_local_gives_the_same_verdict_before_starting_anything(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text("apiVersion: phalanx.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\n"
+                    "spec: {image: x, nodes: '2', procs_per_node: 2, model: {preset: debug}}\n")
+    assert main(["local", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.nodes: Input should be a valid integer" in err and "did you mean procsPerNode" in err

@@ -3,6 +3,7 @@
 {{- define "phalanx.serviceAccount" -}}
 {{- if .Values.serviceAccount.create -}}{{ default (include "phalanx.fullname" .) .Values.serviceAccount.name }}{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
 {{- end -}}
+{{- define "phalanx.leaseName" -}}{{ default (printf "%s-leader" (include "phalanx.fullname" .)) .Values.leaderElection.leaseName }}{{- end -}}
 {{- define "phalanx.labels" -}}
 app.kubernetes.io/name: {{ include "phalanx.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -1,0 +1,86 @@
+"""charts/phalanx/values.schema.json, generated (`make crds`): Helm refuses bad values at
+install, template and lint. The parts the operator reads (network profiles, topology, policy)
+come from the same pydantic models as the operator config; the chart's own keys are below."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from phalanx.api.config import NetworkPolicyConfig, NetworkProfile, TopologyConfig
+from phalanx.api.crd import _inline, _structural
+from phalanx.api.policy import NamespacePolicy, PolicyRules
+
+
+def _model(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    schema = _structural(_inline(raw, raw.get("$defs", {})))
+    return _strip(schema)
+
+
+def _strip(schema: Any) -> Any:
+    """Keep JSON-schema keywords Helm's validator knows; drop Kubernetes extensions."""
+    if isinstance(schema, list):
+        return [_strip(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strip(v) for k, v in schema.items() if not k.startswith("x-kubernetes-") and k != "format"}
+    if out.get("type") == "object" and "properties" in out:
+        out["additionalProperties"] = False
+    if "exclusiveMinimum" in out and out["exclusiveMinimum"] is True:  # OpenAPI 3.0 → draft 7
+        out["exclusiveMinimum"] = out.pop("minimum")
+    return out
+
+
+def _obj(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "additionalProperties": False, **extra}
+
+
+STR, INT, BOOL, MAP = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "object"}
+PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+MONITOR = _obj({"enabled": BOOL, "interval": STR, "labels": MAP})
+
+
+def values_schema() -> dict[str, Any]:
+    policy = _obj({"default": _model(PolicyRules), "namespaces": {"type": "array", "items": _model(NamespacePolicy)}})
+    netpol = _model(NetworkPolicyConfig)
+    netpol_values = _obj({"enabled": BOOL, "scraperNamespaceLabels": MAP, "scraperPodLabels": MAP})
+    assert set(netpol_values["properties"]) <= set(netpol["properties"]) | {"enabled"}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "Phalanx chart values",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "image": _obj({"repository": STR, "tag": STR, "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}}),
+            "podAnnotations": MAP,
+            "watch": _obj({"allNamespaces": BOOL, "namespaces": {"type": "array", "items": STR}}),
+            "replicas": {"type": "integer", "minimum": 1},
+            "leaderElection": _obj({"enabled": BOOL, "leaseName": STR, "leaseDurationSeconds": INT,
+                                    "renewDeadlineSeconds": INT, "retryPeriodSeconds": INT}),
+            "resources": MAP,
+            "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
+            "livenessPort": PORT,
+            "metricsPort": PORT,
+            "metrics": _obj({"service": BOOL, "serviceMonitor": MONITOR, "podMonitor": MONITOR}),
+            "prometheusRule": _obj({"enabled": BOOL, "labels": MAP, "params": MAP}),
+            "grafanaDashboard": _obj({"enabled": BOOL, "namespace": STR, "labels": MAP, "annotations": MAP}),
+            "policy": policy,
+            "admissionPolicy": _obj({"enabled": BOOL}),
+            "networkPolicy": netpol_values,
+            "networkProfiles": {"type": "object", "additionalProperties": _model(NetworkProfile)},
+            "topology": _model(TopologyConfig),
+            "defaultShmSize": {"type": ["string", "integer"]},
+            "serviceAccount": _obj({"create": BOOL, "name": STR}),
+            "nodeSelector": MAP,
+            "tolerations": {"type": "array"},
+            "affinity": MAP,
+            "priorityClassName": STR,
+        },
+    }
+
+
+def values_schema_json() -> str:
+    return json.dumps(values_schema(), indent=2, sort_keys=False) + "\n"
