@@ -49,6 +49,8 @@ build_binary() {
      go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" ./cmd)
   mv -f "$BIN.tmp" "$BIN"
   rm -rf "$work"
+  find "$(dirname "$(dirname "$BIN")")" -maxdepth 1 -name 'kube-network-policies-*' \
+    ! -name "kube-network-policies-$KEY" -exec rm -rf {} +   # older builds of this script
   log "built $BIN in $((SECONDS - start))s"
 }
 
@@ -84,9 +86,13 @@ manifest() {
   sed "s|image: registry.k8s.io/networking/kube-network-policies:.*|image: $IMAGE|" "$src/install.yaml"
 }
 
-install() {
+tools() {
   command -v kind >/dev/null || PATH="$("$HERE/tools.sh"):$PATH"
   command -v kubectl >/dev/null || PATH="$("$ROOT/hack/cluster/build.sh"):$PATH"
+}
+
+deploy() {
+  tools
   build_image
   load
   manifest | kubectl apply -f - >/dev/null
@@ -105,7 +111,13 @@ install() {
 
 case "${1:-install}" in
   image) build_image; echo "$IMAGE" ;;
-  install) install ;;
-  delete) manifest | kubectl delete --ignore-not-found -f - >/dev/null ;;
+  install) deploy ;;
+  delete)
+    tools
+    manifest | kubectl delete --ignore-not-found --wait -f - >/dev/null
+    # its nftables table outlives it: queue rules with no listener would drop (fail closed)
+    for node in $(kind get nodes --name "$CLUSTER"); do
+      docker exec "$node" nft delete table inet kube-network-policies 2>/dev/null || true
+    done ;;
   *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

@@ -58,7 +58,7 @@ class State:
     kubeconfig: str | None = None
     kube: Kube | None = None
     wakeups: dict[tuple[str, str], asyncio.Event] = {}
-    waiting: dict[str, GangRequest] = {}  # gangs whose pods all exist, gated, by "ns/name"
+    waiting: dict[str, GangRequest] = {}  # gangs whose pods all exist, gated, by "ns/name" (a queue, no capacity)
     # Pins not yet seen in the index. No reservation lives only here: a pin is written into the
     # pods (release patch: node affinity) before it is recorded, and the planner reads pins back
     # from the pod index (reservations_from_pods); this only bridges the watch's lag. A new

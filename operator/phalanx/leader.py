@@ -232,15 +232,23 @@ class Elector:
     def leading(self) -> bool:
         return holds(self.renewed_at, time.monotonic(), self.timings)
 
-    async def wait_leading(self, stopped: Any = None, poll: float = 0.5) -> bool:
-        """Until this process leads (True), or ``stopped`` (kopf's DaemonStopped) is set (False)."""
+    async def wait_leading(self, stopped: Any = None) -> bool:
+        """Until this process leads (True), or kopf's DaemonStopped ``stopped`` is set (False).
+        No polling: a standby's thousand job loops sleep on one event."""
         while not self.leading():
             if stopped:
                 return False
+            if self._changed.is_set():  # a leader past its deadline: run() ends the process now
+                await asyncio.sleep(self.timings.retry_period)
+                continue
+            waiters = [asyncio.ensure_future(self._changed.wait())]
+            if hasattr(stopped, "wait"):
+                waiters.append(asyncio.ensure_future(stopped.wait()))
             try:
-                await asyncio.wait_for(self._changed.wait(), poll)
-            except TimeoutError:
-                pass
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
         return True
 
     async def run(self) -> None:
@@ -252,11 +260,12 @@ class Elector:
                 await asyncio.wait_for(self.round(), timeout=max(left, 0.05) if left is not None else None)
             except TimeoutError:
                 pass
-            if self.renewed_at is not None and not self.leading():
+            lost = self._lost()
+            if lost:
                 self.renewed_at = None
                 self._changed.clear()
                 LEADER.set(0)
-                self.on_lost(f"could not renew lease {self.where} within {self.timings.renew_deadline:g}s")
+                self.on_lost(lost)
                 return
             jitter = 1.0 if self.leading() else 1.0 + random.random() * 0.2
             await asyncio.sleep(self.timings.retry_period * jitter)
@@ -299,6 +308,15 @@ class Elector:
             log.info("released lease %s", self.where)
         except Exception as exc:  # noqa: BLE001 - it then expires on its own
             log.warning("could not release lease %s: %s", self.where, exc)
+
+    def _lost(self) -> str | None:
+        """Why a leader must stop now: its deadline passed, or the lease names someone else."""
+        if self.renewed_at is None:
+            return None
+        if not self.leading():
+            return f"could not renew lease {self.where} within {self.timings.renew_deadline:g}s"
+        holder = self.seen.record.holder if self.seen is not None and self.seen.record is not None else self.me
+        return f"lease {self.where} is held by {holder} now" if holder != self.me else None
 
     def _report(self, message: str, *args: Any) -> None:
         """Log each distinct state once, not every retry period."""

@@ -57,7 +57,7 @@ async def _serve(handlers: Any, kubeconfig: str | None, namespaces: list[str] | 
     from phalanx.kube import load_client
     from phalanx.podreflector import PodReflector
 
-    if namespaces and False:
+    if namespaces:
         reflector = PodReflector(load_client(kubeconfig, pool_size=2), on_freed=handlers._wake_waiting_gangs)
         reflector.start(asyncio.get_running_loop())
         logging.getLogger("phalanx.operator").info(

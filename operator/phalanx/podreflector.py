@@ -166,7 +166,8 @@ class PodReflector:
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
         assert self.loop is not None
-        self.loop.call_soon_threadsafe(fn, *args)
+        if not self.loop.is_closed():  # the operator is exiting: nothing left to feed
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def _replace(self, store: dict[Key, dict[str, Any]]) -> None:
         freed = any(holds_capacity(e) and not holds_capacity(store.get(k)) for k, e in self.store.items())

@@ -25,9 +25,14 @@ NOT_NEEDED = [
 ]
 
 
-def allowed(authz, user: str, namespace: str, verb: str, group: str, resource: str, sub: str) -> bool:
+# Leader election: get/update its one Lease and create it, in the operator's own namespace only.
+LEASE_NEEDED = ["get", "update", "create"]
+LEASE_NOT_NEEDED = ["delete", "list", "watch", "patch"]
+
+
+def allowed(authz, user: str, namespace: str, verb: str, group: str, resource: str, sub: str, name: str | None = None) -> bool:
     attrs = client.V1ResourceAttributes(namespace=namespace, verb=verb, group=group, resource=resource,
-                                        subresource=sub or None)
+                                        subresource=sub or None, name=name)
     review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(user=user, resource_attributes=attrs))
     return authz.create_subject_access_review(review).status.allowed
 
@@ -45,6 +50,21 @@ def test_chart_rbac_is_sufficient_and_minimal(e2e_api, operator_identity, namesp
     extra = [n for n in NOT_NEEDED if allowed(authz, operator_identity, namespace, *n)]
     assert not missing, f"the chart's RBAC lacks {missing}"
     assert not extra, f"the chart's RBAC grants more than the operator uses: {extra}"
+
+
+def test_chart_lease_rbac_is_one_lease_in_the_operators_namespace(e2e_api, operator_deployment, operator_identity, namespace):
+    authz = client.AuthorizationV1Api(e2e_api)
+    args = operator_deployment.spec.template.spec.containers[0].args
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-lease-name="))
+    home = operator_deployment.metadata.namespace
+    lease_rbac = ("coordination.k8s.io", "leases", "")
+    missing = [v for v in LEASE_NEEDED if not allowed(authz, operator_identity, home, v, *lease_rbac, name=lease)]
+    extra = [(v, home, lease) for v in LEASE_NOT_NEEDED if allowed(authz, operator_identity, home, v, *lease_rbac, name=lease)]
+    extra += [(v, home, "kube-scheduler") for v in ("get", "update") if allowed(authz, operator_identity, home, v, *lease_rbac, name="kube-scheduler")]
+    if namespace != home:
+        extra += [(v, namespace, lease) for v in LEASE_NEEDED if allowed(authz, operator_identity, namespace, v, *lease_rbac, name=lease)]
+    assert not missing, f"the chart's RBAC lacks {missing} on lease {home}/{lease}"
+    assert not extra, f"the chart's RBAC grants more than the operator uses on leases: {extra}"
 
 
 def test_operator_metrics_reach_prometheus_service(e2e_api, operator_deployment, jobs, runtime_image):

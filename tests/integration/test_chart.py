@@ -39,15 +39,60 @@ def test_lint():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_deployment_single_replica_recreate_liveness():
-    deploy = by_kind(template(), "Deployment")[0]
-    assert deploy["spec"]["replicas"] == 1
-    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
-    c = deploy["spec"]["template"]["spec"]["containers"][0]
+def test_deployment_two_leader_elected_replicas_with_liveness_and_pdb():
+    docs = template()
+    deploy = by_kind(docs, "Deployment")[0]
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"  # the Lease guards the overlap
+    pod = deploy["spec"]["template"]["spec"]
+    c = pod["containers"][0]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert c["command"] == ["phalanx"] and c["args"][0] == "operator"
     assert "--all-namespaces" in c["args"]
-    assert c["securityContext"]["runAsNonRoot"] is True
+    assert "--leader-elect" in c["args"] and "--leader-elect-lease-name=rel-operator-leader" in c["args"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["runAsNonRoot"] is True
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    pdb = by_kind(docs, "PodDisruptionBudget")[0]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+
+
+def test_single_replica_without_leader_election_is_recreated_without_pdb():
+    docs = template("replicas=1", "leaderElection.enabled=false")
+    deploy = by_kind(docs, "Deployment")[0]
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert not any(a.startswith("--leader-elect") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert not by_kind(docs, "PodDisruptionBudget")
+    assert not [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader")]
+
+
+def test_two_replicas_without_leader_election_fail_clearly():
+    res = subprocess.run([helm(), "template", "rel", str(CHART), "--set", "leaderElection.enabled=false"], capture_output=True, text=True)
+    assert res.returncode != 0 and "replicas > 1 needs leaderElection.enabled" in res.stderr, res.stderr
+
+
+def test_operator_pod_passes_pod_security_restricted(cluster, api, namespace):
+    """The chart's operator pod, created (dry run) in a namespace enforcing "restricted"; the same
+    pod without its seccomp profile is refused — the check is real."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(api)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    template_ = by_kind(template(), "Deployment")[0]["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator", "labels": template_["metadata"]["labels"]},
+           "spec": template_["spec"]}
+    pod["spec"]["serviceAccountName"] = "default"
+    core.create_namespaced_pod(namespace, pod, dry_run="All")
+    del pod["spec"]["securityContext"]["seccompProfile"]
+    del pod["spec"]["containers"][0]["securityContext"]["seccompProfile"]
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+    assert refused.value.status == 403 and "seccompProfile" in refused.value.body
 
 
 def test_operator_config_parses():
@@ -59,12 +104,14 @@ def test_operator_config_parses():
 
 def test_namespaced_mode_uses_roles_per_namespace():
     docs = template("watch.allNamespaces=false", "watch.namespaces={team-a,team-b}")
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
+    # cluster-wide: read-only, and pods only so that the planner sees other namespaces' GPUs
     assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
                              {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
-                             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
+                             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+                             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--all-namespaces" not in args
 
@@ -90,6 +137,20 @@ def test_rbac_is_least_privilege():
     assert ("", "secrets") not in flat
 
 
+def test_lease_rbac_is_one_named_lease_in_the_release_namespace():
+    docs = template()
+    assert not any("leases" in rule["resources"] for r in by_kind(docs, "ClusterRole") for rule in r["rules"])
+    (role,) = [r for r in by_kind(docs, "Role") if any("leases" in rule["resources"] for rule in r["rules"])]
+    assert role["metadata"]["namespace"] == "phalanx-system"
+    assert role["rules"] == [  # create cannot be limited by name; get/update only the operator's lease
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["rel-operator-leader"],
+         "verbs": ["get", "update"]}]
+    (binding,) = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["metadata"]["namespace"] == "phalanx-system"
+    assert binding["subjects"][0]["name"] == by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"]
+
+
 def test_crd_ships_with_chart():
     crd = yaml.safe_load((CHART / "crds" / "phalanx.dev_trainingjobs.yaml").read_text())
     assert crd["spec"]["names"]["shortNames"] == ["tj"]
@@ -109,27 +170,33 @@ def _token_kubeconfig(admin_kubeconfig, token: str, path) -> None:
     path.write_text(yaml.safe_dump(cfg))
 
 
-def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, operator, api, namespace, tmp_path):
-    """helm install onto the cluster, then run the operator exactly as the Deployment does, with the
-    chart's ServiceAccount token: a job must go all the way to Succeeded (RBAC is sufficient)."""
+@pytest.mark.parametrize("mode", ["all-namespaces", "namespaced"])
+def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, operator, api, namespace, tmp_path, mode):
+    """helm install onto the cluster, then run the operator exactly as the Deployment does (leader
+    election included), with the chart's ServiceAccount token: a job must go all the way to
+    Succeeded (RBAC is sufficient), in both modes."""
     from phalanx.localcluster import finish_pod
     from tests.integration.harness import Jobs, OperatorProcess, job_manifest, wait_for
 
     release, ns = f"rbac-{namespace[-6:]}", f"{namespace}-sys"
-    install = subprocess.run([helm(), "install", release, str(CHART), "-n", ns, "--create-namespace",
+    scope = ["--set", "watch.allNamespaces=false", "--set", f"watch.namespaces={{{namespace}}}"] if mode == "namespaced" else []
+    install = subprocess.run([helm(), "install", release, str(CHART), "-n", ns, "--create-namespace", *scope,
                               f"--kubeconfig={cluster.kubeconfig}", "--wait=false"], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr
     operator.stop()  # one operator at a time
     rbac_op = None
     try:
         deploy = json.loads(cluster.kubectl("get", "deploy", f"{release}-operator", "-n", ns, "-o", "json").stdout)
-        container = deploy["spec"]["template"]["spec"]["containers"][0]
-        assert container["args"][:1] == ["operator"] and "--all-namespaces" in container["args"]
+        args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[:1] == ["operator"] and ("--all-namespaces" in args) == (mode == "all-namespaces")
+        namespaces = [a.split("=", 1)[1] for a in args if a.startswith("--namespace=")]
+        leader_args = [a for a in args if a.startswith("--leader-elect")] + [f"--leader-elect-namespace={ns}"]  # POD_NAMESPACE in the pod
         config = yaml.safe_load(json.loads(cluster.kubectl("get", "cm", f"{release}-operator-config", "-n", ns, "-o", "json").stdout)["data"]["config.yaml"])
         token = cluster.kubectl("create", "token", f"{release}-operator", "-n", ns).stdout.strip()
         kubeconfig = tmp_path / "sa-kubeconfig"
         _token_kubeconfig(cluster.kubeconfig, token, kubeconfig)
-        rbac_op = OperatorProcess(kubeconfig, tmp_path, config=config).start()
+        rbac_op = OperatorProcess(kubeconfig, tmp_path, config=config, namespaces=namespaces, extra_args=leader_args).start()
+        wait_for(lambda: "acquired leadership" in rbac_op.log.read_text(), 30, "the lease, with the chart's Role")
         jobs = Jobs(api, namespace)
         jobs.create(job_manifest("rbac", nodes=2))
         pods = wait_for(lambda: len(p := jobs.pods("rbac")) == 2 and all(x.status.phase == "Running" for x in p) and p, 90, "Running")
@@ -138,6 +205,9 @@ def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, opera
             finish_pod(cluster.kubeconfig, namespace, pod.metadata.name, 0)
         jobs.wait_phase("rbac", "Succeeded", 60)
         wait_for(lambda: any(e.reason == "Succeeded" for e in jobs.events("rbac")), 30, "event posted with the SA")
+        jobs.delete("rbac")  # kopf's finalizer comes off with the chart's RBAC too
+        wait_for(lambda: not [j for j in jobs.custom.list_namespaced_custom_object("phalanx.dev", "v1alpha1", namespace, "trainingjobs")["items"]],
+                 30, "the job gone")
         assert "forbidden" not in rbac_op.tail(400).lower(), rbac_op.tail(40)
     finally:
         if rbac_op:

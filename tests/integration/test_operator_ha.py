@@ -51,6 +51,21 @@ def pool3(cluster, api):
             pass
 
 
+def drain(api, namespace: str, timeout: float = 30) -> None:
+    """Delete the namespace's jobs while an operator still runs (it removes kopf's finalizer);
+    whatever is left then loses the finalizer, so the namespace never hangs in Terminating."""
+    jobs = Jobs(api, namespace)
+    names = lambda: [j["metadata"]["name"] for j in jobs.custom.list_namespaced_custom_object(  # noqa: E731
+        "phalanx.dev", "v1alpha1", namespace, "trainingjobs")["items"]]
+    for name in names():
+        jobs.delete(name)
+    try:
+        wait_for(lambda: not names(), timeout, "jobs deleted")
+    except AssertionError:
+        for name in names():
+            jobs.patch(name, {"metadata": {"finalizers": None}})
+
+
 def elected(cluster, tmp_path, namespace, lease, name):
     args = ["--leader-elect", f"--leader-elect-lease-name={lease}", f"--leader-elect-namespace={namespace}",
             f"--leader-elect-lease-duration={LEASE['duration']}", f"--leader-elect-renew-deadline={LEASE['renew']}",
@@ -68,16 +83,36 @@ def running(jobs, name, n, attempt=0):
 
 
 @pytest.fixture
-def pair(cluster, tmp_path, namespace, alone):
+def pair(cluster, api, tmp_path, namespace, alone):
     """Two replicas of one operator on one lease: `a` started first (leads), `b` a standby."""
     lease = f"ha-{uuid.uuid4().hex[:6]}"
-    a = elected(cluster, tmp_path, namespace, lease, "a").start()
-    says(a, "acquired leadership")
-    b = elected(cluster, tmp_path, namespace, lease, "b").start()
-    says(b, "standby: lease")
-    yield a, b
-    a.stop()
-    b.stop()
+    a = elected(cluster, tmp_path, namespace, lease, "a")
+    b = elected(cluster, tmp_path, namespace, lease, "b")
+    try:
+        a.start()
+        says(a, "acquired leadership")
+        b.start()
+        says(b, "standby: lease")
+        yield a, b
+        drain(api, namespace)
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture
+def namespaced(cluster, api, tmp_path, namespace, alone):
+    """Start (on demand) an operator for `namespace` only; drained and stopped afterwards."""
+    started = []
+
+    def start():
+        started.append(OperatorProcess(cluster.kubeconfig, tmp_path, namespaces=[namespace], name="ns").start())
+        return started[-1]
+
+    yield start
+    if started:
+        drain(api, namespace)
+        started[0].stop()
 
 
 def test_only_the_leader_reconciles(api, namespace, pool3, pair):
@@ -121,7 +156,7 @@ def test_kill_the_leader_the_standby_takes_over_and_the_job_proceeds(cluster, ap
     jobs.wait_phase("failover", "Succeeded", 30)
 
 
-def test_namespaced_mode_counts_gpus_held_in_other_namespaces(cluster, api, namespace, pool3, tmp_path, alone):
+def test_namespaced_mode_counts_gpus_held_in_other_namespaces(api, namespace, pool3, namespaced):
     """A pod of another (unwatched) namespace holds all 8 GPUs of one pool node: a 2-node gang
     goes on the other two, and a third gang waits instead of being pinned onto the full node.
     When that pod goes, the waiting gang is placed there (the reflector wakes it)."""
@@ -133,7 +168,7 @@ def test_namespaced_mode_counts_gpus_held_in_other_namespaces(cluster, api, name
         wait_for(lambda: _service_account(core, other), 30, "default service account")
         core.create_namespaced_pod(other, _gpu_hog(full, pool3["id"]))
         wait_for(lambda: core.read_namespaced_pod("hog", other).status.phase == "Running", 30, "hog Running")
-        op = OperatorProcess(cluster.kubeconfig, tmp_path, namespaces=[namespace], name="ns").start()
+        op = namespaced()  # after the hog: the reflector's first list must show it
         says(op, "pod reflector synced")
         jobs = Jobs(api, namespace)
         jobs.create(pooled(pool3, "wide", 2))
@@ -147,7 +182,6 @@ def test_namespaced_mode_counts_gpus_held_in_other_namespaces(cluster, api, name
         core.delete_namespaced_pod("hog", other, grace_period_seconds=0)
         wait_for(lambda: running(jobs, "more", 1), 45, "more Running once the hog is gone")
         assert jobs.status("more")["placement"]["nodes"] == [full]
-        op.stop()
     finally:
         core.delete_namespace(other)
 

@@ -267,3 +267,54 @@ def test_final_report_is_json_the_operator_accepts(tmp_path):
     report = parse_progress(path.read_bytes())
     assert report["step"] == 30 and loss_not_finite(report) and report["resumedFrom"] == {"uid": "u", "step": 20}
     assert os.path.getsize(path) < 4096  # the kubelet keeps 4 KiB of a termination message
+
+
+class _ByName(pickle.Pickler):
+    """Pickles enum members as getattr(EnumClass, "NAME"), as Python 3.11.2 (the runtime image's) does."""
+
+    def reducer_override(self, obj):
+        import enum
+
+        if isinstance(obj, enum.Enum):
+            return getattr, (type(obj), obj.name)
+        return NotImplemented
+
+
+def _dump_by_name(obj) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    _ByName(buf).dump(obj)
+    return buf.getvalue()
+
+
+def test_metadata_with_enums_pickled_by_name_loads(tmp_path):
+    """Found on kind: every checkpoint the image's Python wrote was refused ("builtins.getattr"),
+    so a restarted gang started from step 0. Enum members by name are DCP metadata too."""
+    from phalanx_runtime.components.checkpoint import SafeReader
+
+    step = tmp_path / "step-2"
+    _save(step, {"w": torch.ones(2, 3)})
+    metadata = pickle.loads((step / ".metadata").read_bytes())
+    (step / ".metadata").write_bytes(_dump_by_name(metadata))
+    assert b"getattr" in (step / ".metadata").read_bytes()
+    assert SafeReader(str(step)).read_metadata().state_dict_metadata["w"].size == torch.Size([2, 3])
+
+
+def test_getattr_in_metadata_reaches_nothing_but_enum_members(tmp_path):
+    from phalanx_runtime.components.checkpoint import SafeReader
+
+    step = tmp_path / "step-3"
+    _save(step, {"w": torch.ones(2)})
+    crafted = pickle.dumps(_GetattrOf(torch.Size, "__class__"))
+    (step / ".metadata").write_bytes(crafted)
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        SafeReader(str(step)).read_metadata()
+
+
+class _GetattrOf:
+    def __init__(self, target, name):
+        self.target, self.name = target, name
+
+    def __reduce__(self):
+        return getattr, (self.target, self.name)

@@ -223,10 +223,48 @@ def test_leader_that_cannot_renew_gives_up_at_the_deadline():
     asyncio.run(scenario())
 
 
-def test_wait_leading_returns_false_when_stopped():
+def test_leader_that_finds_the_lease_taken_stops_at_once():
     async def scenario():
-        b = Elector(FakeLeases(), "b", FAST)
-        assert await b.wait_leading(stopped=True) is False
+        leases = FakeLeases()
+        lost = []
+        a = Elector(leases, "a", Timings(lease_duration=30, renew_deadline=20, retry_period=0.05), on_lost=lost.append)
+        task = asyncio.create_task(a.run())
+        assert await asyncio.wait_for(a.wait_leading(), 1)
+        leases._store({**leases.lease["spec"], "holderIdentity": "usurper"})  # e.g. an admin edit
+        await asyncio.wait_for(task, 1)  # long before its 20 s deadline
+        assert lost == ["lease  is held by usurper now"] and not a.leading()
+
+    asyncio.run(scenario())
+
+
+class Stopped:
+    """kopf's DaemonStopped as the job loop sees it: truthy once set, ``await .wait()``."""
+
+    def __init__(self):
+        self.event = asyncio.Event()
+
+    def __bool__(self):
+        return self.event.is_set()
+
+    async def wait(self):
+        await self.event.wait()
+
+
+def test_job_loops_wake_when_leadership_comes_or_when_stopped():
+    async def scenario():
+        leases = FakeLeases()
+        a, b = Elector(leases, "a", FAST), Elector(leases, "b", FAST)
+        waiting = asyncio.create_task(a.wait_leading(Stopped()))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await a.round()
+        assert await asyncio.wait_for(waiting, 1) is True
+        stopped = Stopped()
+        standby = asyncio.create_task(b.wait_leading(stopped))
+        await asyncio.sleep(0.05)
+        assert not standby.done()
+        stopped.event.set()
+        assert await asyncio.wait_for(standby, 1) is False
 
     asyncio.run(scenario())
 

@@ -37,6 +37,7 @@ is staged (copied to host memory); the write runs in a thread; the next save, an
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -197,8 +198,18 @@ _METADATA_GLOBALS = {("torch.distributed.checkpoint.metadata", n) for n in (
     ("collections", "OrderedDict")}
 
 
+def _enum_member(cls: object, name: str) -> object:
+    """``getattr`` for the unpickler: some Pythons (3.11.2, the runtime image's) pickle an enum
+    member as ``getattr(EnumClass, "NAME")``; only public members of the allowed enums."""
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) and name in cls.__members__):
+        raise pickle.UnpicklingError(f"checkpoint metadata asks for {cls!r}.{name!r}: refused, not an enum member")
+    return cls.__members__[name]
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member  # its first argument can only be an allowed class (find_class)
         # torch.__dict__, not getattr: no lazy submodule import for an arbitrary name.
         if (module, name) in _METADATA_GLOBALS or (module == "torch" and isinstance(torch.__dict__.get(name), torch.dtype)):
             return super().find_class(module, name)
