@@ -11,10 +11,10 @@
 #   install  its install.yaml (RBAC + DaemonSet in kube-system) with this image; waits for it
 #
 #   hack/kind/netpol.sh           build or reuse, load and install into the kind cluster
-#                                 $PHALANX_KIND_CLUSTER (default phalanx); kubectl uses $KUBECONFIG
-#                                 (default $PHALANX_KIND_DIR/kubeconfig)
+#                                 $PHALANX_KIND_CLUSTER (default phalanx): context kind-<cluster>
+#                                 of $KUBECONFIG (default $PHALANX_KIND_DIR/kubeconfig)
 #   hack/kind/netpol.sh image     only build the image, print its tag
-#   hack/kind/netpol.sh delete    uninstall (pods keep their connections; new ones are not checked)
+#   hack/kind/netpol.sh delete    uninstall, and drop its nftables table from the nodes
 # `PHALANX_KIND_NETPOL=1 hack/kind-e2e.sh up|test` runs it after the cluster is created.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +27,7 @@ KEY="$( (echo "$KNP_VERSION"; cat "${BASH_SOURCE[0]}" "$HERE/netpol/nfqueue.go")
 IMAGE="phalanx.local/kube-network-policies:$KNP_VERSION-$KEY"
 BIN="${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/kube-network-policies-$KEY/netpol"
 log() { echo "[netpol] $*" >&2; }
+k() { kubectl --context "kind-$CLUSTER" "$@"; }   # never another cluster of $KUBECONFIG
 
 build_binary() {
   [[ -x "$BIN" ]] && return
@@ -95,16 +96,16 @@ deploy() {
   tools
   build_image
   load
-  manifest | kubectl apply -f - >/dev/null
-  kubectl -n kube-system rollout status ds/kube-network-policies --timeout=180s >&2
+  manifest | k apply -f - >/dev/null
+  k -n kube-system rollout status ds/kube-network-policies --timeout=180s >&2
   # The rules are in place once each pod has synced them (the probe's choice is logged first).
   local pod
-  for pod in $(kubectl -n kube-system get pods -l app=kube-network-policies -o name); do
+  for pod in $(k -n kube-system get pods -l app=kube-network-policies -o name); do
     for _ in $(seq 1 60); do
-      kubectl -n kube-system logs "$pod" 2>/dev/null | grep -q 'Syncing nftables rules' && break
+      k -n kube-system logs "$pod" 2>/dev/null | grep -q 'Syncing nftables rules' && break
       sleep 1
     done
-    kubectl -n kube-system logs "$pod" | grep -E 'nftables|NFQUEUE|rror' | head -5 | sed "s|^|  $pod: |" >&2
+    k -n kube-system logs "$pod" | grep -E 'nftables|NFQUEUE|rror' | head -5 | sed "s|^|  $pod: |" >&2
   done
   log "kube-network-policies $KNP_VERSION enforces NetworkPolicies on $CLUSTER"
 }
@@ -114,7 +115,7 @@ case "${1:-install}" in
   install) deploy ;;
   delete)
     tools
-    manifest | kubectl delete --ignore-not-found --wait -f - >/dev/null
+    manifest | k delete --ignore-not-found --wait -f - >/dev/null
     # its nftables table outlives it: queue rules with no listener would drop (fail closed)
     for node in $(kind get nodes --name "$CLUSTER"); do
       docker exec "$node" nft delete table inet kube-network-policies 2>/dev/null || true

@@ -127,11 +127,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
+    from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
     from phalanx.api.reference import api_reference
     from phalanx.policy.admission import admission_policy_template
-
-    from phalanx.api.chartschema import values_schema_json
 
     if args.reference:
         text = api_reference()

@@ -4,9 +4,9 @@ and from no one else.
 
 Needs a cluster whose network plugin enforces NetworkPolicies: on kind, ``hack/kind/netpol.sh``
 installs kube-network-policies (or ``PHALANX_KIND_NETPOL=1 hack/kind-e2e.sh up``); the stock kind
-route's kindnetd enforces them too. The test skips when no enforcer is found: the DaemonSet
-``kube-system/kube-network-policies`` ready on every node, or ``PHALANX_E2E_NETPOL_ENFORCED=1`` for
-another plugin (Calico, Cilium, …).
+route's kindnetd enforces them too. The test skips when no enforcer is found: one of those two
+DaemonSets ready on every node, or ``PHALANX_E2E_NETPOL_ENFORCED=1`` for another plugin (Calico,
+Cilium, …).
 
 The pods are small: ``PHALANX_E2E_NETPOL_IMAGE`` (default the operator image, for its python3),
 non-root and restricted in two namespaces of their own that enforce Pod Security ``restricted``:
@@ -75,20 +75,27 @@ CLIENT = textwrap.dedent("""
 
 
 def enforcer_present(api) -> str | None:
-    """Why the test must skip, or None when a NetworkPolicy enforcer runs."""
+    """Why the test must skip, or None when a NetworkPolicy enforcer runs: kube-network-policies
+    (hack/kind/netpol.sh), or stock kind's kindnetd (it embeds kube-network-policies). The offline
+    node image's own `kindnet` DaemonSet (hack/kind/node/cni.sh) enforces nothing."""
     if os.environ.get("PHALANX_E2E_NETPOL_ENFORCED") == "1":
         return None
-    try:
-        ds = client.AppsV1Api(api).read_namespaced_daemon_set("kube-network-policies", "kube-system")
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
-        return ("no NetworkPolicy enforcer on this cluster (no DaemonSet kube-system/kube-network-policies; "
-                "hack/kind/netpol.sh installs it, PHALANX_E2E_NETPOL_ENFORCED=1 names another plugin)")
-    st = ds.status
-    if not st.desired_number_scheduled or st.number_ready != st.desired_number_scheduled:
-        return f"kube-network-policies is not ready ({st.number_ready}/{st.desired_number_scheduled} pods)"
-    return None
+    apps = client.AppsV1Api(api)
+    for name, image in (("kube-network-policies", ""), ("kindnet", "kindest/kindnetd")):
+        try:
+            ds = apps.read_namespaced_daemon_set(name, "kube-system")
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+            continue
+        if image not in ds.spec.template.spec.containers[0].image:
+            continue
+        st = ds.status
+        if not st.desired_number_scheduled or st.number_ready != st.desired_number_scheduled:
+            return f"{name} is not ready ({st.number_ready}/{st.desired_number_scheduled} pods)"
+        return None
+    return ("no NetworkPolicy enforcer on this cluster (no DaemonSet kube-system/kube-network-policies; "
+            "hack/kind/netpol.sh installs it, PHALANX_E2E_NETPOL_ENFORCED=1 names another plugin)")
 
 
 def restricted_pod(name: str, namespace: str, labels: dict[str, str], args: list[str], ports: dict[str, int] | None = None,
@@ -124,7 +131,14 @@ def check_image(core, namespace: str, name: str) -> None:
 
 
 @pytest.fixture
-def two_namespaces(e2e_api):
+def enforced(e2e_api):
+    reason = enforcer_present(e2e_api)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def two_namespaces(e2e_api, enforced):
     core = client.CoreV1Api(e2e_api)
     suffix = uuid.uuid4().hex[:6]
     names = (f"netpol-jobs-{suffix}", f"netpol-operator-{suffix}")
@@ -140,9 +154,6 @@ def two_namespaces(e2e_api):
 
 
 def test_job_network_policy_admits_only_gang_operator_and_scraper(e2e_api, two_namespaces):
-    reason = enforcer_present(e2e_api)
-    if reason:
-        pytest.skip(reason)
     core, net = client.CoreV1Api(e2e_api), client.NetworkingV1Api(e2e_api)
     jobs_ns, operator_ns = two_namespaces
     job_a, job_b = "netpol-a", "netpol-b"
