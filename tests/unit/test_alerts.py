@@ -135,7 +135,14 @@ def test_job_failed(tmp_path):
 def test_operator_down_when_up_is_0(tmp_path):
     promtool_test(tmp_path, [series("up", "1 1 1 0x10", **OPERATOR)], [
         firing("PhalanxOperatorDown", "5m"),
-        firing("PhalanxOperatorDown", "9m", {**OPERATOR, "severity": "critical"}),
+        firing("PhalanxOperatorDown", "9m", {"job": OPERATOR["job"], "severity": "critical"}),
+    ])
+
+
+def test_one_replica_down_is_not_the_operator_down(tmp_path):
+    standby = {**OPERATOR, "instance": "op2:9090"}
+    promtool_test(tmp_path, [series("up", "1 1 1 0x10", **OPERATOR), series("up", "1x13", **standby)], [
+        firing("PhalanxOperatorDown", "9m"),
     ])
 
 
