@@ -1,13 +1,18 @@
-"""No job stuck (issue #11), on the real API server: a permanent refusal (Pod Security
-admission) ends the job Failed with the API's words and leaves no pod behind; a retryable one
-(quota) backs off and creates in slow-start batches instead of re-POSTing every missing pod."""
+"""No job stuck (issue #11), on the real API server: a permanent refusal at pod creation (an
+admission policy) ends the job Failed with the API's words and leaves no pod behind; a Pod
+Security level the namespace does not allow is refused even earlier, naming the label; a
+retryable refusal (quota) backs off and creates in slow-start batches instead of re-POSTing
+every missing pod."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from phalanx import constants as C
 from tests.integration.harness import Jobs, job_manifest, wait_for
@@ -18,21 +23,65 @@ def jobs(api, namespace, operator):
     return Jobs(api, namespace)
 
 
-def test_pod_security_refusal_fails_the_job_within_30s_with_no_pods(jobs):
+def test_pod_security_level_refused_before_any_pod_naming_the_label(jobs):
     jobs.core.patch_namespace(jobs.ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
-    # nfs is not a volume type the restricted level allows: admission refuses the pod.
+    # nfs is not a volume type the restricted level allows: Pod Security admission would refuse the
+    # pods; the operator knows the namespace's label and refuses the job before creating anything.
     job = job_manifest("psa", nodes=2, gpus=0, volumes=[{"name": "data", "nfs": {"server": "nfs.example", "path": "/d"}}],
                        volumeMounts=[{"name": "data", "mountPath": "/data"}])
     started = time.monotonic()
     jobs.create(job)
     status = jobs.wait_phase("psa", "Failed", 30)
     assert time.monotonic() - started < 30
-    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == C.REASON_CREATE_REJECTED
-    assert "violates PodSecurity" in failed["message"] and "restricted" in failed["message"]
-    wait_for(lambda: any(e.reason == C.REASON_CREATE_REJECTED for e in jobs.events("psa")), 15, "Warning event")
+    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False" and "spec.volumes[0]: needs Pod Security level baseline" in valid["message"]
+    assert "pod-security.kubernetes.io/enforce=restricted" in valid["message"]
     time.sleep(2)
-    assert jobs.pods("psa") == []  # the gang was dry-run first: not one pod was created
+    assert jobs.pods("psa") == []
+
+
+@pytest.fixture
+def deny_pods(cluster, namespace):
+    """An admission policy that refuses every pod in the test namespace: a refusal at pod
+    creation that no check of the operator can foresee (an admin's webhook or policy)."""
+    name = f"deny-{namespace}"
+    docs = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [
+             {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]},
+             "validations": [{"expression": "false", "message": "training is frozen in this namespace"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}},
+    ]
+    subprocess.run([cluster.kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", "apply", "-f", "-"],
+                   input="\n---\n".join(json.dumps(d) for d in docs), text=True, check=True, capture_output=True)
+    yield name
+    for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+        cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+def test_admission_refusal_at_pod_creation_fails_the_job_within_30s_with_no_pods(jobs, deny_pods):
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def denied():
+        try:
+            jobs.core.create_namespaced_pod(jobs.ns, probe, dry_run="All")
+        except ApiException as exc:
+            return "frozen" in exc.body
+        return False
+
+    wait_for(denied, 20, "the deny policy in force")
+    started = time.monotonic()
+    jobs.create(job_manifest("frozen", nodes=2, gpus=0))
+    status = jobs.wait_phase("frozen", "Failed", 30)
+    assert time.monotonic() - started < 30
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == C.REASON_CREATE_REJECTED and "training is frozen in this namespace" in failed["message"]
+    wait_for(lambda: any(e.reason == C.REASON_CREATE_REJECTED for e in jobs.events("frozen")), 15, "Warning event")
+    time.sleep(2)
+    assert jobs.pods("frozen") == []  # the gang was dry-run first: not one pod was created
 
 
 def _pod_creates(operator) -> float:
