@@ -15,6 +15,7 @@ checkpoint files themselves).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -81,13 +82,16 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def jobs(e2e_api, operator_deployment, namespace):
+def jobs(e2e_api, operator_deployment, namespace, shared_dir):
     created: list[str] = []
     j = Jobs(e2e_api, namespace)
     create = j.create
 
     def tracked(obj):
-        created.append(obj["metadata"]["name"])
+        name = obj["metadata"]["name"]
+        created.append(name)
+        if shared_dir:  # a rerun on the same cluster must not resume the last run's checkpoints
+            shutil.rmtree(shared_dir / namespace / name, ignore_errors=True)
         return create(obj)
 
     j.create = tracked  # type: ignore[method-assign]
