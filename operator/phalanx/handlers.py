@@ -115,7 +115,7 @@ def _slim_pod(body: kopf.Body) -> dict[str, Any]:
         "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or []),
                  "nodeSelector": dict(spec.get("nodeSelector") or {}),
                  # the declared progress port (hostNetwork jobs have their own): see progress_port()
-                 "containers": [{"name": c.get("name"), "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == "progress"]}
+                 "containers": [{"name": c.get("name"), "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == C.PORT_NAME_PROGRESS]}
                                 for c in spec.get("containers") or []]},
         "status": {
             "phase": status.get("phase"),
@@ -270,8 +270,7 @@ async def job_loop(
                 pods=pods,
                 service_exists=(namespace, service_name(name)) in job_services,
                 config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
-                network_policy_exists=not State.config.network_policy.enabled
-                or (namespace, network_policy_name(name)) in job_network_policies,
+                network_policy_exists=(namespace, network_policy_name(name)) in job_network_policies,
                 progress=progress,
                 lost_nodes=_lost_nodes(pods, cluster_nodes),
                 config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),
@@ -306,8 +305,8 @@ async def job_loop(
             failures.api = 0
             if refusals:
                 failures.refused += 1
-                permanent = await _report_refusals(body, obj, plan, refusals, namespace, name)
-                JOB_METRICS.observe({**obj, "status": body.get("status") or status}, progress)  # as reported
+                permanent, reported = await _report_refusals(body, obj, plan, refusals, namespace, name)
+                JOB_METRICS.observe({**obj, "status": reported}, progress)
                 # permanent: the job is Failed now; the pause only guards against a stale body
                 await _sleep_or_wake(wake, 1.0 if permanent else retry_delay(failures.refused))
                 continue
@@ -354,13 +353,14 @@ async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[Refusal], namespace: str, name: str) -> bool:
+async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[Refusal], namespace: str, name: str) -> tuple[bool, dict[str, Any]]:
     """The API server refused a creation: say so. Permanent refusals fail the job (the next pass
-    deletes what it had); retryable ones are reported once and retried with backoff."""
+    deletes what it had); retryable ones are reported once and retried with backoff. Returns
+    (permanent, the status as reported)."""
     current = {**obj, "status": plan.status or obj.get("status")}
     status, permanent = refused_status(current, refusals, datetime.now(UTC))
     if status.get("message") == (obj.get("status") or {}).get("message"):
-        return permanent  # already reported; retrying quietly
+        return permanent, status  # already reported; retrying quietly
     assert State.kube is not None
     await State.kube.patch_status(namespace, name, status, current.get("status"))
     reason = C.REASON_CREATE_REJECTED if permanent else C.REASON_CREATE_REFUSED
@@ -368,7 +368,7 @@ async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list
     if permanent:
         _track_phase((namespace, name), status.get("phase"))
         await _await_status(body, status)
-    return permanent
+    return permanent, status
 
 
 async def _report_error(body: kopf.Body, obj: dict, exc: Exception, count: int, namespace: str, name: str) -> None:

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -24,6 +24,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from phalanx import constants as C
 from phalanx.api.types import Phase
+from phalanx.lifecycle.status import parse_iso
 
 log = logging.getLogger("phalanx.operator")
 
@@ -166,15 +167,13 @@ def _pending_since(meta: dict[str, Any], status: dict[str, Any]) -> float | None
 
 def _epoch(ts: Any) -> float | None:
     """RFC 3339 (as Kubernetes and the runtime write it) → Unix seconds."""
-    if not ts:
-        return None
     if isinstance(ts, datetime):
         return ts.timestamp()
     try:
-        parsed = datetime.fromisoformat(str(ts))
+        parsed = parse_iso(str(ts)) if ts else None
     except ValueError:
         return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return parsed.timestamp() if parsed else None
 
 
 class JobMetrics(Collector):

@@ -100,7 +100,7 @@ class PodReflector:
 
     # kopf.Index look-alike: handlers read ``cluster_pods.get(None, [])``
     def get(self, key: Any, default: Any = None) -> Any:
-        return list(self.store.values()) if key is None else default
+        return self.store.values() if key is None else default  # the caller copies it once
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop

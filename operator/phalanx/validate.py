@@ -89,9 +89,9 @@ def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return problems + [Problem("metadata", "is required (a mapping with name)")]
-    name, generate = meta.get("name"), meta.get("generateName")
-    if name is None and isinstance(generate, str):
-        problems += _name_problems(generate + "x" * GENERATED_SUFFIX, "metadata.generateName")
+    name = _effective_name(meta)
+    if meta.get("name") is None and isinstance(meta.get("generateName"), str):
+        problems += _name_problems(name, "metadata.generateName")
     elif not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "is required"))
     else:
@@ -99,6 +99,14 @@ def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
     if not isinstance(obj.get("spec"), dict):
         problems.append(Problem("spec", "is required (a mapping)"))
     return problems
+
+
+def _effective_name(meta: dict[str, Any]) -> Any:
+    """metadata.name, or what the API server makes of generateName (5 more characters)."""
+    generate = meta.get("generateName")
+    if meta.get("name") is None and isinstance(generate, str):
+        return generate + "x" * GENERATED_SUFFIX
+    return meta.get("name")
 
 
 def _name_problems(name: str, field: str = "metadata.name") -> list[Problem]:
@@ -119,8 +127,7 @@ def parse_job(obj: Any) -> TrainingJob:
     problems += _identity_problems(wire)
     if problems:
         raise InvalidJob(problems)
-    meta = dict(wire["metadata"])
-    meta.setdefault("name", meta.get("generateName", "") + "x" * GENERATED_SUFFIX)
+    meta = {**wire["metadata"], "name": _effective_name(wire["metadata"])}
     doc = {"apiVersion": wire["apiVersion"], "kind": wire["kind"], "metadata": meta,
            "spec": wire["spec"]}  # status is the operator's own, read leniently by lifecycle
     try:

@@ -54,3 +54,13 @@ class Model(BaseModel):
         validate_default=True, allow_inf_nan=False, json_schema_extra=add_cel,
     )
     checks: ClassVar[tuple[Rule, ...]] = ()
+
+
+def all_rules() -> list[Rule]:
+    """Every cross-field rule of every API model (the CRD's CEL and validate's Python twins)."""
+    def subclasses(cls: type) -> Any:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    return [rule for cls in subclasses(Model) for rule in cls.checks]

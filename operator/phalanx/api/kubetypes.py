@@ -78,6 +78,13 @@ def _under_reserved(path: str) -> bool:
     return any(path.rstrip("/") == p or path.startswith(p + "/") for p in RESERVED_MOUNT_PATHS)
 
 
+# A volumeMount's or the checkpoint's mountPath: not the operator's own mount paths or below them.
+RESERVED_PATH_RULE = Rule(
+    " && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')" for p in RESERVED_MOUNT_PATHS),
+    f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
+    lambda m: not _under_reserved(m.mount_path), ".mountPath")
+
+
 class VolumeMount(Model):
     name: str = bounded_str(P.DNS_LABEL, P.MAX_DNS_LABEL, description="A volume of spec.volumes.")
     mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024)
@@ -88,10 +95,7 @@ class VolumeMount(Model):
     recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
 
     checks = (
-        Rule(" && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')"
-                         for p in RESERVED_MOUNT_PATHS),
-             f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
-             lambda m: not _under_reserved(m.mount_path), ".mountPath"),
+        RESERVED_PATH_RULE,
         Rule("!has(self.subPath) || !has(self.subPathExpr)", "set subPath or subPathExpr, not both",
              lambda m: m.sub_path is None or m.sub_path_expr is None, ".subPath"),
     )

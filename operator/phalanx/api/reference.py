@@ -118,11 +118,6 @@ def api_reference() -> str:
 
 
 def _operator_only_rules() -> list[str]:
-    from phalanx.api.base import Model
+    from phalanx.api.base import all_rules
 
-    def subclasses(cls):
-        for sub in cls.__subclasses__():
-            yield sub
-            yield from subclasses(sub)
-
-    return sorted({r.message for cls in subclasses(Model) for r in cls.checks if r.cel is None})
+    return sorted({r.message for r in all_rules() if r.cel is None})

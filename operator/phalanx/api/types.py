@@ -17,7 +17,7 @@ from phalanx.api import patterns as P
 from phalanx.api.base import KubeObject, Model, Quantity, bounded_str
 from phalanx.api.kubetypes import (
     PER_NODE_SOURCES,
-    RESERVED_MOUNT_PATHS,
+    RESERVED_PATH_RULE,
     EnvVar,
     Toleration,
     Volume,
@@ -239,10 +239,7 @@ class CheckpointSpec(Model):
     export_consolidated: bool = Field(False, description="Write a consolidated model at the end.")
 
     checks = (
-        Rule(" && ".join(f"self.mountPath != '{p}' && !self.mountPath.startsWith('{p}/')" for p in RESERVED_MOUNT_PATHS),
-             f"{', '.join(RESERVED_MOUNT_PATHS)} (and paths below them) are mounted by the operator",
-             lambda c: not any(c.mount_path.rstrip("/") == p or c.mount_path.startswith(p + "/") for p in RESERVED_MOUNT_PATHS),
-             ".mountPath"),
+        RESERVED_PATH_RULE,
     )
 
 

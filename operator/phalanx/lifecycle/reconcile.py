@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from phalanx import constants as C
@@ -29,6 +29,7 @@ from phalanx.lifecycle.failures import Failure, backoff_seconds, classify_pod, p
 from phalanx.lifecycle.progress import parse_progress
 from phalanx.lifecycle.status import StatusView as _Status
 from phalanx.lifecycle.status import iso as _iso
+from phalanx.lifecycle.status import parse_iso
 from phalanx.render.job import render_children
 from phalanx.render.names import config_map_name, pod_name, service_name, spec_hash
 from phalanx.validate import validate_job
@@ -85,10 +86,7 @@ class Plan:
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on lost nodes
 
 
-def _parse(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+_parse = parse_iso
 
 
 def _attempt(pod: dict[str, Any]) -> int:
@@ -264,8 +262,8 @@ def decide(
         plan.requeue_after = 1.0
     children = []
     config_drift = observed.config_map_hash is not None and observed.config_map_hash != spec_hash(spec.model_dump(by_alias=True, mode="json"))
-    if missing or not observed.service_exists or not observed.config_map_exists or not observed.network_policy_exists \
-            or config_drift:
+    policy_missing = config.network_policy.enabled and not observed.network_policy_exists
+    if missing or not observed.service_exists or not observed.config_map_exists or policy_missing or config_drift:
         children = render_children(job, config, attempt, ranks=missing)  # only what is missing
     if config_drift:  # the gang was resized: the runtime config must say the new size
         plan.update += [c for c in children if c["kind"] == "ConfigMap"]
@@ -277,7 +275,7 @@ def decide(
             plan.create.append(child)
         elif kind == "Pod" and name not in have:
             plan.create.append(child)
-        elif kind == "NetworkPolicy":
+        elif kind == "NetworkPolicy":  # rendered only when config.network_policy.enabled
             if not observed.network_policy_exists:
                 plan.create.append(child)
         elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.nodes:

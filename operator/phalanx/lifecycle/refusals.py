@@ -17,7 +17,7 @@ from phalanx.api.types import Phase
 from phalanx.lifecycle.status import StatusView
 
 # 403s that a change elsewhere in the cluster can lift (quota freed, a class or account created).
-_RETRYABLE_FORBIDDEN = ("exceeded quota", "not found", "no PriorityClass", "is forbidden: unable to validate against any")
+_RETRYABLE_FORBIDDEN = ("exceeded quota", "not found", "no PriorityClass")
 RETRY_BASE_SECONDS = 2.0
 RETRY_MAX_SECONDS = 300.0
 # decide() raising for the same job this many times in a row is not bad luck: say so in status.

@@ -15,6 +15,14 @@ def iso(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_iso(ts: str | None) -> datetime | None:
+    """RFC 3339 (as Kubernetes and the runtime write it) → an aware datetime; ValueError if malformed."""
+    if not ts:
+        return None
+    parsed = datetime.fromisoformat(ts)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 
 class StatusView:
     """Mutable view of the status with helpers that record transitions."""

@@ -19,9 +19,6 @@ from phalanx.render.network import NetworkWiring, apply_network
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
 TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
-CHECKPOINT_VOLUME = C.VOLUME_CHECKPOINT
-CONFIG_VOLUME = C.VOLUME_CONFIG
-SHM_VOLUME = C.SHM_VOLUME_NAME
 
 
 def _env(name: str, value: Any) -> dict[str, str]:
@@ -96,18 +93,18 @@ def scratch_env() -> list[dict[str, str]]:
 def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     spec = job.spec
     volumes = [
-        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job.metadata.name)}},
-        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+        {"name": C.VOLUME_CONFIG, "configMap": {"name": config_map_name(job.metadata.name)}},
+        {"name": C.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
         {"name": C.VOLUME_SCRATCH, "emptyDir": {}},
     ]
     mounts = [
-        {"name": CONFIG_VOLUME, "mountPath": C.RUNTIME_CONFIG_DIR, "readOnly": True},
-        {"name": SHM_VOLUME, "mountPath": C.SHM_MOUNT_PATH},
+        {"name": C.VOLUME_CONFIG, "mountPath": C.RUNTIME_CONFIG_DIR, "readOnly": True},
+        {"name": C.SHM_VOLUME_NAME, "mountPath": C.SHM_MOUNT_PATH},
         {"name": C.VOLUME_SCRATCH, "mountPath": C.SCRATCH_MOUNT_PATH},
     ]
     if spec.checkpoint.volume is not None:
-        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume.to_kube()})
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
+        volumes.append({"name": C.VOLUME_CHECKPOINT, **spec.checkpoint.volume.to_kube()})
+        mounts.append({"name": C.VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
     volumes += [v.to_kube() for v in spec.volumes]
     mounts += [m.model_dump(by_alias=True, mode="json", exclude_none=True) for m in spec.volume_mounts]
     return volumes, mounts
