@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "tests" / "runtime"))
 
 from runtime_parity_util import job  # noqa: E402
 
-EXIT_PREEMPTED = 143  # phalanx_runtime.components.checkpoint.EXIT_PREEMPTED (no torch import here)
+from phalanx_runtime.lifetime import EXIT_PREEMPTED  # noqa: E402 - torch-free
 
 
 def ckpt_job(*, world: int = 2, steps: int = 8, interval: int = 2, keep_last: int = 3, async_save: bool = True,

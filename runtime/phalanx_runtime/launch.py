@@ -43,6 +43,7 @@ from phalanx.constants import (
 )
 from phalanx_runtime.config import RuntimeConfig, check_layout, default_config_path, load_config
 from phalanx_runtime.lifetime import (
+    EXIT_PREEMPTED,
     StopWatchdog,
     descendants,
     die_with_parent,
@@ -55,7 +56,6 @@ from phalanx_runtime.lifetime import (
 log = logging.getLogger("phalanx_runtime.launch")
 EXIT_INVALID = 2
 EXIT_WORKER_FAILED = 1
-EXIT_PREEMPTED = 143  # = phalanx_runtime.components.checkpoint.EXIT_PREEMPTED
 # torchrun forwards these to the workers; not SIGINT, which _sigint_as_sigterm turns into SIGTERM.
 AGENT_SIGNALS = "SIGTERM,SIGHUP,SIGQUIT"
 

@@ -43,7 +43,7 @@ from phalanx.constants import (
 from phalanx_runtime import lifetime
 from phalanx_runtime.config import RuntimeConfig, check_layout
 
-EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED
+EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED  # re-exported for callers of run_local
 EXIT_TIMEOUT = 124  # as timeout(1)
 TMP_PREFIX = "phalanx-local-"
 OWNER_FILE = "owner"  # "<pid> <start time>" of the phalanx local that made the temp dir

@@ -25,7 +25,7 @@ from phalanx.constants import (
     ENV_PROGRESS_PORT,
     ENV_TERMINATION_LOG,
 )
-from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, CheckpointConfig, Checkpointer
+from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.metrics import (
     MetricsLogger,
@@ -39,7 +39,13 @@ from phalanx_runtime.config import RuntimeConfig, check_layout, load_config
 from phalanx_runtime.distributed.clip import clip_grad_norm_
 from phalanx_runtime.distributed.mesh import build_mesh, device_for_rank
 from phalanx_runtime.distributed.pipeline import build_pipeline
-from phalanx_runtime.lifetime import StopWatchdog, die_with_parent, parent_pid_from_env, stop_grace
+from phalanx_runtime.lifetime import (
+    EXIT_PREEMPTED,
+    StopWatchdog,
+    die_with_parent,
+    parent_pid_from_env,
+    stop_grace,
+)
 from phalanx_runtime.models.entrypoint import ModelContext
 from phalanx_runtime.models.registry import build_model_parts
 
@@ -331,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     # A worker never outlives the launcher (or test harness) that started it: if that is killed
     # outright, nobody else would stop this process, and it would wait in a collective forever.
-    die_with_parent(signal.SIGKILL, parent_pid_from_env())
+    # In direct mode the launcher runs this in its own process, already armed: leave it be.
+    parent = parent_pid_from_env()
+    if parent is not None:
+        die_with_parent(signal.SIGKILL, parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = load_config(args.config)
     result = train(cfg)

@@ -54,14 +54,17 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import (
+    DefaultLoadPlanner,
+    _EmptyStateDictLoadPlanner,
+)
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from phalanx.constants import ENV_JOB_NAME, ENV_JOB_UID
+from phalanx_runtime.lifetime import EXIT_PREEMPTED  # noqa: F401 - exit code of a SIGTERM save, re-exported
 
 log = logging.getLogger("phalanx_runtime.checkpoint")
 
-EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpoint saved on SIGTERM, job not finished (retryable)
 COMMIT_MARKER = "COMMITTED"
 STEP_RE = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-step-"
@@ -249,6 +252,7 @@ def _weights_only(planner_class):
 
 
 SafeLoadPlanner = _weights_only(DefaultLoadPlanner)
+SafeEmptyLoadPlanner = _weights_only(_EmptyStateDictLoadPlanner)
 
 
 @dataclass
@@ -466,9 +470,10 @@ class Checkpointer:
     def find_resume(self) -> tuple[int, Path] | None:
         """Rank 0 picks the newest valid committed checkpoint; every rank gets the same answer."""
         found = [latest_valid(self.dir) if (self.rank == 0 and self.cfg.resume) else None]
-        if self.rank == 0 and not self.cfg.resume and committed_steps(self.dir):
+        steps = committed_steps(self.dir) if self.rank == 0 and not self.cfg.resume else []
+        if steps:
             log.warning("checkpoint.resume is false: starting fresh; the committed checkpoints in %s "
-                        "(steps %s) are not loaded", self.dir, committed_steps(self.dir))
+                        "(steps %s) are not loaded", self.dir, steps)
         dist.broadcast_object_list(found, src=0, group=self.pg)
         return found[0]
 
@@ -528,12 +533,11 @@ class Checkpointer:
         self.wait()
         out = None
         if self.rank == 0 and self.last is not None:
-            from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
             sd: dict = {}
             _load_state_dict(sd, storage_reader=SafeReader(self.last["path"]),
-                             planner=_weights_only(_EmptyStateDictLoadPlanner)(keys={"model"}), no_dist=True)
+                             planner=SafeEmptyLoadPlanner(keys={"model"}), no_dist=True)
             model = {k: v for k, v in sd["model"].items()}
             out = self.dir / "final" / "model.pt"
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -154,16 +154,19 @@ class StepLog:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._file: IO[str] | None = None
+        self._broken = False  # after a write error: off for the run, not retried every step
 
     def write(self, m: StepMetrics) -> None:
+        if self._broken:
+            return
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = open(self.path, "a", buffering=1)  # line-buffered, kept open
             self._file.write(json.dumps({"time": round(time.time(), 3), **m.to_dict()}, allow_nan=True) + "\n")
         except OSError as e:  # shared storage trouble must not stop training
-            log.warning("metrics log %s: %s", self.path, e)
-            self._file = None
+            log.warning("metrics log %s: %s; no more lines are written to it in this run", self.path, e)
+            self._file, self._broken = None, True
 
 
 class MetricsLogger:
