@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from phalanx.proc import alive, cmdline, die_with_parent
+
 from .binaries import default_bin_dir, missing_binaries
 from .certs import generate_pki
 from .topology import KWOK_NODE_SELECTOR
@@ -57,29 +59,6 @@ def default_work_dir() -> Path:
     return Path.home() / ".cache" / "phalanx" / "local-cluster"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still "exists"; treat it as dead.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 @dataclass
 class _Proc:
     name: str
@@ -91,7 +70,7 @@ class _Proc:
     def alive(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is None
-        return _pid_alive(self.pid) and self.binary in _cmdline(self.pid)
+        return alive(self.pid) and self.binary in cmdline(self.pid)
 
     def stop(self, grace: float = 10.0) -> None:
         if not self.alive():
@@ -265,7 +244,7 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: killpg reaches children too
                 cwd=self.work_dir,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=die_with_parent if self.die_with_parent else None,  # SIGKILL
             )
         proc = _Proc(name=name, pid=popen.pid, binary=binary, log=str(log), popen=popen)
         self.procs.append(proc)
@@ -512,19 +491,12 @@ def _sweep_stale_etcd_dirs(base: Path) -> None:
     in_use = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            for arg in _cmdline(int(d.name)).split():
+            for arg in cmdline(int(d.name)).split():
                 if arg.startswith("--data-dir="):
                     in_use.add(arg.split("=", 1)[1])
     for d in stale:
         if str(d) not in in_use:
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _tail(path: str, n: int = 30) -> str:
