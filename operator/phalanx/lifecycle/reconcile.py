@@ -140,6 +140,8 @@ def decide(
     # An earlier job of this name may still be terminating its pods (same names, its own
     # checkpoint save on SIGTERM): never adopt or touch them; create nothing until they are gone.
     predecessors = [p for p in observed.pods if _predecessor(p, meta.get("uid"))]
+    # Rank 0's report comes from user code: parsed strictly, once, here at the entry.
+    observed = replace(observed, progress=parse_progress(observed.progress))
     plan.force_delete_pods = _stuck_terminating(observed.pods, observed.lost_nodes, now, config.force_delete_after_seconds)
     for pod in plan.force_delete_pods:
         st.events.append(("Warning", C.REASON_FORCE_DELETED, f"pod {pod} stuck terminating on a lost node for over "
@@ -174,7 +176,7 @@ def decide(
         return done()
     # Progress comes from user code: applied in done(), after suspend, deadline and failure checks
     # have decided, so it can change nothing but the progress fields (parsed strictly there).
-    reports += [observed.progress, final_progress(observed.pods, st.s.restart_attempt)]
+    reports += [observed.progress, final_progress(observed.pods, st.s.restart_attempt)]  # both parsed
 
     # 2. Finished jobs: free what still runs, then wait for the TTL.
     if st.s.phase in TERMINAL_PHASES:
@@ -360,9 +362,8 @@ def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] |
     return None
 
 
-def _apply_progress(st: _Status, progress: Any, total: int, uid: str | None) -> None:
-    """A progress report (untrusted: parsed here again, whatever the caller did) into the status."""
-    report = parse_progress(progress)
+def _apply_progress(st: _Status, report: dict[str, Any] | None, total: int, uid: str | None) -> None:
+    """A parsed progress report (lifecycle.progress.parse_progress) into the status."""
     if not report:
         return
     step = report.get("step")
@@ -429,7 +430,7 @@ def _first_failure(st: _Status, current: list[dict], spec, now: datetime, observ
     hang = spec.failure_policy.hang_timeout_seconds
     last = _parse(st.s.last_progress_time) or _parse(st.s.start_time)
     # A step reported in this very pass is progress (it is applied to the status only in done()).
-    fresh = (parse_progress(observed.progress) or {}).get("step") not in (None, st.s.step)
+    fresh = (observed.progress or {}).get("step") not in (None, st.s.step)
     if hang and not fresh and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
         return Failure("rank 0", 0, "Hang", f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})", None, True)
     return None
