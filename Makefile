@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST ?= $(PYTHON) -m pytest
-export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR):$(CURDIR)/hack/cluster$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 include hack/cluster/cluster.mk
 

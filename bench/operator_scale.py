@@ -1,6 +1,6 @@
 """Operator scale: create → all pods Running for a 512-pod gang, Phalanx vs Kubeflow training-operator.
 
-One local control plane (phalanx.localcluster: etcd, kube-apiserver, kube-controller-manager,
+One local control plane (localcluster: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok) with 512 kwok nodes × 8 GPUs (4 blocks × 4 subblocks × 4 racks × 8 nodes).
 Each trial, alone on the cluster, in a fresh namespace:
 
@@ -62,7 +62,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx.localcluster import LocalCluster, api_client, create_nodes, parse_topology
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack" / "cluster"))  # localcluster (dev-only)
+from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("PHALANX_CACHE", Path.home() / ".cache" / "phalanx"))
@@ -616,7 +617,7 @@ def main() -> int:
     if args.kwok_parallelism:  # the local cluster's stages, plus a KwokConfiguration
         from importlib import resources
 
-        stages = resources.files("phalanx.localcluster").joinpath("kwok-stages.yaml").read_text()
+        stages = resources.files("localcluster").joinpath("kwok-stages.yaml").read_text()
         kwok_config = work / "kwok-config.yaml"
         kwok_config.write_text(yaml.safe_dump({
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",

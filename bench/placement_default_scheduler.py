@@ -1,6 +1,6 @@
 """Where does the real default kube-scheduler put a gang of plain pods? Measured on a local cluster.
 
-Starts a local control plane (``phalanx.localcluster``: etcd, kube-apiserver,
+Starts a local control plane (``localcluster``: etcd, kube-apiserver,
 kube-controller-manager, the real kube-scheduler v1.36 with its default profile, kwok playing the
 nodes) and, for each fragmented cluster of ``bench/placement_quality.py``:
 
@@ -39,16 +39,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack" / "cluster"))  # localcluster (dev-only)
 
 from placement_quality import CFG, GPU, LEVELS, fragment, spread  # noqa: E402
 
+from localcluster import LocalCluster, api_client, create_nodes  # noqa: E402
+from localcluster.topology import node_manifests, parse_topology  # noqa: E402
 from phalanx.api.types import TrainingJobSpec  # noqa: E402
 from phalanx.gang.costmodel import allreduce_estimate, compact_nodes, gradient_bytes, model_params  # noqa: E402
 from phalanx.gang.inventory import free_capacity, nodes_from_list, pods_from_list  # noqa: E402
 from phalanx.gang.planner import GangRequest, Placement, node_rejection, plan_gang  # noqa: E402
 from phalanx.gang.topology import Topology  # noqa: E402
-from phalanx.localcluster import LocalCluster, api_client, create_nodes  # noqa: E402
-from phalanx.localcluster.topology import node_manifests, parse_topology  # noqa: E402
 
 KINDS = ("random-45%", "subblocks+20%", "striped-half-gpu")
 NS = "placement-bench"

@@ -12,7 +12,7 @@
 CLUSTER_MK_DIR := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 CLUSTER_REPO_ROOT := $(abspath $(CLUSTER_MK_DIR)/../..)
 CLUSTER_PYTHON ?= python3
-CLUSTER_PY = cd $(CLUSTER_REPO_ROOT) && PYTHONPATH=$(CLUSTER_REPO_ROOT)/operator$${PYTHONPATH:+:$$PYTHONPATH} $(CLUSTER_PYTHON) -m phalanx.localcluster
+CLUSTER_PY = cd $(CLUSTER_REPO_ROOT) && PYTHONPATH=$(CLUSTER_REPO_ROOT)/operator:$(CLUSTER_MK_DIR)$${PYTHONPATH:+:$$PYTHONPATH} $(CLUSTER_PYTHON) -m localcluster
 
 .PHONY: cluster-binaries cluster-up cluster-down cluster-status
 

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.localcluster import (
+from localcluster import (
     KWOK_ANNOTATION,
     LocalCluster,
     create_nodes,
     default_bin_dir,
     missing_binaries,
 )
-from phalanx.localcluster.nodes import api_client
+from localcluster.nodes import api_client
 
 
 def pytest_collection_modifyitems(config, items):

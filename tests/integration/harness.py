@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx.localcluster import node_manifests, parse_topology, wait_nodes_ready
+from localcluster import node_manifests, parse_topology, wait_nodes_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingjobs.yaml"

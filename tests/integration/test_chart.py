@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localcluster.binaries import default_bin_dir
 from phalanx.api.config import OperatorConfig
-from phalanx.localcluster.binaries import default_bin_dir
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "phalanx"
 
@@ -175,7 +175,7 @@ def test_helm_install_and_operator_runs_with_the_charts_rbac(cluster, crd, opera
     """helm install onto the cluster, then run the operator exactly as the Deployment does (leader
     election included), with the chart's ServiceAccount token: a job must go all the way to
     Succeeded (RBAC is sufficient), in both modes."""
-    from phalanx.localcluster import finish_pod
+    from localcluster import finish_pod
     from tests.integration.harness import Jobs, OperatorProcess, job_manifest, wait_for
 
     release, ns = f"rbac-{namespace[-6:]}", f"{namespace}-sys"

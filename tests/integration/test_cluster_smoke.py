@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx.localcluster import LABEL_GPU_CLIQUE, finish_pod
+from localcluster import LABEL_GPU_CLIQUE, finish_pod
 from tests.integration.harness import wait_for
 
 

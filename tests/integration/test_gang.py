@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from phalanx.localcluster import finish_pod
+from localcluster import finish_pod
 from tests.integration.harness import Jobs, pooled, wait_for
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from phalanx.localcluster import finish_pod
+from localcluster import finish_pod
 from tests.conftest import example_jobs
 from tests.integration.harness import Jobs, job_manifest, wait_for
 

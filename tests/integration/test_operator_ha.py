@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx.localcluster import finish_pod, node_manifests, parse_topology, wait_nodes_ready
+from localcluster import finish_pod, node_manifests, parse_topology, wait_nodes_ready
 from tests.integration.harness import POOL_LABEL, Jobs, OperatorProcess, pooled, wait_for
 
 LEASE = {"duration": 4, "renew": 3, "retry": 0.5}  # short, so a failover fits in a test

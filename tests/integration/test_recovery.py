@@ -51,7 +51,7 @@ def test_hang_without_progress_restarts(api, namespace, operator, pool):
 def test_elastic_gang_shrinks_then_grows_back(cluster, api, namespace, operator, pool):
     import json
 
-    from phalanx.localcluster import finish_pod
+    from localcluster import finish_pod
 
     jobs = Jobs(api, namespace)
     jobs.create(pooled(pool, "filler", 13))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localcluster.binaries import default_bin_dir
 from phalanx.api.policy import PolicyRules
-from phalanx.localcluster.binaries import default_bin_dir
 from phalanx.policy.admission import admission_policy, admission_policy_template, policy_variables
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from phalanx.localcluster import topology as T
-from phalanx.localcluster.binaries import cache_key
+from localcluster import topology as T
+from localcluster.binaries import default_bin_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO_DIR = REPO / "hack" / "cluster" / "topologies"
@@ -122,8 +122,8 @@ def test_unknown_topology_name():
         T.load_topology("no-such-topology")
 
 
-def test_cache_key_matches_build_sh():
-    """build.sh and the Python side must agree on the cache dir name."""
+def test_bin_dir_is_build_sh_cache_dir(monkeypatch):
+    """The Python side finds the binaries where build.sh puts them (build.sh owns the key)."""
     import subprocess
 
     hack = REPO / "hack" / "cluster"
@@ -132,5 +132,8 @@ def test_cache_key_matches_build_sh():
         capture_output=True, text=True, check=True,
         env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent-home"},
     ).stdout.strip()
-    assert Path(out).name == cache_key(hack)
-    assert cache_key(hack).startswith("v1.")
+    monkeypatch.delenv("PHALANX_BIN_DIR", raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    monkeypatch.delenv("PHALANX_CACHE", raising=False)
+    assert default_bin_dir() == Path(out)
+    assert Path(out).name.startswith("v1.")

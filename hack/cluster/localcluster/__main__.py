@@ -1,4 +1,4 @@
-"""``python -m phalanx.localcluster up|down|status|nodes``.
+"""``python -m localcluster up|down|status|nodes``.
 
 up      start the control plane detached, write <work-dir>/kubeconfig, cluster.json and
         cluster.pid, create the topology's kwok nodes (default small-4; --topology none
@@ -20,7 +20,7 @@ from .nodes import create_nodes
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m phalanx.localcluster", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["up", "down", "status", "nodes"])
     ap.add_argument("--work-dir", default=None, help=f"default {default_work_dir()}")

@@ -3,7 +3,7 @@
 Processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok. Each runs
 in its own process group on loopback ports picked at start; ``stop()`` (also run at
 interpreter exit) terminates every group and removes the etcd data. ``LocalCluster``
-can also be detached (``python -m phalanx.localcluster up``): its state file
+can also be detached (``python -m localcluster up``): its state file
 ``<work_dir>/cluster.json`` lets another process find (``attach``) or stop it.
 """
 
@@ -52,11 +52,8 @@ def free_port() -> int:
 
 
 def default_work_dir() -> Path:
-    """``<repo>/.local-cluster`` when run from a checkout, else ``~/.cache/phalanx/local-cluster``."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "hack").is_dir():
-            return parent / ".local-cluster"
-    return Path.home() / ".cache" / "phalanx" / "local-cluster"
+    """``<repo>/.local-cluster`` (this package lives in <repo>/hack/cluster/localcluster)."""
+    return Path(__file__).resolve().parents[3] / ".local-cluster"
 
 
 @dataclass
@@ -164,7 +161,7 @@ class LocalCluster:
             if other is not None and other.running():
                 raise ClusterError(
                     f"a cluster already runs from {self.work_dir} (pids "
-                    f"{[p.pid for p in other.procs]}); `python -m phalanx.localcluster down` first"
+                    f"{[p.pid for p in other.procs]}); `python -m localcluster down` first"
                 )
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "logs").mkdir(exist_ok=True)

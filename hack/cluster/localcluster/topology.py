@@ -161,12 +161,9 @@ def parse_topology(doc: dict[str, Any]) -> Topology:
 
 
 def topologies_dir() -> Path | None:
-    """``hack/cluster/topologies`` of the checkout this module lives in, if any."""
-    for parent in Path(__file__).resolve().parents:
-        cand = parent / "hack" / "cluster" / "topologies"
-        if cand.is_dir():
-            return cand
-    return None
+    """``hack/cluster/topologies``, beside this package."""
+    cand = Path(__file__).resolve().parent.parent / "topologies"
+    return cand if cand.is_dir() else None
 
 
 def load_topology(name_or_path: str | Path) -> Topology:
