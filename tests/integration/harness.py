@@ -123,8 +123,11 @@ class OperatorProcess:
 
 
 def install_crd(cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+    """Every Phalanx CRD (TrainingJob, TrainingSweep), established before an operator starts:
+    kopf resolves its resources at start-up."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE.parent))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    *(f"crd/{plural}.{GROUP}" for plural in (PLURAL, "trainingsweeps")))
 
 
 @pytest.fixture(scope="session")

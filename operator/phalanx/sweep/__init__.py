@@ -1,0 +1,4 @@
+"""TrainingSweep: hyperparameter sweeps and ensembles of TrainingJobs (docs/sweep.md).
+
+params (sampling) → check (one verdict) → status/earlystop (pure records and rules) → decide
+(pure: what to create, stop, and report) → handlers (kopf wiring) | local (`phalanx local`)."""

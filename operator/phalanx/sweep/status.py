@@ -1,0 +1,164 @@
+"""A sweep's status, pure: each trial's record (phase, step, objective value, milestones) from
+its TrainingJob, the counts, the best trial, the phase and conditions."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from phalanx import constants as C
+from phalanx.api.sweep import (
+    BestTrial,
+    Metric,
+    Milestone,
+    SweepPhase,
+    TrainingSweepStatus,
+    TrialStatus,
+)
+from phalanx.constants import SweepReason as R
+from phalanx.lifecycle.conditions import set_condition
+from phalanx.lifecycle.status import iso
+from phalanx.sweep.earlystop import better
+
+WAITING = "Waiting"  # not created yet
+STOPPING = "Stopping"  # the early-stopping rule suspended it; its pods are saving a checkpoint
+STOPPED = "Stopped"  # early-stopped: suspended, checkpoint kept
+CONFLICT = "Conflict"  # a TrainingJob of its name exists that the sweep does not own
+SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
+FINISHED = frozenset({SUCCEEDED, FAILED, STOPPED, CONFLICT})
+STOP_REASONS = frozenset({R.EARLY_STOPPED, R.TRIAL_DIVERGED})
+
+
+class SweepStatusView:
+    """Mutable status with helpers that record transitions (conditions, Events)."""
+
+    def __init__(self, raw: dict[str, Any] | None, generation: int | None, now: datetime):
+        try:
+            self.s = TrainingSweepStatus.model_validate(raw or {})
+        except ValueError:  # a status this version cannot read: start over from the trials
+            self.s = TrainingSweepStatus()
+        self.before = self.s.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self.generation = generation
+        self.now = iso(now)
+        self.events: list[tuple[str, str, str]] = []
+
+    def cond(self, type_: str, status: bool | str, reason: str, message: str = "") -> None:
+        self.s.conditions = set_condition(self.s.conditions, type_, status, reason, message, self.now, self.generation)
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append(("Warning" if warning else "Normal", reason, message))
+
+    def dump(self) -> dict[str, Any] | None:
+        self.s.observed_generation = self.generation
+        after = self.s.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return after if after != self.before else None
+
+
+def _finite(v: Any) -> float | None:
+    return float(v) if type(v) in (int, float) and math.isfinite(v) else None
+
+
+def metric_value(metric: str, status: dict[str, Any], best_loss: float | None) -> tuple[float | None, float | None]:
+    """(objective value, best loss so far) from a trial's TrainingJob status."""
+    loss = _finite(status.get("loss"))
+    if loss is not None and (best_loss is None or loss < best_loss):
+        best_loss = loss
+    if metric == Metric.BEST_LOSS:
+        return best_loss, best_loss
+    if metric == Metric.TOKENS_PER_SECOND:
+        return _finite(status.get("tokensPerSecond")), best_loss
+    return loss, best_loss
+
+
+def record_progress(rec: TrialStatus, status: dict[str, Any], metric: str, steps: list[int]) -> list[int]:
+    """Bring ``rec`` up to the trial's status; returns the milestones first reached now."""
+    step = status.get("step")
+    if type(step) is int:
+        rec.step = step
+    value, rec.best_loss = metric_value(metric, status, rec.best_loss)
+    if value is not None:
+        rec.value = value
+    new: list[int] = []
+    have = {m.step for m in rec.milestones}
+    if rec.value is not None and rec.step is not None:
+        for m in steps:
+            if m not in have and rec.step >= m:
+                rec.milestones.append(Milestone(step=m, value=rec.value, at=rec.step))
+                new.append(m)
+    return new
+
+
+def trial_phase(rec: TrialStatus, job: dict[str, Any]) -> str:
+    """The record's phase from its TrainingJob: the job's phase, or Stopping/Stopped for a trial
+    the sweep stopped (until the job itself ended otherwise)."""
+    phase = (job.get("status") or {}).get("phase") or "Pending"
+    if rec.reason in STOP_REASONS and phase not in (SUCCEEDED, FAILED):
+        return STOPPED if phase == SUSPENDED else STOPPING
+    return phase
+
+
+def condition_status(job: dict[str, Any], type_: str) -> str | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond.get("status")
+    return None
+
+
+def best_trial(records: list[TrialStatus], goal: str) -> BestTrial | None:
+    """The best value among finished (Succeeded) trials; the lowest index wins a tie."""
+    best: TrialStatus | None = None
+    for rec in records:
+        if rec.phase != SUCCEEDED or rec.value is None:
+            continue
+        if best is None or better(goal, rec.value, best.value):  # type: ignore[arg-type]
+            best = rec
+    if best is None or best.value is None:
+        return None
+    return BestTrial(name=best.name, index=best.index, value=best.value, parameters=dict(best.parameters))
+
+
+def describe(best: BestTrial, metric: str) -> str:
+    values = ", ".join(f"{k}={v}" for k, v in best.parameters.items())
+    return f"{best.name}: {metric} {best.value:.6g}" + (f" ({values})" if values else "")
+
+
+def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked: str | None) -> None:
+    """Counts, best trial, phase and conditions from the trial records."""
+    s = st.s
+    recs = s.trials
+    s.total_trials = len(recs)
+    s.succeeded_trials = sum(r.phase == SUCCEEDED for r in recs)
+    s.failed_trials = sum(r.phase in (FAILED, CONFLICT) for r in recs)
+    s.stopped_trials = sum(r.phase == STOPPED for r in recs)
+    s.finished_trials = sum(r.phase in FINISHED for r in recs)
+    s.running_trials = active
+    s.progress = f"{s.finished_trials}/{s.total_trials}"
+    best = best_trial(recs, goal)
+    if best is not None and (s.best_trial is None or s.best_trial.name != best.name):
+        st.event(R.NEW_BEST, f"best trial so far {describe(best, metric)}")
+    s.best_trial = best
+    if s.finished_trials == s.total_trials:
+        ok = best is not None
+        reason = R.SWEEP_COMPLETE if ok else R.NO_TRIAL_SUCCEEDED
+        counts = f"{s.succeeded_trials} succeeded, {s.stopped_trials} stopped early, {s.failed_trials} failed"
+        message = f"{counts}; best {describe(best, metric)}" if best else f"no trial succeeded ({counts})"
+        phase = SweepPhase.SUCCEEDED if ok else SweepPhase.FAILED
+        if s.phase != phase:
+            st.event(reason, message, warning=not ok)
+        s.phase = phase
+        s.message = message
+        s.completion_time = s.completion_time or st.now
+        st.cond(C.COND_RUNNING, False, reason, "")
+        st.cond(C.COND_SUCCEEDED, ok, reason, message)
+        st.cond(C.COND_FAILED, not ok, reason, message)
+        return
+    started = any(r.phase != WAITING for r in recs)
+    s.phase = SweepPhase.RUNNING if started else SweepPhase.PENDING
+    s.start_time = s.start_time or (st.now if started else None)
+    waiting = sum(r.phase == WAITING for r in recs)
+    message = f"{active} trials running, {waiting} waiting, {s.finished_trials}/{s.total_trials} finished"
+    if blocked:
+        message += f"; no new trial until {blocked}"
+    s.message = message
+    st.cond(C.COND_RUNNING, started, R.WAITING_FOR_CAPACITY if blocked else R.TRIALS_RUNNING, message)

@@ -1,0 +1,265 @@
+"""The sweep's pure reconcile: trials created and owned, maxParallel, capacity, early stopping,
+best trial, phase and conditions, replays."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from phalanx.sweep.decide import decide, refused
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+UID = "sweep-uid"
+
+
+def sweep(**spec) -> dict:
+    base = {
+        "template": {"spec": {"image": "phalanx/runtime:0.1.0", "model": {"preset": "debug"},
+                              "training": {"steps": 100}}},
+        "parameters": [{"path": "training.lr", "values": [0.003, 0.001, 0.0003, 0.0001]}],
+        "maxParallel": 2,
+    }
+    base.update(spec)
+    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingSweep",
+            "metadata": {"name": "lr", "namespace": "ns", "uid": UID, "generation": 1}, "spec": base}
+
+
+class Cluster:
+    """The trials as the API server would hold them; ``step`` plays the plan back."""
+
+    def __init__(self, obj: dict):
+        self.obj = obj
+        self.jobs: dict[str, dict] = {}
+        self.now = NOW
+        self.events: list[tuple[str, str, str]] = []
+
+    def step(self):
+        plan = decide(self.obj, copy.deepcopy(self.jobs), self.now)
+        for job in plan.create:
+            self.jobs.setdefault(job["metadata"]["name"], {**copy.deepcopy(job), "status": {"phase": "Pending"}})
+        for name in plan.suspend:
+            self.jobs[name]["spec"]["suspend"] = True
+        if plan.status is not None:
+            self.obj = {**self.obj, "status": plan.status}
+        self.events += plan.events
+        self.now += timedelta(seconds=1)
+        return plan
+
+    def status(self) -> dict:
+        return self.obj.get("status") or {}
+
+    def set(self, name: str, **status):
+        self.jobs[name]["status"] = {**self.jobs[name].get("status", {}), **status}
+
+    def trial(self, name: str) -> dict:
+        return next(t for t in self.status()["trials"] if t["name"] == name)
+
+
+def test_first_pass_creates_max_parallel_owned_trials():
+    c = Cluster(sweep())
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-0", "lr-1"]
+    job = plan.create[0]
+    assert job["kind"] == "TrainingJob" and job["metadata"]["namespace"] == "ns"
+    assert job["metadata"]["labels"] == {"phalanx.dev/sweep": "lr", "phalanx.dev/trial": "0"}
+    owner = job["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "TrainingSweep" and owner["uid"] == UID and owner["controller"] is True
+    assert job["spec"]["training"]["lr"] == 0.003 and job["spec"]["training"]["steps"] == 100
+    s = c.status()
+    assert s["phase"] == "Running" and s["progress"] == "0/4" and s["totalTrials"] == 4
+    assert [t["phase"] for t in s["trials"]] == ["Pending", "Pending", "Waiting", "Waiting"]
+    assert s["trials"][2]["parameters"] == {"training.lr": 0.0003}
+    assert ("Normal", "TrialCreated", "created lr-0 (training.lr=0.003)") in plan.events
+
+
+def test_replay_creates_nothing_more_and_writes_nothing():
+    c = Cluster(sweep())
+    c.step()
+    plan = c.step()
+    assert plan.create == [] and plan.status is None and plan.events == []
+
+
+def test_never_more_than_max_parallel_unfinished_and_sweep_finishes_with_best():
+    c = Cluster(sweep())
+    c.step()
+    for name in ("lr-0", "lr-1"):
+        c.set(name, phase="Running", step=10, loss=4.0)
+    assert c.step().create == []
+    c.set("lr-0", phase="Succeeded", step=100, loss=3.1)
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-2"]
+    assert c.status()["bestTrial"] == {"name": "lr-0", "index": 0, "value": 3.1, "parameters": {"training.lr": 0.003}}
+    assert any(e[1] == "NewBestTrial" for e in plan.events)
+    c.set("lr-1", phase="Succeeded", step=100, loss=2.9)
+    c.set("lr-2", phase="Failed", message="pods failed")
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-3"]
+    assert ("Warning", "TrialFailed", "lr-2 failed: pods failed") in plan.events
+    c.set("lr-3", phase="Succeeded", step=100, loss=3.5)
+    plan = c.step()
+    s = c.status()
+    assert s["phase"] == "Succeeded" and s["progress"] == "4/4"
+    assert s["bestTrial"]["name"] == "lr-1" and s["bestTrial"]["value"] == 2.9
+    assert (s["succeededTrials"], s["failedTrials"], s["stoppedTrials"]) == (3, 1, 0)
+    conds = {c["type"]: c for c in s["conditions"]}
+    assert conds["Succeeded"]["status"] == "True" and conds["Succeeded"]["reason"] == "SweepComplete"
+    assert conds["Running"]["status"] == "False" and conds["Valid"]["status"] == "True"
+    assert all(c.get("lastTransitionTime") and c.get("observedGeneration") == 1 for c in s["conditions"])
+    assert s["completionTime"] and "lr-1: finalLoss 2.9 (training.lr=0.001)" in s["message"]
+    assert any(e[1] == "SweepComplete" for e in plan.events)
+    assert c.step().status is None  # finished: stays put
+
+
+def test_all_trials_failed_fails_the_sweep():
+    c = Cluster(sweep(parameters=[{"path": "training.lr", "values": [0.1]}]))
+    c.step()
+    c.set("lr-0", phase="Failed")
+    c.step()
+    s = c.status()
+    assert s["phase"] == "Failed" and s.get("bestTrial") is None
+    assert {x["type"]: x["reason"] for x in s["conditions"]}["Failed"] == "NoTrialSucceeded"
+
+
+def test_no_new_trial_while_a_gang_waits_for_capacity():
+    c = Cluster(sweep(maxParallel=3))
+    c.step()
+    assert len(c.jobs) == 3
+    c.set("lr-0", phase="Succeeded", loss=3.0, step=100)
+    c.set("lr-1", conditions=[{"type": "Schedulable", "status": "False", "reason": "Unschedulable"}])
+    assert c.step().create == []
+    running = {x["type"]: x for x in c.status()["conditions"]}["Running"]
+    assert running["reason"] == "WaitingForCapacity" and "lr-1" in running["message"]
+    c.set("lr-1", conditions=[{"type": "Schedulable", "status": "True"}], phase="Running")
+    assert [j["metadata"]["name"] for j in c.step().create] == ["lr-3"]
+
+
+def test_a_missing_unfinished_trial_is_recreated_a_finished_one_is_not():
+    c = Cluster(sweep())
+    c.step()
+    c.set("lr-0", phase="Succeeded", loss=3.0, step=100)
+    c.step()
+    del c.jobs["lr-1"]
+    del c.jobs["lr-0"]  # e.g. ttlSecondsAfterFinished
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-1"]
+    assert c.trial("lr-0")["phase"] == "Succeeded"
+
+
+def test_a_job_of_the_trials_name_owned_by_another_is_left_alone():
+    c = Cluster(sweep())
+    c.jobs["lr-0"] = {"metadata": {"name": "lr-0", "ownerReferences": []}, "spec": {}, "status": {"phase": "Running"}}
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-1", "lr-2"]
+    t = c.trial("lr-0")
+    assert t["phase"] == "Conflict" and t["reason"] == "TrialNameTaken"
+    assert any(e[0] == "Warning" and e[1] == "TrialNameTaken" for e in plan.events)
+
+
+def test_median_rule_stops_the_lagging_trial_by_suspending_it():
+    c = Cluster(sweep(maxParallel=4, earlyStopping={"rule": "median", "graceSteps": 10, "minTrials": 2}))
+    c.step()
+    for name, loss in (("lr-0", 3.0), ("lr-1", 3.2)):
+        c.set(name, phase="Running", step=12, loss=loss)
+    c.step()
+    assert c.status()["trials"][0]["milestones"] == [{"step": 10, "value": 3.0, "at": 12}]
+    c.set("lr-2", phase="Running", step=11, loss=3.1)  # better than the median 3.1? equal: continues
+    c.set("lr-3", phase="Running", step=10, loss=4.5)
+    plan = c.step()
+    assert plan.suspend == ["lr-3"]
+    t = c.trial("lr-3")
+    assert t["phase"] == "Stopping" and t["reason"] == "EarlyStopped"
+    assert "median" in t["message"] and "at step 10" in t["message"]
+    assert any(e[1] == "EarlyStopped" and "lr-3" in e[2] for e in plan.events)
+    assert c.trial("lr-2")["phase"] == "Running"
+    # Stopping counts as running until its pods are gone (suspended): no new trial meanwhile.
+    assert c.status()["runningTrials"] == 4
+    assert c.step().suspend == []  # the suspend was applied
+    c.set("lr-3", phase="Suspended")
+    c.step()
+    assert c.trial("lr-3")["phase"] == "Stopped"
+    assert c.status()["stoppedTrials"] == 1 and c.status()["progress"] == "1/4"
+    for name in ("lr-0", "lr-1", "lr-2"):
+        c.set(name, phase="Succeeded", step=100, loss=2.0)
+    c.step()
+    assert c.status()["phase"] == "Succeeded" and "1 stopped early" in c.status()["message"]
+
+
+def test_trial_that_finishes_while_stopping_counts_as_succeeded():
+    c = Cluster(sweep(maxParallel=4, earlyStopping={"rule": "median", "graceSteps": 10, "minTrials": 1}))
+    c.step()
+    c.set("lr-0", phase="Running", step=10, loss=3.0)
+    c.step()
+    c.set("lr-1", phase="Running", step=10, loss=5.0)
+    assert c.step().suspend == ["lr-1"]
+    c.set("lr-1", phase="Succeeded", step=100, loss=4.0)
+    c.step()
+    assert c.trial("lr-1")["phase"] == "Succeeded"
+
+
+def test_diverged_trial_is_stopped():
+    c = Cluster(sweep())
+    c.step()
+    c.set("lr-0", phase="Running", step=3, conditions=[{"type": "LossNotFinite", "status": "True"}])
+    plan = c.step()
+    assert plan.suspend == ["lr-0"] and c.trial("lr-0")["reason"] == "TrialDiverged"
+
+
+def test_asha_keeps_the_top_third():
+    rule = {"rule": "asha", "graceSteps": 10, "reductionFactor": 3}
+    c = Cluster(sweep(maxParallel=4, earlyStopping=rule))
+    c.step()
+    c.set("lr-0", phase="Running", step=10, loss=3.0)
+    assert c.step().suspend == []  # alone at the rung: continues
+    c.set("lr-1", phase="Running", step=10, loss=2.0)
+    assert c.step().suspend == []  # 2 at the rung, keep ceil(2/3)=1: it is the best
+    c.set("lr-2", phase="Running", step=10, loss=2.5)
+    assert c.step().suspend == ["lr-2"]  # 3 at the rung, keep ceil(3/3)=1: lr-1 is better
+
+
+def test_asha_verdicts():
+    from phalanx.sweep.earlystop import asha_verdict
+
+    assert asha_verdict("minimize", 3.0, [3.0], 3) is None
+    assert asha_verdict("minimize", 2.0, [3.0, 2.0], 3) is None
+    assert asha_verdict("minimize", 3.0, [2.0, 3.0], 2) is not None
+    assert asha_verdict("minimize", 2.5, [3.0, 2.0, 2.5], 3) is not None  # keep 1, 1 better
+    assert asha_verdict("minimize", 2.5, [3.0, 2.0, 2.5, 4.0], 3) is None  # keep 2, 1 better
+    assert asha_verdict("maximize", 900.0, [1000.0, 900.0], 2) is not None
+
+
+def test_invalid_sweep_fails_naming_the_parameter_and_creates_nothing():
+    obj = sweep(parameters=[{"path": "training.lrr", "values": [1.0]}])
+    plan = decide(obj, {}, NOW)
+    assert plan.create == []
+    s = plan.status
+    assert s["phase"] == "Failed"
+    valid = {x["type"]: x for x in s["conditions"]}["Valid"]
+    assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
+    assert "spec.parameters[0].path: training.lrr: unknown field 'lrr'" in valid["message"]
+    assert plan.events[0][:2] == ("Warning", "InvalidSpec")
+    again = decide({**obj, "status": s}, {}, NOW + timedelta(seconds=5))
+    assert again.status is None and again.events == []
+
+
+def test_refused_trial_fails_and_the_sweep_goes_on():
+    c = Cluster(sweep())
+    c.step()
+    s = refused(c.status(), "lr-0", "admission webhook denied", NOW)
+    assert next(t for t in s["trials"] if t["name"] == "lr-0")["reason"] == "CreateRejected"
+    c.obj["status"] = s
+    del c.jobs["lr-0"]
+    plan = c.step()
+    assert [j["metadata"]["name"] for j in plan.create] == ["lr-2"]
+
+
+@pytest.mark.parametrize("metric,goal,expected", [("bestLoss", "minimize", 2.5), ("tokensPerSecond", "maximize", 1200.0)])
+def test_objective_metrics(metric, goal, expected):
+    c = Cluster(sweep(parameters=[{"path": "training.lr", "values": [0.1]}], objective={"metric": metric, "goal": goal}))
+    c.step()
+    c.set("lr-0", phase="Running", step=5, loss=2.5, tokensPerSecond=1000.0)
+    c.step()
+    c.set("lr-0", phase="Succeeded", step=100, loss=2.8, tokensPerSecond=1200.0)
+    c.step()
+    assert c.status()["bestTrial"]["value"] == expected
