@@ -1,5 +1,22 @@
 """Phalanx: gang-scheduled, topology-aware distributed training on Kubernetes.
 
+Layers, low → high; a module imports only from layers below its own, function-local imports
+included (tests/unit/test_structure.py builds the graph and refuses any cycle):
+
+1. ``constants`` (names, keys, ``Reason``), ``problems``, ``proc``, ``decision`` (Observed, Plan,
+   GangDecision: the types every layer shares; imports nothing of ours)
+2. ``api`` — the pydantic models (TrainingJob, OperatorConfig), layout rules, CRD, manifest loading
+3. ``policy`` (shared-cluster rules) and ``gang`` (placement: inventory, topology, planner, cost
+   model, native admission)
+4. ``backends`` (PodGroup / Workload / Kueue shapes) → ``render`` (the children's manifests,
+   NCCL network wiring)
+5. ``validate`` — the one verdict on a job
+6. ``lifecycle`` — the reconcile: ``decide`` and its phases, status and phase machine, failures,
+   elastic resizing, progress
+7. I/O: ``kube`` (carries out a Plan), ``metrics``, ``jobmetrics``, ``podreflector``, ``leader``
+8. ``handlers`` (kopf wiring, state in kopf's ``memo``) → ``main`` (the operator process)
+9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``
+
 Nothing in this package's import path may import kopf or the kubernetes client at the top level:
 the runtime image imports ``phalanx.api`` and ``phalanx.constants`` only.
 """

@@ -12,6 +12,7 @@ import yaml
 from phalanx import __version__
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
+from phalanx.api.manifests import InputError, load_operator_config, read_jobs
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -26,55 +27,6 @@ _BlockDumper.add_representer(
 
 def dump_yaml_stream(objs: list[dict[str, Any]]) -> str:
     return yaml.dump_all(objs, Dumper=_BlockDumper, sort_keys=False)
-
-
-class CliError(Exception):
-    """A refusal with a one-line message (exit 1, no traceback)."""
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """Refuses duplicate keys: the second one would silently replace the first."""
-
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, str | int | float | bool) and key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key if isinstance(key, str | int | float | bool) else id(key))
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def _load_yaml_docs(path: str) -> list[Any]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
-
-
-def load_operator_config(path: str | None) -> OperatorConfig:
-    if not path:
-        return OperatorConfig()
-    return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
-
-
-def _is_job_attempt(doc: Any) -> bool:
-    """A TrainingJob, or a document meant as one (our API group, another kind)."""
-    if not isinstance(doc, dict):
-        return False
-    return doc.get("kind") == C.KIND or str(doc.get("apiVersion", "")).split("/")[0] == C.GROUP
-
-
-def _jobs(path: str) -> list[dict[str, Any]]:
-    docs = _load_yaml_docs(path)
-    jobs = [d for d in docs if _is_job_attempt(d)]
-    if not jobs:
-        kinds = sorted({str(d.get("kind")) for d in docs if isinstance(d, dict)})
-        found = f"found kind {', '.join(kinds)}" if kinds else "found no Kubernetes object"
-        raise CliError(f"{path}: no TrainingJob: {found}; expected apiVersion: {C.API_VERSION}, kind: {C.KIND}")
-    return jobs
 
 
 def _job_name(obj: dict[str, Any]) -> str:
@@ -95,13 +47,21 @@ def _checked(obj: dict[str, Any], config: OperatorConfig, path: str):
     return job
 
 
+def _sweep_cli():
+    from phalanx.sweep import cli
+
+    return cli
+
+
 def cmd_render(args: argparse.Namespace) -> int:
+    if (code := _sweep_cli().render(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
+        return code
     from phalanx.render import render_children
 
     config = load_operator_config(args.config)
     out: list[dict[str, Any]] = []
     status = 0
-    for obj in _jobs(args.job):
+    for obj in read_jobs(args.job):
         job = _checked(obj, config, args.job)
         if job is None:
             status = 1
@@ -116,9 +76,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if (code := _sweep_cli().validate(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
+        return code
     config = load_operator_config(args.config)
     bad = 0
-    for obj in _jobs(args.job):
+    for obj in read_jobs(args.job):
         if _checked(obj, config, args.job) is None:
             bad += 1
         else:
@@ -127,6 +89,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
+    if (code := _sweep_cli().crd(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
+        return code
     from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
     from phalanx.api.reference import api_reference
@@ -157,9 +121,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    if (code := _sweep_cli().local(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
+        return code
     from phalanx_runtime.local import LayoutError, run_local
 
-    if args.job != "-" and _checked(_jobs(args.job)[0], load_operator_config(args.config), args.job) is None:
+    if args.job != "-" and _checked(read_jobs(args.job)[0], load_operator_config(args.config), args.job) is None:
         return 1  # the same verdict as the operator's, before any process starts
     try:
         run_local(args.job, json=args.json, timeout=args.timeout, checkpoint_dir=args.checkpoint_dir)
@@ -174,6 +140,8 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    if (code := _sweep_cli().watch(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
+        return code
     from kubernetes import client, config
 
     from phalanx.watch import watch
@@ -225,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
     p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
     p.add_argument("--values-schema", action="store_true", help="the chart's values.schema.json instead")
+    p.add_argument("--sweep", action="store_true", help="the TrainingSweep CRD instead")
     p.set_defaults(fn=cmd_crd)
 
     p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`")
@@ -249,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds (exit 3)")
     p.add_argument("--no-chart", action="store_true", help="lines only: no loss and tokens/s charts")
+    p.add_argument("--sweep", action="store_true", help="NAME is a TrainingSweep (as is tsw/NAME): follow its trials")
     p.set_defaults(fn=cmd_watch)
 
     p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log")
@@ -280,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
-    except CliError as exc:
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except FileNotFoundError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 GROUP = "phalanx.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -73,7 +75,6 @@ ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
 ENV_PET_NNODES = "PET_NNODES"
 ENV_PET_NODE_RANK = "PET_NODE_RANK"
 ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
-ENV_PET_RDZV_BACKEND = "PET_RDZV_BACKEND"
 ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
 ENV_PET_RDZV_ID = "PET_RDZV_ID"
 ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
@@ -113,11 +114,56 @@ COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 COND_RECONCILED = "Reconciled"  # False while the operator cannot decide the job (ReconcileError)
 
-# Condition / Event reasons of refusals and errors (lifecycle/refusals.py).
-REASON_CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
-REASON_CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission
-REASON_RECONCILE_ERROR = "ReconcileError"
-REASON_FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes into a condition or an Event (a str: it compares and
+    serialises as its value). Failure reasons taken from pods (Evicted, exited, ...) and the
+    planner's Unschedulable reasons pass through as they are."""
+
+    # spec
+    INVALID_SPEC = "InvalidSpec"
+    VALIDATED = "Validated"
+    RECONCILED = "Reconciled"
+    # lifecycle phases
+    PENDING = "Pending"
+    CREATING = "Creating"
+    CREATED = "Created"
+    CREATING_PODS = "CreatingPods"
+    PODS_CREATED = "PodsCreated"
+    WAITING_FOR_OLD_PODS = "WaitingForOldPods"
+    SCHEDULING = "Scheduling"
+    RUNNING = "Running"
+    ALL_NODES_RUNNING = "AllNodesRunning"
+    SUCCEEDED = "Succeeded"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    # the gang
+    GANG_INCOMPLETE = "GangIncomplete"
+    GANG_COMPLETE = "GangComplete"
+    PLACED = "Placed"
+    GATES_LIFTED = "GatesLifted"
+    GANG_TIMEOUT = "GangTimeout"
+    REPLANNING = "Replanning"
+    RESIZING = "Resizing"
+    # failures and restarts
+    RESTARTING = "Restarting"  # a whole-gang restart (counted by phalanx_gang_restarts_total)
+    PERMANENT_FAILURE = "PermanentFailure"
+    MAX_RESTARTS_EXCEEDED = "MaxRestartsExceeded"
+    NODE_LOST = "NodeLost"
+    POD_LOST = "PodLost"
+    HANG = "Hang"
+    FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
+    # refusals and errors (lifecycle/refusals.py)
+    CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
+    CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission
+    RECONCILE_ERROR = "ReconcileError"
+    # rank 0's reports (lifecycle/progress.py)
+    LOSS_NOT_FINITE = "LossNotFinite"
+    LOSS_FINITE = "LossFinite"
+    RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
+
 
 # Operator process defaults.
 DEFAULT_LIVENESS_PORT = 8080
@@ -177,9 +223,6 @@ ENV_PARENT_PID = "PHALANX_PARENT_PID"
 ENV_JOB_UID = "PHALANX_JOB_UID"
 COND_LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
 COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
-REASON_LOSS_NOT_FINITE = "LossNotFinite"
-REASON_LOSS_FINITE = "LossFinite"
-REASON_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
 
 # --- The operator's own availability (leader.py, podreflector.py, charts/phalanx) ---------------
 # Leader election: one coordination.k8s.io Lease; only its holder reconciles. Timings as
@@ -196,3 +239,37 @@ SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/
 # Namespaced mode: the cluster-wide pod reflector's watch length and page size.
 POD_REFLECTOR_WATCH_SECONDS = 300
 POD_REFLECTOR_PAGE_SIZE = 500
+
+# --- runtime environment (rendered by the operator, read by runtime/phalanx_runtime) ------------
+# Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
+# and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
+ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"
+
+# --- Sweeps and ensembles: TrainingSweep → trial TrainingJobs (api/sweep.py, sweep/, docs/sweep.md) ---
+SWEEP_KIND = "TrainingSweep"
+SWEEP_PLURAL = "trainingsweeps"
+SWEEP_SINGULAR = "trainingsweep"
+SWEEP_SHORT_NAMES = ["tsw"]
+SWEEP_CRD_NAME = f"{SWEEP_PLURAL}.{GROUP}"
+LABEL_SWEEP = f"{GROUP}/sweep"  # on each trial TrainingJob: its sweep's name
+LABEL_TRIAL = f"{GROUP}/trial"  # on each trial TrainingJob: its index in the sweep
+ANNOTATION_TRIAL_PARAMETERS = f"{GROUP}/trial-parameters"  # the trial's assignment, JSON
+
+
+class SweepReason(StrEnum):
+    """Every reason a TrainingSweep writes into a condition or an Event (sweep/)."""
+
+    INVALID_SPEC = "InvalidSpec"
+    VALIDATED = "Validated"
+    TRIAL_CREATED = "TrialCreated"
+    TRIAL_SUCCEEDED = "TrialSucceeded"
+    TRIAL_FAILED = "TrialFailed"
+    EARLY_STOPPED = "EarlyStopped"  # the early-stopping rule suspended a trial (checkpoint kept)
+    TRIAL_DIVERGED = "TrialDiverged"  # a trial reported a NaN/infinite loss: suspended
+    TRIAL_NAME_TAKEN = "TrialNameTaken"  # a TrainingJob of the trial's name exists, not ours
+    CREATE_REJECTED = "CreateRejected"  # the API server refused a trial for good
+    NEW_BEST = "NewBestTrial"
+    TRIALS_RUNNING = "TrialsRunning"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a trial's gang is not placed: no more trials yet
+    SWEEP_COMPLETE = "SweepComplete"
+    NO_TRIAL_SUCCEEDED = "NoTrialSucceeded"

@@ -2,6 +2,11 @@
 
 Level-based: each job's daemon re-decides from the indexes whenever a child changes (woken by
 events) and at least every RESYNC_SECONDS, so a missed event or an operator restart converges.
+
+Everything process-wide travels in kopf's ``memo`` (``new_memo``; the startup handler adds the
+API client): ``config`` (OperatorConfig), ``kubeconfig``, ``kube`` (kube.Kube), ``leader``
+(leader.Elector with --leader-elect, else None), ``pod_reflector`` (podreflector.PodReflector in
+namespaced mode, else None) and ``gangs`` (the job loops' shared bookkeeping, ``Gangs``).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,19 +23,17 @@ import kopf
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob
+from phalanx.backends import kueue as kueue_backend
+from phalanx.backends import workload as workload_backend
+from phalanx.constants import Reason
+from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
 from phalanx.gang.admission import admit, decision_for, gang_request
 from phalanx.gang.inventory import Reservation
 from phalanx.gang.planner import GangRequest, Placement
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
 from phalanx.lifecycle.progress import parse_progress, progress_port
-from phalanx.lifecycle.reconcile import (
-    Fits,
-    GangDecision,
-    GangStep,
-    Observed,
-    decide,
-)
+from phalanx.lifecycle.reconcile import decide
 from phalanx.lifecycle.refusals import (
     MAX_DECIDE_ERRORS,
     Refusal,
@@ -51,28 +54,58 @@ WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 
 
-class State:
-    """Process-wide operator state, set at startup."""
+@dataclass
+class Gangs:
+    """What the job loops of this process share (``memo.gangs``): how to wake a loop, the queue of
+    gangs waiting for placement, the pins in flight, and each job's phase for the jobs gauge."""
 
-    config: OperatorConfig = OperatorConfig()
-    kubeconfig: str | None = None
-    kube: Kube | None = None
-    wakeups: dict[tuple[str, str], asyncio.Event] = {}
-    waiting: dict[str, GangRequest] = {}  # gangs whose pods all exist, gated, by "ns/name" (a queue, no capacity)
+    wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    waiting: dict[str, GangRequest] = field(default_factory=dict)  # gangs whose pods all exist, gated, by "ns/name" (a queue, no capacity)
     # Pins not yet seen in the index. No reservation lives only here: a pin is written into the
     # pods (release patch: node affinity) before it is recorded, and the planner reads pins back
     # from the pod index (reservations_from_pods); this only bridges the watch's lag. A new
     # leader starts with it empty, safely: the old leader stopped writing renew_deadline after
     # its last renew, lease_duration - renew_deadline (5 s by default) before the lease could be
     # taken over, while the standby's warm pod index was already receiving those pins.
-    pending: dict[str, tuple[list[Reservation], float]] = {}
-    phases: dict[tuple[str, str], str] = {}
-    leader: Any = None  # phalanx.leader.Elector with --leader-elect: job loops act only while it leads
-    pod_reflector: Any = None  # phalanx.podreflector.PodReflector in namespaced mode: every namespace's pods
+    pending: dict[str, tuple[list[Reservation], float]] = field(default_factory=dict)
+    phases: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def wake_waiting(self) -> None:
+        """Capacity may have freed: every waiting gang plans again."""
+        for key in list(self.waiting):
+            namespace, name = key.split("/", 1)
+            self.wakeup(namespace, name).set()
+
+    def pending_pins(self, except_key: str) -> list[Reservation]:
+        """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS)."""
+        now = time.monotonic()
+        return [r for k, (rs, t) in self.pending.items() if k != except_key and now - t < PIN_TTL_SECONDS for r in rs]
+
+    def track_phase(self, key: tuple[str, str], phase: str | None) -> None:
+        if phase is None:
+            self.phases.pop(key, None)
+        else:
+            self.phases[key] = phase
+        counts: dict[str, int] = {}
+        for value in self.phases.values():
+            counts[value] = counts.get(value, 0) + 1
+        for phase_name in ("Pending", "Scheduling", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
+            JOBS.labels(phase_name).set(counts.get(phase_name, 0))
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.wakeups.pop((namespace, name), None)
+        self.waiting.pop(f"{namespace}/{name}", None)
+        self.pending.pop(f"{namespace}/{name}", None)
+        self.track_phase((namespace, name), None)
 
 
-def wakeup(namespace: str, name: str) -> asyncio.Event:
-    return State.wakeups.setdefault((namespace, name), asyncio.Event())
+def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
+    """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
+    return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
+                     pod_reflector=None, gangs=Gangs())
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +113,7 @@ def wakeup(namespace: str, name: str) -> asyncio.Event:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.ANNOTATION_KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=C.ANNOTATION_KOPF_PREFIX, key="last-handled-configuration")
     settings.persistence.finalizer = C.FINALIZER
@@ -89,13 +122,53 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.error_backoffs = [1, 2, 5, 10]
     settings.batching.worker_limit = 1000
     settings.scanning.disabled = True  # no CRD/namespace scanning: least-privilege RBAC
-    State.kube = Kube(load_client(State.kubeconfig), concurrency=State.config.pod_create_concurrency)
+    for key, value in new_memo().items():  # run without phalanx.main (e.g. `kopf run`): the defaults
+        memo.setdefault(key, value)
+    memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
+    await _discover_workload_api(memo.kube)
+
+
+async def _discover_workload_api(kube: Kube) -> None:
+    """Which Workload API version (scheduling.k8s.io) the cluster serves, for the workload backend."""
+    try:
+        version = workload_backend.pick_api_version(await kube.served_resources(C.WORKLOAD_API_GROUP))
+    except Exception:  # noqa: BLE001 - discovery refused or failed: render the newest shape
+        log.warning("Workload API discovery failed; assuming scheduling.k8s.io/%s", workload_backend.LATEST, exc_info=True)
+        return
+    workload_backend.use_served([version] if version else [])
+    log.info("Workload API: %s", f"scheduling.k8s.io/{version}" if version else "not served")
+
+
+async def _workload_schedulable(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> tuple[Any, str, str] | None:
+    """The job's PodGroup verdict (workload backend, v1alpha2 only), for the Schedulable condition."""
+    if (spec.get("scheduling") or {}).get("backend") != "workload" or workload_backend.served_version() != "v1alpha2":
+        return None
+    try:
+        pod_group = await kube.get_custom(f"{C.WORKLOAD_API_GROUP}/v1alpha2", "podgroups", namespace,
+                                          workload_backend.pod_group_name(name))
+    except Exception:  # noqa: BLE001 - unreadable now: the condition stays as it was
+        log.warning("reading the PodGroup of %s/%s failed", namespace, name, exc_info=True)
+        return None
+    return workload_backend.schedulable(pod_group)
+
+
+async def _kueue_admission(kube: Kube, namespace: str, name: str, spec: dict[str, Any], pods: list[dict[str, Any]]) -> kueue_backend.Admission | None:
+    """Kueue's verdict on the job's pod group (kueue backend): its Workload, named after the group."""
+    if (spec.get("scheduling") or {}).get("backend") != "kueue":
+        return None
+    workload = None
+    try:
+        workload = await kube.get_custom(f"{kueue_backend.KUEUE_GROUP}/{kueue_backend.KUEUE_VERSION}",
+                                         kueue_backend.WORKLOADS, namespace, kueue_backend.workload_name(pods, name))
+    except Exception:  # noqa: BLE001 - unreadable now (no Kueue, no RBAC): the pods' gates still tell
+        log.warning("reading the Kueue Workload of %s/%s failed", namespace, name, exc_info=True)
+    return kueue_backend.admission(workload, pods)
 
 
 @kopf.on.cleanup()
-async def shutdown(**_: Any) -> None:
-    if State.kube is not None:
-        State.kube.pool.shutdown(wait=False, cancel_futures=True)
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("kube") is not None:
+        memo.kube.pool.shutdown(wait=False, cancel_futures=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,10 +232,10 @@ def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 @kopf.index("pods")
-def cluster_pods(body: kopf.Body, **_: Any) -> dict | None:
+def cluster_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict | None:
     """Every live pod's requests and binding: the capacity the gang planner must respect.
     Namespaced mode: kopf sees only the listed namespaces; the PodReflector holds them all."""
-    return None if State.pod_reflector is not None else {None: usage_entry(body)}
+    return None if memo.pod_reflector is not None else {None: usage_entry(body)}
 
 
 @kopf.index("namespaces")
@@ -176,55 +249,82 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
     return {name: int(body.get("value", 0))}
 
 
+
 @kopf.on.event("pods")
-def pod_changed(type: str, namespace: str, labels: dict[str, str], status: dict, **_: Any) -> None:
+def pod_changed(type: str, namespace: str, labels: dict[str, str], status: dict, memo: kopf.Memo, **_: Any) -> None:
     job = labels.get(C.LABEL_JOB_NAME)
     if job:
-        wakeup(namespace, job).set()
+        memo.gangs.wakeup(namespace, job).set()
     if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
-        _wake_waiting_gangs()  # capacity freed
+        memo.gangs.wake_waiting()  # capacity freed
 
 
 @kopf.on.event("nodes")
-def node_changed(**_: Any) -> None:
-    _wake_waiting_gangs()
+def node_changed(memo: kopf.Memo, **_: Any) -> None:
+    memo.gangs.wake_waiting()
 
 
-def _wake_waiting_gangs() -> None:
-    for key in list(State.waiting):
-        namespace, name = key.split("/", 1)
-        wakeup(namespace, name).set()
+@dataclass
+class Indexes:
+    """The kopf indexes one job loop reads (``usage``: cluster_pods, or the PodReflector)."""
 
-
-def _pending_pins(except_key: str) -> list[Reservation]:
-    """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS)."""
-    now = time.monotonic()
-    return [r for k, (rs, t) in State.pending.items() if k != except_key and now - t < PIN_TTL_SECONDS for r in rs]
+    job_pods: kopf.Index
+    job_services: kopf.Index
+    job_config_maps: kopf.Index
+    job_network_policies: kopf.Index
+    cluster_nodes: kopf.Index
+    usage: Any
+    priority_classes: kopf.Index
+    namespace_labels: kopf.Index
 
 
 def _values(index: kopf.Index) -> list[Any]:
     return [value for store in index.values() for value in store]
 
 
-def native_gang_step(cluster_nodes: kopf.Index, cluster_pods: kopf.Index, priority_classes: kopf.Index) -> GangStep:
+def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
+    name = job.spec.scheduling.priority_class_name
+    return next(iter(priority_classes.get(name, [0]))) if name else 0
+
+
+def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
     """The reconcile's gang step: plan every waiting gang together; pin and release this one
     only if it is placed. Runs synchronously inside decide(), so plans never interleave."""
+    gangs, config = memo.gangs, memo.config
 
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
         key = f"{job.metadata.namespace}/{job.metadata.name}"
-        State.waiting[key] = gang_request(job, State.config, _priority(job, priority_classes))
+        gangs.waiting[key] = gang_request(job, config, _priority(job, ix.priority_classes))
         now = time.monotonic()
-        pending = _pending_pins(except_key=key)
-        nodes = _values(cluster_nodes)
-        admission = admit(State.waiting.values(), nodes, list(cluster_pods.get(None, [])), State.config, pending)
+        pending = gangs.pending_pins(except_key=key)
+        nodes = _values(ix.cluster_nodes)
+        admission = admit(gangs.waiting.values(), nodes, list(ix.usage.get(None, [])), config, pending)
         result = admission.results[key]
-        decision = decision_for(job, result, pods, nodes, State.config)
+        decision = decision_for(job, result, pods, nodes, config)
         if decision.release:
-            State.waiting.pop(key, None)
-            State.pending[key] = (result.reservations(), now)
+            gangs.waiting.pop(key, None)
+            gangs.pending[key] = (result.reservations(), now)
         return decision
 
     return step
+
+
+def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fits:
+    """Could this job's gang be placed at another size? Its own pods count as free (they would be
+    replaced); other waiting gangs keep their queue order; nothing is pinned or reserved."""
+    key = f"{namespace}/{name}"
+    gangs, config = memo.gangs, memo.config
+
+    def fits(candidate: TrainingJob) -> bool:
+        pods = [p for p in ix.usage.get(None, [])
+                if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
+        pending = gangs.pending_pins(except_key=key)
+        others = [g for k, g in gangs.waiting.items() if k != key]
+        others.append(gang_request(candidate, config, _priority(candidate, ix.priority_classes)))
+        admission = admit(others, _values(ix.cluster_nodes), pods, config, pending)
+        return isinstance(admission.results[key], Placement)
+
+    return fits
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,6 +337,7 @@ async def job_loop(
     namespace: str,
     body: kopf.Body,
     stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
     job_pods: kopf.Index,
     job_services: kopf.Index,
     job_config_maps: kopf.Index,
@@ -247,93 +348,19 @@ async def job_loop(
     namespace_labels: kopf.Index,
     **_: Any,
 ) -> None:
-    key = (namespace, name)
-    wake = wakeup(namespace, name)
-    usage = cluster_pods if State.pod_reflector is None else State.pod_reflector
-    gang = native_gang_step(cluster_nodes, usage, priority_classes)
-    fits = elastic_probe(namespace, name, cluster_nodes, usage, priority_classes)
-    last_progress_poll = 0.0
-    progress: dict[str, Any] | None = None
-    failures = _Failures()
+    usage = cluster_pods if memo.pod_reflector is None else memo.pod_reflector
+    ix = Indexes(job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, usage,
+                 priority_classes, namespace_labels)
+    loop = JobLoop(memo, namespace, name, body, ix)
     try:
         while not stopped:
             # a standby keeps its indexes warm and decides nothing until it holds the lease
-            if State.leader is not None and not await State.leader.wait_leading(stopped):
+            if memo.leader is not None and not await memo.leader.wait_leading(stopped):
                 break
-            wake.clear()
-            pods = list(job_pods.get(key, []))
-            status = dict(body.get("status") or {})
-            if status.get("phase") == "Running" and time.monotonic() - last_progress_poll > PROGRESS_EVERY:
-                last_progress_poll = time.monotonic()
-                progress = await _poll_progress(pods)
-            observed = Observed(
-                pods=pods,
-                service_exists=(namespace, service_name(name)) in job_services,
-                config_map_exists=(namespace, config_map_name(name)) in job_config_maps,
-                network_policy_exists=(namespace, network_policy_name(name)) in job_network_policies,
-                progress=progress,
-                lost_nodes=_lost_nodes(pods, cluster_nodes),
-                config_map_hash=next(iter(job_config_maps.get((namespace, config_map_name(name)), [None]))),
-                namespace_labels=next(iter(namespace_labels.get(namespace, [None]))),
-            )
-            obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
-                   "spec": dict(body.get("spec") or {}), "status": status}
-            started = time.perf_counter()
-            try:
-                plan = decide(obj, observed, datetime.now(UTC), State.config, gang=gang, fits=fits)
-            except Exception as exc:  # noqa: BLE001 - no input may kill the loop; it is reported
-                failures.decide += 1
-                RECONCILES.labels("error").inc()
-                log.exception("deciding %s/%s failed (%d in a row)", namespace, name, failures.decide)
-                await _report_error(body, obj, exc, failures.decide, namespace, name)
-                await _sleep_or_wake(wake, retry_delay(failures.decide))
-                continue
-            failures.decide = 0
-            JOB_METRICS.observe({**obj, "status": plan.status or status}, progress)  # even if the write fails
-            try:
-                assert State.kube is not None
-                refusals = await State.kube.execute(namespace, plan, status, name)
-                RECONCILES.labels("ok").inc()
-            except Exception:  # noqa: BLE001 - API or transport trouble: back off and retry
-                failures.api += 1
-                RECONCILES.labels("error").inc()
-                log.exception("reconcile of %s/%s failed (%d in a row); retrying", namespace, name, failures.api)
-                await _sleep_or_wake(wake, retry_delay(failures.api))
-                continue
-            finally:
-                RECONCILE_SECONDS.observe(time.perf_counter() - started)
-            failures.api = 0
-            if refusals:
-                failures.refused += 1
-                permanent, reported = await _report_refusals(body, obj, plan, refusals, namespace, name)
-                JOB_METRICS.observe({**obj, "status": reported}, progress)
-                # permanent: the job is Failed now; the pause only guards against a stale body
-                await _sleep_or_wake(wake, 1.0 if permanent else retry_delay(failures.refused))
-                continue
-            failures.refused = 0
-            for type_, reason, message in plan.events:
-                kopf.event(body, type=type_, reason=reason, message=message)
-                if reason == "Restarting":
-                    RESTARTS.inc()
-            if plan.status is not None:
-                _track_phase(key, plan.status.get("phase"))
-                await _await_status(body, plan.status)
-            if plan.delete_job:
+            if not await loop.reconcile():
                 return
-            await _await_expectations(key, job_pods, plan)
-            if plan.create or plan.delete_pods or plan.release:
-                continue  # re-decide at once on the fresh view
-            delay = min(plan.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=delay)
-                await asyncio.sleep(WAKE_COALESCE_SECONDS)  # one pass for a burst of pod events
-            except TimeoutError:
-                pass
     finally:
-        State.wakeups.pop(key, None)
-        State.waiting.pop(f"{namespace}/{name}", None)
-        State.pending.pop(f"{namespace}/{name}", None)
-        _track_phase(key, None)
+        memo.gangs.forget(namespace, name)
         JOB_METRICS.forget(namespace, name)
 
 
@@ -346,6 +373,128 @@ class _Failures:
     refused: int = 0
 
 
+class JobLoop:
+    """One job's reconcile passes: observe → decide → execute → report → wait for a reason."""
+
+    def __init__(self, memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, ix: Indexes):
+        self.memo, self.namespace, self.name, self.body, self.ix = memo, namespace, name, body, ix
+        self.key = (namespace, name)
+        self.wake = memo.gangs.wakeup(namespace, name)
+        self.gang = native_gang_step(memo, ix)
+        self.fits = elastic_probe(memo, namespace, name, ix)
+        self.last_progress_poll = 0.0
+        self.progress: dict[str, Any] | None = None
+        self.failures = _Failures()
+
+    async def reconcile(self) -> bool:
+        """One pass. False once the job is deleted (its TTL ran out)."""
+        self.wake.clear()
+        obj, observed = await self.observe()
+        started = time.perf_counter()
+        plan = await self.decide(obj, observed)
+        if plan is None:
+            return True
+        refusals = await self.execute(obj, plan, started)
+        if refusals is None:
+            return True
+        if refusals:
+            await self.refused(obj, plan, refusals)
+            return True
+        self.failures.refused = 0
+        await self.announce(plan)
+        if plan.delete_job:
+            return False
+        await self.settle(plan)
+        return True
+
+    async def observe(self) -> tuple[dict[str, Any], Observed]:
+        """The job as the body shows it, and its children as the indexes show them."""
+        ns, name, body, ix = self.namespace, self.name, self.body, self.ix
+        pods = list(ix.job_pods.get(self.key, []))
+        status = dict(body.get("status") or {})
+        if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
+            self.last_progress_poll = time.monotonic()
+            self.progress = await _poll_progress(self.memo.kube, pods)
+        spec = dict(body.get("spec") or {})
+        kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
+        observed = Observed(
+            pods=pods,
+            service_exists=(ns, service_name(name)) in ix.job_services,
+            config_map_exists=(ns, config_map_name(name)) in ix.job_config_maps,
+            network_policy_exists=(ns, network_policy_name(name)) in ix.job_network_policies,
+            progress=self.progress,
+            lost_nodes=_lost_nodes(pods, ix.cluster_nodes),
+            config_map_hash=next(iter(ix.job_config_maps.get((ns, config_map_name(name)), [None]))),
+            namespace_labels=next(iter(ix.namespace_labels.get(ns, [None]))),
+            backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec)
+            or (kueued.condition() if kueued else None),
+            backend_evicted=kueued.eviction() if kueued else None,
+        )
+        obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
+               "spec": spec, "status": status}
+        return obj, observed
+
+    async def decide(self, obj: dict[str, Any], observed: Observed) -> Plan | None:
+        """decide(), or None after reporting that it raised (no input may kill the loop)."""
+        try:
+            plan = decide(obj, observed, datetime.now(UTC), self.memo.config, gang=self.gang, fits=self.fits)
+        except Exception as exc:  # noqa: BLE001 - no input may kill the loop; it is reported
+            self.failures.decide += 1
+            RECONCILES.labels("error").inc()
+            log.exception("deciding %s/%s failed (%d in a row)", self.namespace, self.name, self.failures.decide)
+            await _report_error(self.memo.kube, self.body, obj, exc, self.failures.decide)
+            await _sleep_or_wake(self.wake, retry_delay(self.failures.decide))
+            return None
+        self.failures.decide = 0
+        JOB_METRICS.observe({**obj, "status": plan.status or obj["status"]}, self.progress)  # even if the write fails
+        return plan
+
+    async def execute(self, obj: dict[str, Any], plan: Plan, started: float) -> list[Refusal] | None:
+        """Carry out the plan: the API server's refusals, or None after API trouble (backed off)."""
+        try:
+            refusals = await self.memo.kube.execute(self.namespace, plan, obj["status"], self.name)
+            RECONCILES.labels("ok").inc()
+        except Exception:  # noqa: BLE001 - API or transport trouble: back off and retry
+            self.failures.api += 1
+            RECONCILES.labels("error").inc()
+            log.exception("reconcile of %s/%s failed (%d in a row); retrying", self.namespace, self.name, self.failures.api)
+            await _sleep_or_wake(self.wake, retry_delay(self.failures.api))
+            return None
+        finally:
+            RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        self.failures.api = 0
+        return refusals
+
+    async def refused(self, obj: dict[str, Any], plan: Plan, refusals: list[Refusal]) -> None:
+        self.failures.refused += 1
+        permanent, reported = await _report_refusals(self.memo, self.body, obj, plan, refusals)
+        JOB_METRICS.observe({**obj, "status": reported}, self.progress)
+        # permanent: the job is Failed now; the pause only guards against a stale body
+        await _sleep_or_wake(self.wake, 1.0 if permanent else retry_delay(self.failures.refused))
+
+    async def announce(self, plan: Plan) -> None:
+        """The plan's Events, and its status once the body shows it."""
+        for type_, reason, message in plan.events:
+            kopf.event(self.body, type=type_, reason=reason, message=message)
+            if reason == Reason.RESTARTING:
+                RESTARTS.inc()
+        if plan.status is not None:
+            self.memo.gangs.track_phase(self.key, plan.status.get("phase"))
+            await _await_status(self.body, plan.status)
+
+    async def settle(self, plan: Plan) -> None:
+        """Wait for the index to show what we did, then for a wake-up or the resync."""
+        await _await_expectations(self.key, self.ix.job_pods, plan)
+        if plan.create or plan.delete_pods or plan.release:
+            return  # re-decide at once on the fresh view
+        delay = min(plan.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout=delay)
+            await asyncio.sleep(WAKE_COALESCE_SECONDS)  # one pass for a burst of pod events
+        except TimeoutError:
+            pass
+
+
 async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
     try:
         await asyncio.wait_for(wake.wait(), timeout=seconds)
@@ -353,59 +502,37 @@ async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _report_refusals(body: kopf.Body, obj: dict, plan: Any, refusals: list[Refusal], namespace: str, name: str) -> tuple[bool, dict[str, Any]]:
+async def _report_refusals(memo: kopf.Memo, body: kopf.Body, obj: dict, plan: Plan,
+                           refusals: list[Refusal]) -> tuple[bool, dict[str, Any]]:
     """The API server refused a creation: say so. Permanent refusals fail the job (the next pass
     deletes what it had); retryable ones are reported once and retried with backoff. Returns
     (permanent, the status as reported)."""
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     current = {**obj, "status": plan.status or obj.get("status")}
     status, permanent = refused_status(current, refusals, datetime.now(UTC))
     if status.get("message") == (obj.get("status") or {}).get("message"):
         return permanent, status  # already reported; retrying quietly
-    assert State.kube is not None
-    await State.kube.patch_status(namespace, name, status, current.get("status"))
-    reason = C.REASON_CREATE_REJECTED if permanent else C.REASON_CREATE_REFUSED
+    await memo.kube.patch_status(namespace, name, status, current.get("status"))
+    reason = Reason.CREATE_REJECTED if permanent else Reason.CREATE_REFUSED
     kopf.event(body, type="Warning", reason=reason, message=status["message"])
     if permanent:
-        _track_phase((namespace, name), status.get("phase"))
+        memo.gangs.track_phase((namespace, name), status.get("phase"))
         await _await_status(body, status)
     return permanent, status
 
 
-async def _report_error(body: kopf.Body, obj: dict, exc: Exception, count: int, namespace: str, name: str) -> None:
+async def _report_error(kube: Kube, body: kopf.Body, obj: dict, exc: Exception, count: int) -> None:
     """decide() raised: a ReconcileError condition now, Failed once it keeps happening."""
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     final = count >= MAX_DECIDE_ERRORS
     status = error_status(obj, f"{type(exc).__name__}: {exc}", datetime.now(UTC), final=final)
     try:
-        assert State.kube is not None
-        await State.kube.patch_status(namespace, name, status, obj.get("status"))
+        await kube.patch_status(namespace, name, status, obj.get("status"))
     except Exception:  # noqa: BLE001 - reported in the log above; the loop goes on
         log.exception("could not report the error of %s/%s", namespace, name)
         return
     if status.get("message") != (obj.get("status") or {}).get("message"):
-        kopf.event(body, type="Warning", reason=C.REASON_RECONCILE_ERROR, message=status["message"])
-
-
-def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
-    name = job.spec.scheduling.priority_class_name
-    return next(iter(priority_classes.get(name, [0]))) if name else 0
-
-
-def elastic_probe(namespace: str, name: str, cluster_nodes: kopf.Index, cluster_pods: kopf.Index,
-                  priority_classes: kopf.Index) -> Fits:
-    """Could this job's gang be placed at another size? Its own pods count as free (they would be
-    replaced); other waiting gangs keep their queue order; nothing is pinned or reserved."""
-    key = f"{namespace}/{name}"
-
-    def fits(candidate: TrainingJob) -> bool:
-        pods = [p for p in cluster_pods.get(None, [])
-                if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
-        pending = _pending_pins(except_key=key)
-        gangs = [g for k, g in State.waiting.items() if k != key]
-        gangs.append(gang_request(candidate, State.config, _priority(candidate, priority_classes)))
-        admission = admit(gangs, _values(cluster_nodes), pods, State.config, pending)
-        return isinstance(admission.results[key], Placement)
-
-    return fits
+        kopf.event(body, type="Warning", reason=Reason.RECONCILE_ERROR, message=status["message"])
 
 
 def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozenset[str]:
@@ -422,13 +549,13 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozen
     return frozenset(lost)
 
 
-async def _poll_progress(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed."""
     rank0 = [p for p in pods if p["metadata"]["labels"].get(C.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
-    if not rank0 or State.kube is None:
+    if not rank0 or kube is None:
         return None
     pod, problems = rank0[-1], []
-    report = parse_progress(await State.kube.get_progress(pod["status"]["podIP"], progress_port(pod)), problems)
+    report = parse_progress(await kube.get_progress(pod["status"]["podIP"], progress_port(pod)), problems)
     if problems:
         log.debug("progress of %s: %s", pod["metadata"]["name"], "; ".join(problems))
     return report
@@ -445,7 +572,7 @@ async def _await_status(body: kopf.Body, written: dict[str, Any]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _await_expectations(key: tuple[str, str], index: kopf.Index, plan: Any) -> None:
+async def _await_expectations(key: tuple[str, str], index: kopf.Index, plan: Plan) -> None:
     """Controller expectations: wait until the index has seen our creates and deletes."""
     created = {o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"}
     deleted = set(plan.delete_pods)
@@ -459,15 +586,3 @@ async def _await_expectations(key: tuple[str, str], index: kopf.Index, plan: Any
         if created <= names and not ((deleted & names) - going):
             return
         await asyncio.sleep(0.05)
-
-
-def _track_phase(key: tuple[str, str], phase: str | None) -> None:
-    if phase is None:
-        State.phases.pop(key, None)
-    else:
-        State.phases[key] = phase
-    counts: dict[str, int] = {}
-    for value in State.phases.values():
-        counts[value] = counts.get(value, 0) + 1
-    for phase_name in ("Pending", "Scheduling", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
-        JOBS.labels(phase_name).set(counts.get(phase_name, 0))

@@ -13,9 +13,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants as C
+from phalanx.decision import Plan
 from phalanx.gang.pins import pin_affinity
 from phalanx.lifecycle.progress import MAX_BYTES, http_body
-from phalanx.lifecycle.reconcile import Plan
 from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS, PODS_CREATED
 
@@ -96,6 +96,39 @@ class Kube:
                 return False
             raise
         return True
+
+    async def served_resources(self, group: str) -> dict[str, list[str]]:
+        """Discovery: ``{version: [resource plural, ...]}`` the API server serves for ``group``
+        (empty when it serves no version of it)."""
+        def get(path: str) -> dict[str, Any]:
+            method, url, headers, _, _ = self.api.param_serialize(
+                "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+            response = self.api.call_api(method, url, header_params=headers)
+            response.read()
+            if response.status == 404:
+                return {}
+            if response.status != 200:
+                raise ApiException(status=response.status, reason=response.reason)
+            return json.loads(response.data)
+
+        loop = asyncio.get_running_loop()
+        doc = await loop.run_in_executor(self.pool, get, f"/apis/{group}")
+        out: dict[str, list[str]] = {}
+        for v in doc.get("versions") or []:
+            res = await loop.run_in_executor(self.pool, get, f"/apis/{group}/{v['version']}")
+            out[v["version"]] = [r.get("name", "") for r in res.get("resources") or []]
+        return out
+
+    async def get_custom(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One namespaced custom object (e.g. a scheduling.k8s.io PodGroup), None when absent."""
+        group, version = api_version.split("/")
+        try:
+            raw = await self._call("get", self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(raw)
 
     async def update_config_map(self, obj: dict[str, Any]) -> None:
         """Bring an existing ConfigMap to ``obj``'s data and annotations (merge patch)."""
@@ -184,6 +217,8 @@ class Kube:
         admission and validation answer without anything being created."""
         sample, kinds = [], set()
         for obj in plan.create:
+            if _needs_sibling(obj):
+                continue  # its admission looks for an object created just before it: a dry run cannot say
             if obj["kind"] not in kinds:
                 kinds.add(obj["kind"])
                 sample.append(obj)
@@ -203,7 +238,10 @@ class Kube:
         if plan.update:  # before new pods read it
             await asyncio.gather(*(self.update_config_map(o) for o in plan.update))
         if plan.create:
-            refusals = await self._create_all([o for o in plan.create if o["kind"] != "Pod"])
+            refusals = []
+            for obj in [o for o in plan.create if o["kind"] in CUSTOM_PLURALS]:  # in render order: a PodGroup
+                refusals = refusals or await self._create_all([obj])            # names its Workload
+            refusals = refusals or await self._create_all([o for o in plan.create if o["kind"] not in ("Pod", *CUSTOM_PLURALS)])
             refusals = refusals or await self._create_pods([o for o in plan.create if o["kind"] == "Pod"])
             if refusals:
                 return refusals
@@ -232,6 +270,13 @@ async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 409
         return None  # larger than any valid report: not read further
     finally:
         writer.close()
+
+
+def _needs_sibling(obj: dict[str, Any]) -> bool:
+    """A scheduling.k8s.io PodGroup that names its Workload: kube-apiserver's PodGroupWorkloadExists
+    admission refuses it (403) unless that Workload exists, which a dry run of both cannot show."""
+    return obj["kind"] == "PodGroup" and obj.get("apiVersion", "").startswith(f"{C.WORKLOAD_API_GROUP}/") \
+        and bool((obj.get("spec") or {}).get("podGroupTemplateRef"))
 
 
 def _api_message(exc: ApiException) -> str:

@@ -8,6 +8,9 @@ Two optional companions run next to kopf on its event loop:
 - namespaced mode (``-n``): a cluster-wide pod reflector (phalanx.podreflector), so that the
   gang planner counts the GPUs that pods of *other* namespaces hold. It is synced before kopf
   starts: no job loop ever plans on a partial inventory.
+
+The startup settings (operator config, kubeconfig, elector, reflector) reach the handlers in
+kopf's ``memo`` (phalanx.handlers.new_memo).
 """
 
 from __future__ import annotations
@@ -20,55 +23,73 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
+from phalanx.api.manifests import InputError, load_operator_config
+
+# kopf's liveness endpoint logs every probe through aiohttp's access logger at INFO (a line every
+# few seconds per probe); they are DEBUG here, shown with --verbose only.
+PROBE_ACCESS_LOGGER = "aiohttp.access"
+
+
+class _AtDebug(logging.Filter):
+    """Re-levels a logger's records to DEBUG (and drops them unless DEBUG is enabled)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def configure_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # a line per pod event drowns the log at scale
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logging.getLogger(PROBE_ACCESS_LOGGER).addFilter(_AtDebug())
+
 
 def run_operator(args: argparse.Namespace) -> int:
     if args.kubeconfig:  # before the kubernetes client is imported: it reads $KUBECONFIG once
         os.environ["KUBECONFIG"] = args.kubeconfig
     from phalanx import handlers  # registers the handlers
-    from phalanx.cli import CliError, load_operator_config
     from phalanx.kube import load_client
     from phalanx.leader import elector_from_args
     from phalanx.metrics import LEADER
+    from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the TrainingSweep handlers
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:  # a line per pod event drowns the log at scale
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    handlers.State.kubeconfig = args.kubeconfig
-    handlers.State.config = load_operator_config(args.config)
+    configure_logging(args.verbose)
+    memo = handlers.new_memo(config=load_operator_config(args.config), kubeconfig=args.kubeconfig)
     if getattr(args, "leader_elect", False):
         try:
-            handlers.State.leader = elector_from_args(args, load_client(args.kubeconfig))
+            memo.leader = elector_from_args(args, load_client(args.kubeconfig))
         except ValueError as exc:
-            raise CliError(str(exc)) from exc
+            raise InputError(str(exc)) from exc
     else:
         LEADER.set(1)
     if args.metrics_port:
         start_http_server(args.metrics_port)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     namespaces = None if args.all_namespaces or not args.namespace else list(args.namespace)
-    asyncio.run(_serve(handlers, args.kubeconfig, namespaces, liveness))
+    asyncio.run(_serve(memo, args.kubeconfig, namespaces, liveness))
     return 0
 
 
-async def _serve(handlers: Any, kubeconfig: str | None, namespaces: list[str] | None, liveness: str | None) -> None:
+async def _serve(memo: Any, kubeconfig: str | None, namespaces: list[str] | None, liveness: str | None) -> None:
     import kopf
 
     from phalanx.kube import load_client
     from phalanx.podreflector import PodReflector
 
     if namespaces:
-        reflector = PodReflector(load_client(kubeconfig, pool_size=2), on_freed=handlers._wake_waiting_gangs)
+        reflector = PodReflector(load_client(kubeconfig, pool_size=2), on_freed=memo.gangs.wake_waiting)
         reflector.start(asyncio.get_running_loop())
         logging.getLogger("phalanx.operator").info(
             "namespaced mode (%s): reading the pods of every namespace for capacity", ", ".join(namespaces))
         await reflector.synced.wait()
-        handlers.State.pod_reflector = reflector
+        memo.pod_reflector = reflector
     scope: dict[str, Any] = {"namespaces": namespaces} if namespaces else {"clusterwide": True}
-    leader = handlers.State.leader
+    leader = memo.leader
     campaign = asyncio.create_task(leader.run(), name="leader election") if leader is not None else None
     try:
-        await kopf.operator(standalone=True, liveness_endpoint=liveness, **scope)
+        await kopf.operator(standalone=True, liveness_endpoint=liveness, memo=memo, **scope)
     finally:
         if campaign is not None:
             campaign.cancel()

@@ -12,11 +12,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
-from phalanx.api.config import OperatorConfig, TopologyConfig
+from phalanx.api.config import OperatorConfig
+from phalanx.api.manifests import parse_documents
 from phalanx.api.types import TrainingJob
-from phalanx.gang.costmodel import cost_report
+from phalanx.gang.costmodel import cost_report, levels_config
 from phalanx.gang.inventory import nodes_from_list, pods_from_list, reservations_from_pods
 from phalanx.gang.planner import GangRequest, Placement, plan_gang
 from phalanx.gang.topology import Topology, topology_levels
@@ -34,7 +33,7 @@ def _load(src: str | os.PathLike | dict | list) -> Any:
     if "\n" not in text and os.path.exists(text):
         with open(text, encoding="utf-8") as f:
             text = f.read()
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    docs = parse_documents(text)
     if len(docs) == 1:
         return docs[0]
     items: list[Any] = []
@@ -75,9 +74,7 @@ def run_plan(
     topo_cfg = (config or OperatorConfig()).topology
     names = levels.split(",") if isinstance(levels, str) else levels
     lvls = topology_levels(topo_cfg, names)
-    topo_cfg = TopologyConfig(levels=lvls, nvlink_label=topo_cfg.nvlink_label,
-                              intra_node_bandwidth_gbps=topo_cfg.intra_node_bandwidth_gbps,
-                              intra_node_latency_us=topo_cfg.intra_node_latency_us)
+    topo_cfg = levels_config(lvls, topo_cfg)
     key = f"{job.metadata.namespace}/{job.metadata.name}"
     hostmap = {n.labels.get("kubernetes.io/hostname", n.name): n.name for n in nodes}
     reservations = reservations_from_pods(pod_items, hostname_to_node=hostmap)
@@ -94,21 +91,28 @@ def run_plan(
 
     report = cost_report(job.spec, result.nodes, nodes, topo, topo_cfg, requests=dict(request.requests))
     if json_out:
-        out: dict[str, Any] = {
-            "job": key, "schedulable": True,
-            "placement": [{"rank": i, "node": n, "domain": d}
-                          for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
-            "span": result.span, "notes": result.notes,
-            "params": report.params, "gradientBytes": report.gradient_bytes,
-            "lowerBoundSpan": report.lower_bound_span, "zeroBytesPerGpu": report.zero_bytes_per_gpu,
-        }
-        for name, est in (("allreduce", report.estimate), ("lowerBound", report.lower_bound)):
-            if est is not None:
-                out[name] = {"ringSeconds": est.ring_seconds, "hierarchicalSeconds": est.hierarchical_seconds,
-                             "bottleneck": est.bottleneck.level, "bandwidthGBps": est.bottleneck.bandwidth_gbps,
-                             "latencyUs": est.bottleneck.latency_us, "ranks": est.ranks, "nodes": est.nodes}
-        return EXIT_PLACED, json.dumps(out, indent=2)
+        return EXIT_PLACED, _json_report(key, result, report)
+    return EXIT_PLACED, _text_report(key, job, request, result, report)
 
+
+def _json_report(key: str, result: Placement, report: Any) -> str:
+    out: dict[str, Any] = {
+        "job": key, "schedulable": True,
+        "placement": [{"rank": i, "node": n, "domain": d}
+                      for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
+        "span": result.span, "notes": result.notes,
+        "params": report.params, "gradientBytes": report.gradient_bytes,
+        "lowerBoundSpan": report.lower_bound_span, "zeroBytesPerGpu": report.zero_bytes_per_gpu,
+    }
+    for name, est in (("allreduce", report.estimate), ("lowerBound", report.lower_bound)):
+        if est is not None:
+            out[name] = {"ringSeconds": est.ring_seconds, "hierarchicalSeconds": est.hierarchical_seconds,
+                         "bottleneck": est.bottleneck.level, "bandwidthGBps": est.bottleneck.bandwidth_gbps,
+                         "latencyUs": est.bottleneck.latency_us, "ranks": est.ranks, "nodes": est.nodes}
+    return json.dumps(out, indent=2)
+
+
+def _text_report(key: str, job: TrainingJob, request: GangRequest, result: Placement, report: Any) -> str:
     lines = [f"{key}: {request.describe()} placed"]
     width = max(len(n) for n in result.nodes)
     lines.append(f"  {'rank':>4}  {'node':<{width}}  domain")
@@ -123,18 +127,18 @@ def run_plan(
     est, lb = report.estimate, report.lower_bound
     if est is None:
         lines.append("allreduce: no prediction (model.entrypoint: parameter count unknown)")
-    else:
-        lines.append(
-            f"gradient allreduce: {report.params / 1e9:.2f}B params, {_gb(report.gradient_bytes)} fp32 grads "
-            f"per DP group of {est.ranks} ranks on {est.nodes} nodes"
-        )
-        lines.append(f"  bottleneck: {est.bottleneck.level} {est.bottleneck.bandwidth_gbps:g} GB/s, "
-                     f"{est.bottleneck.latency_us:g} us")
-        lines.append(f"  ring:         {_secs(est.ring_seconds)}"
-                     + (f"   (lower bound {_secs(lb.ring_seconds)})" if lb else ""))
-        lines.append(f"  hierarchical: {_secs(est.hierarchical_seconds)}"
-                     + (f"   (lower bound {_secs(lb.hierarchical_seconds)})" if lb else ""))
-        p = job.spec.parallelism
-        lines.append(f"ZeRO-{p.zero} model state per GPU: {_gb(report.zero_bytes_per_gpu)} "
-                     f"(tp {p.tensor}, pp {p.pipeline}, dp {job.spec.data_degree})")
-    return EXIT_PLACED, "\n".join(lines)
+        return "\n".join(lines)
+    lines.append(
+        f"gradient allreduce: {report.params / 1e9:.2f}B params, {_gb(report.gradient_bytes)} fp32 grads "
+        f"per DP group of {est.ranks} ranks on {est.nodes} nodes"
+    )
+    lines.append(f"  bottleneck: {est.bottleneck.level} {est.bottleneck.bandwidth_gbps:g} GB/s, "
+                 f"{est.bottleneck.latency_us:g} us")
+    lines.append(f"  ring:         {_secs(est.ring_seconds)}"
+                 + (f"   (lower bound {_secs(lb.ring_seconds)})" if lb else ""))
+    lines.append(f"  hierarchical: {_secs(est.hierarchical_seconds)}"
+                 + (f"   (lower bound {_secs(lb.hierarchical_seconds)})" if lb else ""))
+    p = job.spec.parallelism
+    lines.append(f"ZeRO-{p.zero} model state per GPU: {_gb(report.zero_bytes_per_gpu)} "
+                 f"(tp {p.tensor}, pp {p.pipeline}, dp {job.spec.data_degree})")
+    return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Processes on Linux, torch-free: the parent-death signal, the subreaper, the process tree from
 ``/proc``. Shared by the runtime (phalanx_runtime.lifetime: nothing it starts outlives its
-starter) and the local control plane (phalanx.localcluster)."""
+starter) and the local control plane (localcluster)."""
 
 from __future__ import annotations
 

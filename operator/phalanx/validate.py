@@ -11,22 +11,23 @@ import json
 import math
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from phalanx import constants as C
 from phalanx.api import patterns as P
-from phalanx.api.config import OperatorConfig
+from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.layout import check_layout
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import render_backend
 from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.problems import Problem
-from phalanx.render.network import validate_network
+from phalanx.render.configmap import runtime_config
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GENERATED_SUFFIX = 5  # the API server appends 5 characters to metadata.generateName
 MAX_CONFIG_MAP_BYTES = 1 << 20  # the API server refuses larger ConfigMaps
 
@@ -177,8 +178,6 @@ def _known_fields(loc: tuple[Any, ...]) -> list[str]:
 
 def _model_of(annotation: Any) -> Any:
     """The pydantic model inside ``X | None`` or ``list[X]`` (or None)."""
-    from typing import get_args
-
     if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
         return annotation
     for arg in get_args(annotation):
@@ -200,6 +199,23 @@ def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
         field, _, message = error.partition(": ")
         problems.append(Problem(f"spec.{field}", message, "operator"))
     return problems
+
+
+def validate_network(spec: Any, profile: NetworkProfile | None, profile_name: str | None = None) -> list[str]:
+    """Semantic errors of spec.network against the cluster's network profile (empty when fine)."""
+    name = profile_name or spec.network.profile
+    if profile is None:
+        return [f"network.profile: unknown network profile {name!r}"]
+    errors = []
+    if spec.network.host_network and not profile.allow_host_network:
+        errors.append(
+            f"network.hostNetwork: network profile {name!r} does not allow hostNetwork "
+            "(set allowHostNetwork in the operator's network profile)"
+        )
+    for k in spec.network.nccl_env:
+        if not _ENV_NAME.match(k):
+            errors.append(f"network.ncclEnv: {k!r} is not a valid environment variable name")
+    return errors
 
 
 def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Problem]:
@@ -237,8 +253,6 @@ def _resource_problems(spec: TrainingJobSpec) -> list[Problem]:
 
 
 def _size_problems(job: TrainingJob) -> list[Problem]:
-    from phalanx.render.configmap import runtime_config  # render imports validate's callers
-
     size = len(json.dumps(runtime_config(job), indent=2, sort_keys=True).encode())
     if size > MAX_CONFIG_MAP_BYTES - 4096:
         return [Problem("spec", f"the job's runtime config is {size} bytes; a ConfigMap holds at most "

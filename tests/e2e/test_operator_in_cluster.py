@@ -13,14 +13,17 @@ NEEDED = [
     ("patch", "phalanx.dev", "trainingjobs", "status"), ("watch", "phalanx.dev", "trainingjobs", ""),
     ("create", "", "events", ""), ("list", "", "nodes", ""), ("watch", "scheduling.k8s.io", "priorityclasses", ""),
     ("watch", "", "namespaces", ""), ("create", "networking.k8s.io", "networkpolicies", ""),
+    # TrainingSweeps: trials are TrainingJobs the operator creates (and suspends to stop early)
+    ("create", "phalanx.dev", "trainingjobs", ""), ("watch", "phalanx.dev", "trainingsweeps", ""),
+    ("patch", "phalanx.dev", "trainingsweeps", "status"),
 ]
 # … and minimal: nothing it does not use.
 NOT_NEEDED = [
     ("get", "", "secrets", ""), ("list", "", "secrets", ""), ("create", "", "pods", "exec"),
     ("update", "", "pods", ""), ("delete", "", "services", ""), ("delete", "", "configmaps", ""),
     ("patch", "", "nodes", ""), ("delete", "", "nodes", ""), ("create", "apps", "deployments", ""),
-    ("create", "phalanx.dev", "trainingjobs", ""), ("update", "phalanx.dev", "trainingjobs", ""),
-    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+    ("update", "phalanx.dev", "trainingjobs", ""), ("create", "phalanx.dev", "trainingsweeps", ""),
+    ("delete", "phalanx.dev", "trainingsweeps", ""), ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
     ("patch", "", "namespaces", ""), ("delete", "networking.k8s.io", "networkpolicies", ""),
 ]
 

@@ -132,6 +132,8 @@ def test_rbac_is_least_privilege():
     assert flat[("", "nodes")] == {"list", "watch"}
     assert flat[("", "namespaces")] == {"list", "watch"}
     assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "list", "watch", "create"}
+    # the workload backend creates its Workload and PodGroup and reads the PodGroup's status
+    assert flat[("scheduling.k8s.io", "workloads")] == flat[("scheduling.k8s.io", "podgroups")] == {"get", "create"}
     for verbs in flat.values():
         assert "*" not in verbs and "update" not in verbs and "escalate" not in verbs
     assert ("", "secrets") not in flat

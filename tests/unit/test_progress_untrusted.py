@@ -12,6 +12,7 @@ import time
 import pytest
 
 from phalanx import constants as C
+from phalanx.decision import Observed
 from phalanx.kube import Kube, http_get
 from phalanx.lifecycle.progress import (
     MAX_BYTES,
@@ -21,7 +22,7 @@ from phalanx.lifecycle.progress import (
     parse_progress,
     progress_port,
 )
-from phalanx.lifecycle.reconcile import Observed, decide
+from phalanx.lifecycle.reconcile import decide
 from tests.unit.test_reconcile import T0, Sim
 
 GOOD = {"job": "j", "phase": "Running", "step": 12, "totalSteps": 30, "loss": 3.25, "tokensPerSecond": 950.5,

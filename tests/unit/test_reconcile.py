@@ -9,9 +9,10 @@ import pytest
 
 from phalanx import constants as C
 from phalanx.api.types import FailurePolicy
+from phalanx.decision import GangDecision, Observed
 from phalanx.gang.pins import pin_affinity, pinned_node
 from phalanx.lifecycle.failures import backoff_seconds, exit_code_retryable
-from phalanx.lifecycle.reconcile import GangDecision, Observed, decide
+from phalanx.lifecycle.reconcile import decide
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

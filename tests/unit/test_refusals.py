@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from phalanx import constants as C
+from phalanx.constants import Reason
 from phalanx.lifecycle.refusals import (
     MAX_DECIDE_ERRORS,
     Refusal,
@@ -45,14 +45,14 @@ def test_permanent_refusal_fails_the_job_with_the_api_message(job_obj):
     status, permanent = refused_status(job_obj, [Refusal("Pod", "job-node-0-0", 403, PSA)], T0)
     assert permanent and status["phase"] == "Failed"
     failed = cond(status, "Failed")
-    assert failed["reason"] == C.REASON_CREATE_REJECTED and "violates PodSecurity" in failed["message"]
+    assert failed["reason"] == Reason.CREATE_REJECTED and "violates PodSecurity" in failed["message"]
     assert cond(status, "Created")["status"] == "False"
 
 
 def test_retryable_refusal_waits(job_obj):
     status, permanent = refused_status(job_obj, [Refusal("Pod", "p", 403, "exceeded quota: gpu")], T0)
     assert not permanent and status.get("phase", "Pending") == "Pending"
-    assert cond(status, "Created")["reason"] == C.REASON_CREATE_REFUSED
+    assert cond(status, "Created")["reason"] == Reason.CREATE_REFUSED
 
 
 def test_after_a_permanent_refusal_the_next_pass_deletes_every_pod(job_obj):
@@ -68,7 +68,7 @@ def test_after_a_permanent_refusal_the_next_pass_deletes_every_pod(job_obj):
 def test_decide_errors_become_a_condition_then_failed(job_obj):
     job_obj["status"] = {"phase": "Running"}
     status = error_status(job_obj, "ZeroDivisionError: boom", T0, final=False)
-    assert status["phase"] == "Running" and cond(status, "Reconciled")["reason"] == C.REASON_RECONCILE_ERROR
+    assert status["phase"] == "Running" and cond(status, "Reconciled")["reason"] == Reason.RECONCILE_ERROR
     status = error_status(job_obj, "ZeroDivisionError: boom", T0, final=True)
     assert status["phase"] == "Failed" and "boom" in cond(status, "Failed")["message"]
     assert MAX_DECIDE_ERRORS >= 2
@@ -108,7 +108,7 @@ def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted(job_obj):
     _terminating(sim, "n1", seconds_ago=61)
     plan = sim.step(lost_nodes=frozenset({"n1"}))
     assert sorted(plan.force_delete_pods) == sorted(sim.pods)
-    assert any(reason == C.REASON_FORCE_DELETED for _, reason, _ in plan.events)
+    assert any(reason == Reason.FORCE_DELETED for _, reason, _ in plan.events)
 
 
 @pytest.mark.parametrize(("lost", "seconds_ago"), [(frozenset(), 600), (frozenset({"n1"}), 30)])

@@ -3,11 +3,13 @@ and topology levels. Pure pydantic, shared by the operator, the planner and `pha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field
 
+from phalanx import constants as C
 from phalanx.api.policy import ClusterPolicy
 from phalanx.api.types import Model, Quantity
 
@@ -57,6 +59,14 @@ class NetworkProfile(Model):
         None, description="The Pod Security level this profile's pods need (default: derived from ipcLock, "
         "a hostPath topoFile); a job is refused in a namespace that enforces less.")
 
+    def extra_resources(self) -> dict[str, int]:
+        """Extended resources every pod on this fabric requests (= limits): the RDMA device, the
+        EFA adapter by default on EFA. The gang planner counts them; the pod renderer adds them."""
+        rdma = self.rdma_resource
+        if rdma is None and self.fabric == Fabric.EFA:
+            rdma = C.RESOURCE_EFA
+        return {rdma: self.rdma_count} if rdma else {}
+
 
 class TopologyLevel(Model):
     name: str = Field(..., description="Level name used by jobs (e.g. block, subblock, hostname).")
@@ -79,6 +89,16 @@ class TopologyConfig(Model):
     nvlink_label: str = Field("nvidia.com/gpu.clique", description="NVLink-domain label (GFD).")
     intra_node_bandwidth_gbps: float = Field(450.0, gt=0, description="NVLink per-GPU bandwidth (GB/s).")
     intra_node_latency_us: float = Field(1.0, ge=0)
+
+
+def levels_of(topology: TopologyConfig | Sequence[TopologyLevel] | None) -> list[TopologyLevel]:
+    """The levels of a topology given as a config, as a list of levels, or not at all (the
+    defaults, ``default_levels``)."""
+    if topology is None:
+        return default_levels()
+    if isinstance(topology, TopologyConfig):
+        return list(topology.levels)
+    return list(topology)
 
 
 class NetworkPolicyConfig(Model):

@@ -86,19 +86,28 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
     Pure: no torch, no processes. ``cuda_available`` is what the runtime knows about its machine;
     the operator passes None and the check uses ``resources.gpus`` instead.
     """
+    p = spec.parallelism
+    world = spec.nodes * spec.procs_per_node
+    dp = p.data if p.data is not None else max(world // (p.tensor * p.pipeline), 1)
+    has_gpu = spec.resources.gpus > 0 if cuda_available is None else cuda_available
+    return (_mesh_errors(spec, world) + _data_parallel_errors(spec, dp, has_gpu) + _batch_errors(spec, dp)
+            + _pipeline_errors(spec, checkpointing) + _model_errors(spec))
+
+
+def _pipeline_stages(spec: TrainingJobSpec) -> int:
+    p = spec.parallelism
+    return p.pipeline * (p.virtual_stages if p.pipeline_schedule in MULTI_STAGE_SCHEDULES else 1)
+
+
+def _mesh_errors(spec: TrainingJobSpec, world: int) -> list[str]:
+    """World size vs layout; tensor parallelism inside a node; processes vs GPUs."""
     errors: list[str] = []
     p = spec.parallelism
-    t = spec.training
-    world = spec.nodes * spec.procs_per_node
     tp, pp = p.tensor, p.pipeline
-    has_gpu = spec.resources.gpus > 0 if cuda_available is None else cuda_available
-
-    # --- world size vs layout -----------------------------------------------------------
     if world % (tp * pp) != 0:
         errors.append(
             f"parallelism: world size {world} (nodes {spec.nodes} × procsPerNode {spec.procs_per_node}) "
             f"is not divisible by tensor × pipeline = {tp} × {pp} = {tp * pp}")
-    dp = p.data if p.data is not None else max(world // (tp * pp), 1)
     if p.data is not None and p.data * tp * pp != world:
         errors.append(
             f"parallelism.data: data × tensor × pipeline = {p.data} × {tp} × {pp} = {p.data * tp * pp} "
@@ -111,8 +120,14 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
     if spec.resources.gpus > 0 and spec.procs_per_node > spec.resources.gpus:
         errors.append(f"procsPerNode: {spec.procs_per_node} processes per node but only "
                       f"resources.gpus {spec.resources.gpus} GPUs per node")
+    return errors
 
-    # --- data parallel / ZeRO ------------------------------------------------------------
+
+def _data_parallel_errors(spec: TrainingJobSpec, dp: int, has_gpu: bool) -> list[str]:
+    """Data parallelism and ZeRO: HSDP groups, DDP with tensor parallelism, offload, compression."""
+    errors: list[str] = []
+    p, t = spec.parallelism, spec.training
+    tp, pp = p.tensor, p.pipeline
     if p.replicate > 1:
         if p.zero < 2:
             errors.append(f"parallelism.replicate: replicate {p.replicate} (HSDP) needs zero 2 or 3, got zero {p.zero}")
@@ -132,82 +147,96 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
             errors.append(f"training.gradCompression: {t.grad_compression} is a DDP communication hook and needs zero 0, got zero {p.zero}")
         if tp > 1 or pp > 1:
             errors.append(f"training.gradCompression: {t.grad_compression} needs tensor 1 and pipeline 1")
+    return errors
 
-    # --- batch arithmetic -------------------------------------------------------------------
-    if dp >= 1:
-        if t.global_batch_size % dp != 0:
-            errors.append(f"training.globalBatchSize: {t.global_batch_size} is not divisible by the data-parallel degree {dp}")
-        else:
-            local = t.global_batch_size // dp
-            if pp > 1:
-                if local % p.microbatches != 0:
-                    errors.append(f"parallelism.microbatches: local batch {local} (globalBatchSize {t.global_batch_size} / data {dp}) "
-                                  f"is not divisible by microbatches {p.microbatches}")
-            elif local % t.micro_batch_size != 0:
-                errors.append(f"training.microBatchSize: local batch {local} (globalBatchSize {t.global_batch_size} / data {dp}) "
-                              f"is not divisible by microBatchSize {t.micro_batch_size}")
 
-    # --- pipeline ------------------------------------------------------------------------------
-    v = p.virtual_stages
+def _batch_errors(spec: TrainingJobSpec, dp: int) -> list[str]:
+    """The global batch splits evenly over data-parallel ranks, then into micro-batches."""
+    p, t = spec.parallelism, spec.training
+    if dp < 1:
+        return []
+    if t.global_batch_size % dp != 0:
+        return [f"training.globalBatchSize: {t.global_batch_size} is not divisible by the data-parallel degree {dp}"]
+    local = t.global_batch_size // dp
+    if p.pipeline > 1:
+        if local % p.microbatches != 0:
+            return [f"parallelism.microbatches: local batch {local} (globalBatchSize {t.global_batch_size} / data {dp}) "
+                    f"is not divisible by microbatches {p.microbatches}"]
+    elif local % t.micro_batch_size != 0:
+        return [f"training.microBatchSize: local batch {local} (globalBatchSize {t.global_batch_size} / data {dp}) "
+                f"is not divisible by microBatchSize {t.micro_batch_size}"]
+    return []
+
+
+def _pipeline_errors(spec: TrainingJobSpec, checkpointing: bool) -> list[str]:
+    """Pipeline schedules, stages per rank, microbatches; sequence parallelism."""
+    errors: list[str] = []
+    p = spec.parallelism
+    tp, pp, v = p.tensor, p.pipeline, p.virtual_stages
     if p.pipeline_schedule == "ZBVZeroBubble" and v != 2:
         errors.append("parallelism.virtualStages: ZBVZeroBubble needs virtualStages = 2 (two stages per rank, V shape)")
     if p.pipeline_schedule in SINGLE_STAGE_SCHEDULES and v != 1:
         errors.append(f"parallelism.virtualStages: virtualStages {v} needs pipelineSchedule Interleaved1F1B or ZBVZeroBubble")
-    n_stages = pp * (v if p.pipeline_schedule in MULTI_STAGE_SCHEDULES else 1)
+    n_stages = _pipeline_stages(spec)
     if pp > 1 and p.microbatches < pp:
         errors.append(f"parallelism.microbatches: {p.microbatches} microbatches cannot fill {pp} pipeline stages (need >= pipeline)")
     if pp > 1 and p.pipeline_schedule == "ZBVZeroBubble" and p.microbatches < n_stages:
         errors.append(f"parallelism.microbatches: ZBVZeroBubble needs microbatches >= pipeline × virtualStages = {n_stages}")
-
     if checkpointing and pp > 1 and v > 1:
         errors.append(f"parallelism.virtualStages: checkpoints of {v} pipeline stages per rank are not "
                       "supported yet; use virtualStages 1 (GPipe or 1F1B)")
     if p.sequence_parallel and tp == 1:
         errors.append("parallelism.sequenceParallel: sequence parallelism needs tensor > 1")
+    return errors
 
-    # --- model shape --------------------------------------------------------------------------
+
+def _model_errors(spec: TrainingJobSpec) -> list[str]:
+    """Exactly one model source; the built-in transformer's shape against the layout and data."""
+    pp = spec.parallelism.pipeline
     if spec.model is not None and spec.model.preset is not None and spec.model.entrypoint is not None:
-        errors.append("model: set exactly one of model.preset (built-in transformer) or model.entrypoint")
-    elif spec.model is not None and spec.model.preset is not None:
+        return ["model: set exactly one of model.preset (built-in transformer) or model.entrypoint"]
+    if spec.model is not None and spec.model.preset is not None:
         try:
             shape = resolve_shape(spec.model.preset, spec.model.overrides.as_dict())
         except KeyError as e:
-            errors.append(f"model.preset: {e.args[0]}")
-            shape = None
+            return [f"model.preset: {e.args[0]}"]
         except (ValueError, TypeError) as e:
-            errors.append(f"model.overrides: {e}")
-            shape = None
-        if shape is not None:
-            if shape.dim % shape.n_heads != 0:
-                errors.append(f"model: dim {shape.dim} is not divisible by nHeads {shape.n_heads}")
-            elif shape.head_dim % 2 != 0:
-                errors.append(f"model: head dimension {shape.head_dim} (dim {shape.dim} / nHeads {shape.n_heads}) "
-                              "must be even (rotary embeddings rotate pairs)")
-            if shape.n_heads % shape.n_kv_heads != 0:
-                errors.append(f"model: nHeads {shape.n_heads} is not a multiple of nKvHeads {shape.n_kv_heads}")
-            if shape.n_heads % tp != 0:
-                errors.append(f"parallelism.tensor: tensor {tp} does not divide the model's nHeads {shape.n_heads}")
-            if shape.n_kv_heads % tp != 0:
-                errors.append(f"parallelism.tensor: tensor {tp} does not divide the model's nKvHeads {shape.n_kv_heads}")
-            if shape.ffn_hidden % tp != 0:
-                errors.append(f"parallelism.tensor: tensor {tp} does not divide the model's ffnHidden {shape.ffn_hidden}")
-            if shape.vocab_size % tp != 0:
-                errors.append(f"parallelism.tensor: tensor {tp} does not divide the model's vocabSize {shape.vocab_size}")
-            if n_stages > shape.n_layers:
-                errors.append(f"parallelism.pipeline: the model has {shape.n_layers} layers and cannot split into "
-                              f"{n_stages} pipeline stages (pipeline {pp} × stages per rank "
-                              f"{v if n_stages != pp else 1}); each stage needs at least one layer")
-            if pp > 1 and shape.tie_embeddings:
-                errors.append("model.overrides: tieEmbeddings cannot be split across pipeline stages "
-                              "(set overrides.tieEmbeddings: false or pipeline 1)")
-            if spec.data.seq_len > shape.max_seq_len:
-                errors.append(f"data.seqLen: {spec.data.seq_len} exceeds the model's maxSeqLen {shape.max_seq_len}")
-            if p.sequence_parallel and tp > 1 and spec.data.seq_len % tp != 0:
-                errors.append(f"parallelism.sequenceParallel: seqLen {spec.data.seq_len} is not divisible by tensor {tp}")
-            if spec.data.source == "corpus" and shape.vocab_size < 256:
-                errors.append(f"data.source: the corpus is byte-level (256 tokens) but vocabSize is {shape.vocab_size}")
-    elif spec.model is not None and spec.model.entrypoint is not None and pp > 1:
-        errors.append("parallelism.pipeline: entrypoint models cannot be pipelined by the runtime (pipeline must be 1)")
-    elif spec.model is None and not spec.command:
-        errors.append("model: the built-in runtime needs model.preset or model.entrypoint (or use spec.command)")
+            return [f"model.overrides: {e}"]
+        return _shape_errors(spec, shape)
+    if spec.model is not None and spec.model.entrypoint is not None and pp > 1:
+        return ["parallelism.pipeline: entrypoint models cannot be pipelined by the runtime (pipeline must be 1)"]
+    if spec.model is None and not spec.command:
+        return ["model: the built-in runtime needs model.preset or model.entrypoint (or use spec.command)"]
+    return []
+
+
+def _shape_errors(spec: TrainingJobSpec, shape: ModelShape) -> list[str]:
+    errors: list[str] = []
+    p = spec.parallelism
+    tp, pp, v = p.tensor, p.pipeline, p.virtual_stages
+    n_stages = _pipeline_stages(spec)
+    if shape.dim % shape.n_heads != 0:
+        errors.append(f"model: dim {shape.dim} is not divisible by nHeads {shape.n_heads}")
+    elif shape.head_dim % 2 != 0:
+        errors.append(f"model: head dimension {shape.head_dim} (dim {shape.dim} / nHeads {shape.n_heads}) "
+                      "must be even (rotary embeddings rotate pairs)")
+    if shape.n_heads % shape.n_kv_heads != 0:
+        errors.append(f"model: nHeads {shape.n_heads} is not a multiple of nKvHeads {shape.n_kv_heads}")
+    for what, size in (("nHeads", shape.n_heads), ("nKvHeads", shape.n_kv_heads), ("ffnHidden", shape.ffn_hidden),
+                       ("vocabSize", shape.vocab_size)):
+        if size % tp != 0:
+            errors.append(f"parallelism.tensor: tensor {tp} does not divide the model's {what} {size}")
+    if n_stages > shape.n_layers:
+        errors.append(f"parallelism.pipeline: the model has {shape.n_layers} layers and cannot split into "
+                      f"{n_stages} pipeline stages (pipeline {pp} × stages per rank "
+                      f"{v if n_stages != pp else 1}); each stage needs at least one layer")
+    if pp > 1 and shape.tie_embeddings:
+        errors.append("model.overrides: tieEmbeddings cannot be split across pipeline stages "
+                      "(set overrides.tieEmbeddings: false or pipeline 1)")
+    if spec.data.seq_len > shape.max_seq_len:
+        errors.append(f"data.seqLen: {spec.data.seq_len} exceeds the model's maxSeqLen {shape.max_seq_len}")
+    if p.sequence_parallel and tp > 1 and spec.data.seq_len % tp != 0:
+        errors.append(f"parallelism.sequenceParallel: seqLen {spec.data.seq_len} is not divisible by tensor {tp}")
+    if spec.data.source == "corpus" and shape.vocab_size < 256:
+        errors.append(f"data.source: the corpus is byte-level (256 tokens) but vocabSize is {shape.vocab_size}")
     return errors

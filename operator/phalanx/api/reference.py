@@ -114,7 +114,9 @@ def api_reference() -> str:
     for title in ("spec", "status"):
         lines += ["", f"## {title}", "", "| field | type | default | description |", "|---|---|---|---|"]
         _rows(root[title], "", root[title].get("required", []), lines)
-    return "\n".join(lines) + "\n"
+    from phalanx.api.sweep import sweep_reference  # the TrainingSweep section (docs/sweep.md)
+
+    return "\n".join(lines) + "\n\n" + sweep_reference()
 
 
 def _operator_only_rules() -> list[str]:

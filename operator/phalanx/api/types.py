@@ -540,3 +540,12 @@ class TrainingJob(BaseModel):
     metadata: ObjectMeta
     spec: TrainingJobSpec
     status: TrainingJobStatus | None = None
+
+    def owner_references(self) -> list[dict[str, Any]]:
+        """The controller reference every child carries (garbage collection on delete, and how a
+        pod of an earlier job of this name is told apart); none while the job has no uid — an
+        ownerReference without one is invalid."""
+        if not self.metadata.uid:
+            return []
+        return [{"apiVersion": C.API_VERSION, "kind": C.KIND, "name": self.metadata.name, "uid": self.metadata.uid,
+                 "controller": True, "blockOwnerDeletion": True}]

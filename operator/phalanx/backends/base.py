@@ -9,6 +9,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.gang.inventory import format_amount
+from phalanx.gang.planner import GangRequest
 
 
 @dataclass
@@ -28,22 +29,13 @@ class BackendRender:
     errors: list[str] = field(default_factory=list)
 
 
-def owner_reference(job: Any) -> list[dict[str, Any]]:
-    """ownerReferences to the TrainingJob (needs its uid), so the objects are garbage-collected."""
-    uid = getattr(job.metadata, "uid", None)
-    if not uid:
-        return []
-    return [{"apiVersion": C.API_VERSION, "kind": C.KIND, "name": job.metadata.name, "uid": uid,
-             "controller": True, "blockOwnerDeletion": True}]
-
-
 def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name or job.metadata.name,
         "namespace": job.metadata.namespace,
         "labels": {C.LABEL_JOB_NAME: job.metadata.name, C.LABEL_MANAGED_BY: C.MANAGED_BY},
     }
-    owners = owner_reference(job)
+    owners = job.owner_references()
     if owners:
         meta["ownerReferences"] = owners
     return meta
@@ -51,8 +43,6 @@ def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:
 
 def pod_requests(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Per-pod requests in canonical units (as the planner sees them), without the pods slot."""
-    from phalanx.gang.planner import GangRequest
-
     req = dict(GangRequest.from_spec(spec, "", extra_requests=extra).requests)
     req.pop(C.RESOURCE_PODS, None)
     return req

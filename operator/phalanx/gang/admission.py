@@ -10,8 +10,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob
+from phalanx.constants import Reason
+from phalanx.decision import GangDecision
 from phalanx.gang.costmodel import cost_report
 from phalanx.gang.inventory import (
     Reservation,
@@ -21,8 +24,6 @@ from phalanx.gang.inventory import (
 )
 from phalanx.gang.planner import GangRequest, Placement, Unschedulable, plan_queue
 from phalanx.gang.topology import Topology
-from phalanx.lifecycle.reconcile import GangDecision
-from phalanx.render.job import job_wiring
 
 
 def gang_request(job: TrainingJob, config: OperatorConfig, priority: int = 0) -> GangRequest:
@@ -31,7 +32,7 @@ def gang_request(job: TrainingJob, config: OperatorConfig, priority: int = 0) ->
         f"{job.metadata.namespace}/{job.metadata.name}",
         priority=priority,
         creation=str(job.metadata.model_extra.get("creationTimestamp", "")) if job.metadata.model_extra else "",
-        extra_requests=job_wiring(job, config).resources,
+        extra_requests=config.network_profiles[job.spec.network.profile].extra_resources(),
     )
 
 
@@ -64,7 +65,7 @@ def decision_for(
     """Turn the planner's answer for one gang into pins (pod → node) and a status placement."""
     if isinstance(result, Unschedulable):
         return GangDecision(release=False, schedulable=False, reason=result.reason, message=result.message)
-    by_rank = {int(p["metadata"]["labels"]["phalanx.dev/node-rank"]): p["metadata"]["name"] for p in pods}
+    by_rank = {int(p["metadata"]["labels"][C.LABEL_NODE_RANK]): p["metadata"]["name"] for p in pods}
     pins = {by_rank[rank]: node for rank, node in enumerate(result.nodes)}
     placement = result.to_status()
     nodes = nodes_from_list(list(node_objs))
@@ -74,5 +75,5 @@ def decision_for(
         est = report.estimate
         placement["predictedAllreduceSeconds"] = round(min(est.ring_seconds, est.hierarchical_seconds), 6)
     span = ", ".join(f"{k}={v}" for k, v in result.span.items())
-    return GangDecision(release=True, pins=pins, reason="Placed", message=f"placed on {len(result.nodes)} nodes ({span})",
+    return GangDecision(release=True, pins=pins, reason=Reason.PLACED, message=f"placed on {len(result.nodes)} nodes ({span})",
                         placement=placement)

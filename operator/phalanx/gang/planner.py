@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.api.config import TopologyConfig, TopologyLevel
+from phalanx.api.config import TopologyConfig, TopologyLevel, levels_of
 from phalanx.constants import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_MEMORY, RESOURCE_PODS
 from phalanx.gang.inventory import (
     NodeInfo,
@@ -325,14 +325,6 @@ class _Walk:
 # Public API
 
 
-def _as_levels(topology_config: TopologyConfig | Sequence[TopologyLevel] | None) -> list[TopologyLevel]:
-    if topology_config is None:
-        return list(TopologyConfig().levels)
-    if isinstance(topology_config, TopologyConfig):
-        return list(topology_config.levels)
-    return list(topology_config)
-
-
 def plan_gang(
     request: GangRequest,
     nodes: Sequence[NodeInfo],
@@ -350,7 +342,7 @@ def plan_gang(
     """
     if request.count < 1:
         return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
-    topo = topology or Topology.build(nodes, _as_levels(topology_config))
+    topo = topology or Topology.build(nodes, levels_of(topology_config))
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
 
@@ -436,7 +428,7 @@ def plan_queue(
     ordered = queue_order(gangs)
     keys = {g.key for g in ordered}
     kept = [r for r in reservations if r.gang not in keys]
-    topo = Topology.build(nodes, _as_levels(topology_config))
+    topo = Topology.build(nodes, levels_of(topology_config))
     free = free_capacity(nodes, usage, kept)
     results: dict[str, Placement | Unschedulable] = {}
     out_res = list(kept)

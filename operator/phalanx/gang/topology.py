@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from phalanx.api.config import TopologyConfig, TopologyLevel
+from phalanx.api.config import TopologyConfig, TopologyLevel, levels_of
 from phalanx.constants import TOPOLOGY_UNKNOWN_DOMAIN
 from phalanx.gang.inventory import NodeInfo
 
@@ -57,11 +57,7 @@ class Topology:
     def build(
         cls, nodes: Iterable[NodeInfo], levels: Sequence[TopologyLevel] | TopologyConfig | None = None
     ) -> Topology:
-        if levels is None:
-            levels = TopologyConfig().levels
-        elif isinstance(levels, TopologyConfig):
-            levels = levels.levels
-        levels = list(levels)
+        levels = levels_of(levels)
         if not levels:
             raise ValueError("topology needs at least one level")
         last = len(levels) - 1

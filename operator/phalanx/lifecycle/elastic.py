@@ -1,4 +1,5 @@
-"""Elastic gangs (spec.elastic): the sizes a job may run at, and the job at a given size (pure).
+"""Elastic gangs (spec.elastic): the sizes a job may run at, the job at a given size, and the
+reconcile's two elastic steps — shrink when the gang cannot be placed, grow back when it can (pure).
 
 The operator resizes by replacing the whole gang (a new attempt): the runtime saves a checkpoint on
 SIGTERM and the new gang resumes from it at the new world size (DCP resharding, data position
@@ -7,8 +8,15 @@ re-split), with the data-parallel degree recomputed for the new size.
 
 from __future__ import annotations
 
+from phalanx import constants as C
 from phalanx.api.layout import check_layout
-from phalanx.api.types import TrainingJob
+from phalanx.api.types import Phase, TrainingJob
+from phalanx.constants import Reason
+from phalanx.decision import Plan
+from phalanx.lifecycle.conditions import get_condition
+from phalanx.lifecycle.context import Pass
+from phalanx.lifecycle.pods import undeleted_names
+from phalanx.lifecycle.status import parse_iso
 
 
 def at_size(job: TrainingJob, nodes: int) -> TrainingJob:
@@ -31,3 +39,44 @@ def active_size(job: TrainingJob, recorded: int | None) -> int:
 def runnable_sizes(job: TrainingJob, low: int, high: int) -> list[int]:
     """Sizes in [low, high], largest first, whose layout the runtime can hold (batch, mesh, model)."""
     return [n for n in range(high, low - 1, -1) if not check_layout(at_size(job, n).spec)]
+
+
+def shrink(ctx: Pass, waited: float) -> Plan | None:
+    """The gang has not been placeable for ``waited`` s: replace it with the largest smaller gang
+    that fits, once replaceTimeoutSeconds have passed."""
+    elastic = ctx.spec.elastic
+    if elastic is None or ctx.fits is None or waited < elastic.replace_timeout_seconds:
+        return None
+    assert ctx.requested is not None
+    for n in runnable_sizes(ctx.requested, elastic.min_nodes, ctx.active - 1):
+        if ctx.fits(at_size(ctx.requested, n)):
+            return resize(ctx, n, f"no room for {ctx.active} nodes for {int(waited)}s")
+    return None
+
+
+def grow(ctx: Pass) -> Plan | None:
+    """Grow back towards spec.nodes once the current size has run for replaceTimeoutSeconds."""
+    elastic = ctx.spec.elastic
+    running = get_condition(ctx.st.s.conditions, C.COND_RUNNING)
+    since = parse_iso(running.last_transition_time) if running and running.status == "True" else None
+    assert ctx.requested is not None
+    if elastic is None or ctx.fits is None or ctx.active >= ctx.requested.spec.nodes or since is None \
+            or (ctx.now - since).total_seconds() < elastic.replace_timeout_seconds:
+        return None
+    for n in runnable_sizes(ctx.requested, ctx.active + 1, ctx.requested.spec.nodes):
+        if ctx.fits(at_size(ctx.requested, n)):
+            return resize(ctx, n, "capacity returned")
+    return None
+
+
+def resize(ctx: Pass, new: int, why: str) -> Plan:
+    """Replace the gang with one of ``new`` nodes; it resumes from the checkpoint saved on SIGTERM."""
+    st, old = ctx.st, ctx.active
+    message = f"resizing the gang from {old} to {new} nodes ({why}); resuming from the last checkpoint"
+    st.s.active_nodes = new
+    st.s.restart_attempt += 1
+    st.s.attempt_created = False
+    st.cond(C.COND_RUNNING, False, Reason.RESIZING, message)
+    st.phase(Phase.PENDING, Reason.RESIZING, message, warning=new < old)
+    ctx.plan.delete_pods += undeleted_names(ctx.current)
+    return ctx.done()

@@ -1,12 +1,19 @@
-"""Failure classification (Kubeflow's ExitCode policy, refined) and restart backoff. Pure."""
+"""What went wrong with a gang (pure): failed pods classified by Kubeflow's ExitCode policy,
+refined; lost nodes and pods; hangs; pods stuck terminating; a released gang left unbound; and
+the restart backoff."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.api.types import FailurePolicy
+from phalanx.api.types import FailurePolicy, Phase
+from phalanx.constants import Reason
+from phalanx.lifecycle.conditions import get_condition
+from phalanx.lifecycle.pods import is_alive, is_gated
+from phalanx.lifecycle.status import StatusView, parse_iso
 
 # Pod-level reasons that never depend on the user's code: always retryable.
 INFRA_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeAffinity", "OutOfpods", "Terminated", "DeadlineExceeded", "UnexpectedAdmissionError"})
@@ -70,3 +77,59 @@ def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
     if restarts <= 0 or policy.backoff_seconds == 0:
         return 0
     return min(policy.backoff_seconds * 2 ** (restarts - 1), policy.max_backoff_seconds)
+
+
+def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime, lost_nodes: frozenset[str],
+                  progress: dict[str, Any] | None) -> Failure | None:
+    """The current gang's first failure, by rank: a failed pod, a pod on a lost node, a pod lost
+    after the gang was created, or a hang (no step progress for hangTimeoutSeconds)."""
+    for pod in sorted(current, key=pod_rank):
+        failure = classify_pod(pod, spec.failure_policy)
+        if failure is not None:
+            return failure
+    for pod in sorted(current, key=pod_rank):
+        node = pod.get("spec", {}).get("nodeName")
+        if node and node in lost_nodes and is_alive(pod):
+            return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.NODE_LOST, f"node {node} is gone or NotReady", None, True)
+    if st.s.attempt_created:
+        ranks = {pod_rank(p) for p in current}
+        missing = [r for r in range(spec.nodes) if r not in ranks]
+        if missing:
+            return Failure(f"rank {missing[0]}", missing[0], Reason.POD_LOST, "pod disappeared (deleted, or its node is gone)", None, True)
+    return _hang(st, spec, now, progress)
+
+
+def _hang(st: StatusView, spec: Any, now: datetime, progress: dict[str, Any] | None) -> Failure | None:
+    hang = spec.failure_policy.hang_timeout_seconds
+    last = parse_iso(st.s.last_progress_time) or parse_iso(st.s.start_time)
+    # A step reported in this very pass is progress (it is applied to the status only at the end).
+    fresh = (progress or {}).get("step") not in (None, st.s.step)
+    if hang and not fresh and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
+        return Failure("rank 0", 0, Reason.HANG, f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})", None, True)
+    return None
+
+
+def stuck_terminating(pods: list[dict], lost_nodes: frozenset[str], now: datetime, timeout: int) -> list[str]:
+    """Pods whose grace period ended ``timeout`` s ago on a node that is gone or NotReady: no
+    kubelet will ever confirm their deletion, and their hostnames block the next gang."""
+    stuck = []
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in lost_nodes:
+            continue
+        try:
+            deleting = parse_iso(pod["metadata"].get("deletionTimestamp"))
+        except ValueError:
+            continue
+        if deleting is not None and (now - deleting).total_seconds() > timeout:
+            stuck.append(pod["metadata"]["name"])
+    return stuck
+
+
+def unbound_too_long(st: StatusView, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
+    """Pods released (gate lifted) but still unbound ``timeout`` s after the gang was placed."""
+    cond = get_condition(st.s.conditions, C.COND_SCHEDULABLE)
+    released = parse_iso(cond.last_transition_time) if cond and cond.status == "True" else None
+    if released is None or len(current) != nodes or (now - released).total_seconds() < timeout:
+        return 0
+    return sum(1 for p in current if not is_gated(p) and not p.get("spec", {}).get("nodeName") and is_alive(p))

@@ -1,4 +1,4 @@
-"""Rank 0's progress, parsed strictly. Pure.
+"""Rank 0's progress, parsed strictly and applied to the status. Pure.
 
 The progress endpoint's body and rank 0's termination message come from the training pod, i.e.
 from user code (a custom image or command can serve anything on the progress port). Everything
@@ -18,12 +18,18 @@ from collections.abc import Callable
 from typing import Any
 
 from phalanx import constants as C
+from phalanx.api.types import CheckpointStatus, Phase
+from phalanx.constants import Reason
+from phalanx.lifecycle.conditions import get_condition, is_true
+from phalanx.lifecycle.pods import attempt_of
+from phalanx.lifecycle.status import StatusView
 
 MAX_BYTES = 64 * 1024  # body / message; larger is refused unread
 MAX_DEPTH = 4  # the runtime's deepest value is {"lastCheckpoint": {...}}: depth 2
 MAX_STRING = 1024
 MAX_COUNT = 2**53  # steps, world size: exact in a float and in int64
 MAX_RATE = 1e15  # tokens/s, seconds, MFU, epoch seconds: finite and far from overflow
+MAX_ETA_SECONDS = 2**31 - 1  # estimatedRemainingSeconds from a huge stepTimeSeconds stays an int32
 _BAD = object()
 _TOKENS = re.compile(r'[\\"\[\]{}]')
 
@@ -192,3 +198,69 @@ def progress_port(pod: dict[str, Any]) -> int:
             if port.get("name") == C.PORT_NAME_PROGRESS and type(number) is int and 0 < number < 65536:
                 return number
     return C.PROGRESS_PORT
+
+
+# --- Into the status ------------------------------------------------------------------------------
+
+
+def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
+    """Rank 0's final progress, from its termination message (written by the runtime at exit)."""
+    for pod in pods:
+        if attempt_of(pod) != attempt or pod["metadata"]["labels"].get(C.LABEL_NODE_RANK) != "0":
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            final = parse_progress(((cs.get("state") or {}).get("terminated") or {}).get("message"))
+            if final and "step" in final:
+                return final
+    return None
+
+
+def apply_progress(st: StatusView, report: dict[str, Any] | None, total: int, uid: str | None) -> None:
+    """A parsed progress report (:func:`parse_progress`) into the status."""
+    if not report:
+        return
+    step = report.get("step")
+    if step is not None and step != st.s.step:
+        st.s.last_progress_time = st.now
+    st.s.step = step if step is not None else st.s.step
+    if "loss" in report:
+        _apply_loss(st, report["loss"])
+    if report.get("tokensPerSecond") is not None:
+        st.s.tokens_per_second = round(report["tokensPerSecond"], 1)
+    if st.s.step is not None and total:
+        st.s.progress_percentage = min(100, int(100 * st.s.step / total))
+    step_time = report.get("stepTimeSeconds")
+    if step_time and st.s.step is not None:
+        st.s.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - st.s.step) * step_time))
+    if report.get("lastCheckpoint"):
+        st.s.last_checkpoint = CheckpointStatus.model_validate(report["lastCheckpoint"])
+    if report.get("resumedFrom") and report["resumedFrom"]["uid"] != uid:
+        _resumed_from_predecessor(st, report["resumedFrom"])
+
+
+def _apply_loss(st: StatusView, loss: float) -> None:
+    """A finite loss goes into the status; NaN/±inf (a diverged run) never does — it is not JSON,
+    and the status patch would fail from then on — it sets LossNotFinite and a Warning Event."""
+    diverged = get_condition(st.s.conditions, C.COND_LOSS_NOT_FINITE)
+    if math.isfinite(loss):
+        st.s.loss = round(loss, 6)
+        if diverged is not None and diverged.status == "True":
+            st.cond(C.COND_LOSS_NOT_FINITE, False, Reason.LOSS_FINITE, f"loss {st.s.loss} at step {st.s.step}")
+        return
+    st.s.loss = None
+    message = f"rank 0 reported loss {loss} at step {st.s.step}: training diverged"
+    if diverged is None or diverged.status != "True":
+        st.events.append(("Warning", Reason.LOSS_NOT_FINITE, message))
+    st.cond(C.COND_LOSS_NOT_FINITE, True, Reason.LOSS_NOT_FINITE, message)
+
+
+def _resumed_from_predecessor(st: StatusView, resumed: dict[str, Any]) -> None:
+    """The runtime resumed a checkpoint another job uid wrote (checkpoint.resume: true, an earlier
+    job of this name): say so in the status message, a condition and one Event."""
+    who = f"uid {resumed['uid']}" if resumed["uid"] else "an unrecorded uid"
+    message = f"resumed from checkpoint step {resumed['step']} of an earlier job with this name ({who})"
+    if not is_true(st.s.conditions, C.COND_RESUMED_FROM_PREDECESSOR):
+        st.events.append(("Normal", Reason.RESUMED_FROM_PREDECESSOR, message))
+    st.cond(C.COND_RESUMED_FROM_PREDECESSOR, True, Reason.RESUMED_FROM_PREDECESSOR, message)
+    if st.s.phase == Phase.RUNNING and message not in (st.s.message or ""):
+        st.s.message = f"{st.s.message}; {message}" if st.s.message else message

@@ -14,6 +14,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import Phase
+from phalanx.constants import Reason
 from phalanx.lifecycle.status import StatusView
 
 # 403s that a change elsewhere in the cluster can lift (quota freed, a class or account created).
@@ -63,11 +64,11 @@ def refused_status(obj: dict[str, Any], refusals: list[Refusal], now: datetime) 
     permanent = [r for r in refusals if r.permanent]
     if permanent:
         message = f"the API server rejected the job's objects: {_summary(permanent)}"
-        st.cond(C.COND_CREATED, False, C.REASON_CREATE_REJECTED, message)
-        st.finish(Phase.FAILED, C.REASON_CREATE_REJECTED, message)
+        st.cond(C.COND_CREATED, False, Reason.CREATE_REJECTED, message)
+        st.finish(Phase.FAILED, Reason.CREATE_REJECTED, message)
     else:
         message = _summary(refusals)
-        st.cond(C.COND_CREATED, False, C.REASON_CREATE_REFUSED, message)
+        st.cond(C.COND_CREATED, False, Reason.CREATE_REFUSED, message)
         st.s.message = message
     return st.s.model_dump(by_alias=True, mode="json", exclude_none=True), bool(permanent)
 
@@ -81,9 +82,9 @@ def error_status(obj: dict[str, Any], error: str, now: datetime, final: bool) ->
     except Exception:  # noqa: BLE001 - the stored status may be what broke the reconcile
         st = StatusView(None, generation, now)
     message = f"the operator could not reconcile this job: {error}"[:2000]
-    st.cond(C.COND_RECONCILED, False, C.REASON_RECONCILE_ERROR, message)
+    st.cond(C.COND_RECONCILED, False, Reason.RECONCILE_ERROR, message)
     if final:
-        st.finish(Phase.FAILED, C.REASON_RECONCILE_ERROR, message)
+        st.finish(Phase.FAILED, Reason.RECONCILE_ERROR, message)
     else:
         st.s.message = message
     return st.s.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -1,5 +1,6 @@
-"""A job's status while it is being decided: the pydantic status plus helpers that record
-transitions (conditions with lastTransitionTime/observedGeneration, phase Events)."""
+"""A job's status while it is being decided, and the phase machine: the pydantic status plus
+helpers that record transitions (conditions with lastTransitionTime/observedGeneration, phase
+Events), and the phase the current gang's pods put the job in (Pending → Scheduling → Running)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import Phase, TrainingJobStatus
+from phalanx.constants import Reason
 from phalanx.lifecycle.conditions import set_condition
+from phalanx.lifecycle.pods import is_ready, pod_phase
 
 
 def iso(t: datetime) -> str:
@@ -21,7 +24,6 @@ def parse_iso(ts: str | None) -> datetime | None:
         return None
     parsed = datetime.fromisoformat(ts)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
 
 
 class StatusView:
@@ -56,3 +58,33 @@ class StatusView:
         self.s.observed_generation = self.generation
         after = self.s.model_dump(by_alias=True, mode="json", exclude_none=True)
         return after if after != self.before else None
+
+
+def count_ready(st: StatusView, pods: list[dict[str, Any]]) -> None:
+    st.s.ready_nodes = sum(1 for p in pods if is_ready(p))
+    st.s.nodes = f"{st.s.ready_nodes}/{st.s.total_nodes}"
+
+
+def phase_from_pods(st: StatusView, current: list[dict[str, Any]], nodes: int) -> None:
+    """Pending (pods being created) → Scheduling (all exist, binding) → Running (all running)."""
+    count_ready(st, current)
+    running = [p for p in current if pod_phase(p) == "Running"]
+    succeeded = sum(1 for p in current if pod_phase(p) == "Succeeded")
+    if len(current) == nodes and len(running) + succeeded == nodes and running:
+        st.s.start_time = st.s.start_time or st.now
+        if st.s.phase != Phase.RUNNING:
+            st.cond(C.COND_RESTARTING, False, Reason.RUNNING, "")
+            st.s.last_progress_time = st.now  # the hang clock starts afresh with each gang
+        st.cond(C.COND_RUNNING, True, Reason.ALL_NODES_RUNNING, f"{len(running)}/{nodes} nodes running")
+        st.phase(Phase.RUNNING, Reason.RUNNING, f"all {nodes} nodes running")
+        return
+    if st.s.phase == Phase.RESTARTING and not current:
+        return
+    if current and len(current) == nodes and st.s.attempt_created:
+        unbound = [p for p in current if not p.get("spec", {}).get("nodeName")]
+        msg = f"{nodes - len(unbound)}/{nodes} pods bound to nodes"
+        st.phase(Phase.SCHEDULING, Reason.SCHEDULING, msg)
+        st.s.message = msg
+        return
+    if st.s.phase not in (Phase.RESTARTING,):
+        st.phase(Phase.PENDING, Reason.PENDING, f"{len(current)}/{nodes} pods created")

@@ -1,4 +1,4 @@
-"""Names, labels and owner references of a job's children (pure)."""
+"""Names and labels of a job's children, and their metadata (pure)."""
 
 from __future__ import annotations
 
@@ -43,24 +43,16 @@ def base_labels(job: TrainingJob, component: str) -> dict[str, str]:
     }
 
 
-def owner_reference(job: TrainingJob) -> dict[str, Any]:
-    return {
-        "apiVersion": C.API_VERSION,
-        "kind": C.KIND,
-        "name": job.metadata.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def metadata(job: TrainingJob, name: str, component: str, **labels: str) -> dict[str, Any]:
-    return {
+    meta: dict[str, Any] = {
         "name": name,
         "namespace": job.metadata.namespace,
         "labels": {**base_labels(job, component), **labels},
-        "ownerReferences": [owner_reference(job)],
     }
+    owners = job.owner_references()
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
 
 
 def spec_hash(spec_dict: dict[str, Any]) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import posixpath
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +26,6 @@ DEBUG_ONLY_VARS = frozenset({
     "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO",
     "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
 })
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENV_PG_TIMEOUT = "PHALANX_PG_TIMEOUT_SECONDS"
 _RDMA_FABRICS = (Fabric.INFINIBAND, Fabric.ROCE)
 
 
@@ -46,7 +43,6 @@ class NetworkWiring:
     master_port: int = C.DEFAULT_MASTER_PORT
     progress_port: int = C.PROGRESS_PORT
     metrics_port: int = C.METRICS_PORT
-    errors: list[str] = field(default_factory=list)  # validation errors (job must not start)
     warnings: list[str] = field(default_factory=list)  # worth an Event
 
     def env_dict(self) -> dict[str, str]:
@@ -63,23 +59,6 @@ def host_ports(job_key: str, port_range: tuple[int, int] = C.HOST_NETWORK_PORT_R
     h = int.from_bytes(hashlib.sha256(job_key.encode()).digest()[:8], "big")
     base = lo + (h % slots) * 3
     return base, base + 1, base + 2
-
-
-def validate_network(spec: Any, profile: NetworkProfile | None, profile_name: str | None = None) -> list[str]:
-    """Semantic errors of spec.network against the profile (empty when fine)."""
-    name = profile_name or spec.network.profile
-    if profile is None:
-        return [f"network.profile: unknown network profile {name!r}"]
-    errors = []
-    if spec.network.host_network and not profile.allow_host_network:
-        errors.append(
-            f"network.hostNetwork: network profile {name!r} does not allow hostNetwork "
-            "(set allowHostNetwork in the operator's network profile)"
-        )
-    for k in spec.network.nccl_env:
-        if not _ENV_NAME.match(k):
-            errors.append(f"network.ncclEnv: {k!r} is not a valid environment variable name")
-    return errors
 
 
 def _ib_hca(hcas: list[str]) -> str:
@@ -99,12 +78,38 @@ def render_network(
 
     ``job_key`` ('namespace/name') seeds the hostNetwork port block; pass it whenever hostNetwork
     may be on (without it the spec's own content is hashed, which two identical jobs share).
+    The spec's network is checked against the profile by ``phalanx.validate.validate_network``.
     """
     w = NetworkWiring()
-    w.errors = validate_network(spec, profile)
+    env = _fabric_env(profile, w)
+    _topo_file(profile, w, env)
+    env.update(_watchdog_env(profile))
+    # Further system env of the profile (e.g. FI_PROVIDER=efa for old EFA plugins, NCCL_NET).
+    env.update({k: str(v) for k, v in profile.env.items()})
+    _job_overrides(spec, w, env)
+
+    w.resources = profile.extra_resources()
+    if profile.multus_networks:
+        w.annotations[C.ANNOTATION_MULTUS_NETWORKS] = profile.multus_networks
+    if profile.ipc_lock:
+        w.capabilities_add.append("IPC_LOCK")
+    if profile.shm_size is not None:
+        w.shm_size = str(profile.shm_size)
+
+    if spec.network.host_network and profile.allow_host_network:
+        w.host_network = True
+        w.dns_policy = C.DNS_POLICY_HOST_NETWORK
+        key = job_key or hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+        w.master_port, w.progress_port, w.metrics_port = host_ports(key, port_range)
+
+    w.env = [{"name": k, "value": v} for k, v in env.items()]
+    return w
+
+
+def _fabric_env(profile: NetworkProfile, w: NetworkWiring) -> dict[str, str]:
+    """The fabric's system variables: interfaces, HCAs, GID index, IB timeouts, cross-NIC, TCPX."""
     env: dict[str, str] = {}
     fabric = Fabric(profile.fabric)
-
     if profile.socket_ifname:
         env["NCCL_SOCKET_IFNAME"] = profile.socket_ifname
     if fabric in _RDMA_FABRICS:
@@ -125,33 +130,42 @@ def render_network(
             env["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"] = profile.tcpx_socket_ifname
         if profile.tcpx_ctrl_dev:
             env["NCCL_GPUDIRECTTCPX_CTRL_DEV"] = profile.tcpx_ctrl_dev
+    return env
 
-    if profile.topo_file is not None:
-        tf = profile.topo_file
-        env["NCCL_TOPO_FILE"] = tf.path
-        fname = posixpath.basename(tf.path)
-        if tf.host_path:
-            w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
-                              "hostPath": {"path": tf.host_path, "type": "File"}})
-            w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path, "readOnly": True})
-        elif tf.config_map:
-            w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
-                              "configMap": {"name": tf.config_map, "items": [{"key": fname, "path": fname}]}})
-            w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path,
-                                    "subPath": fname, "readOnly": True})
-        # Neither: the file is in the image (e.g. a cloud's base image); only the env is set.
 
+def _topo_file(profile: NetworkProfile, w: NetworkWiring, env: dict[str, str]) -> None:
+    """NCCL_TOPO_FILE, mounted from the node or a ConfigMap (or already in the image)."""
+    if profile.topo_file is None:
+        return
+    tf = profile.topo_file
+    env["NCCL_TOPO_FILE"] = tf.path
+    fname = posixpath.basename(tf.path)
+    if tf.host_path:
+        w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
+                          "hostPath": {"path": tf.host_path, "type": "File"}})
+        w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path, "readOnly": True})
+    elif tf.config_map:
+        w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
+                          "configMap": {"name": tf.config_map, "items": [{"key": fname, "path": fname}]}})
+        w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path,
+                                "subPath": fname, "readOnly": True})
+    # Neither: the file is in the image (e.g. a cloud's base image); only the env is set.
+
+
+def _watchdog_env(profile: NetworkProfile) -> dict[str, str]:
+    """The PyTorch NCCL watchdog and the runtime's process-group timeout."""
     wd = profile.watchdog
-    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = str(wd.async_error_handling)
-    env["TORCH_NCCL_ENABLE_MONITORING"] = "1" if wd.enable_monitoring else "0"
-    env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] = str(wd.heartbeat_timeout_seconds)
-    env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1" if wd.dump_on_timeout else "0"
-    env[ENV_PG_TIMEOUT] = str(wd.pg_timeout_seconds)
+    return {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": str(wd.async_error_handling),
+        "TORCH_NCCL_ENABLE_MONITORING": "1" if wd.enable_monitoring else "0",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(wd.heartbeat_timeout_seconds),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1" if wd.dump_on_timeout else "0",
+        C.ENV_PG_TIMEOUT_SECONDS: str(wd.pg_timeout_seconds),
+    }
 
-    # Further system env of the profile (e.g. FI_PROVIDER=efa for old EFA plugins, NCCL_NET).
-    env.update({k: str(v) for k, v in profile.env.items()})
 
-    # The job's own overrides (the only way debug variables get in) win.
+def _job_overrides(spec: Any, w: NetworkWiring, env: dict[str, str]) -> None:
+    """The job's own overrides (the only way debug variables get in) win."""
     for k, v in spec.network.nccl_env.items():
         if k in DEBUG_ONLY_VARS:
             w.warnings.append(f"network.ncclEnv sets debug variable {k}={v}; remove it for production runs")
@@ -161,28 +175,6 @@ def render_network(
                 "(mlx5_1 also selects mlx5_10..mlx5_19)"
             )
         env[k] = str(v)
-
-    # Extended resources for the fabric.
-    rdma = profile.rdma_resource
-    if rdma is None and fabric == Fabric.EFA:
-        rdma = C.RESOURCE_EFA
-    if rdma:
-        w.resources[rdma] = profile.rdma_count
-    if profile.multus_networks:
-        w.annotations[C.ANNOTATION_MULTUS_NETWORKS] = profile.multus_networks
-    if profile.ipc_lock:
-        w.capabilities_add.append("IPC_LOCK")
-    if profile.shm_size is not None:
-        w.shm_size = str(profile.shm_size)
-
-    if spec.network.host_network and profile.allow_host_network:
-        w.host_network = True
-        w.dns_policy = C.DNS_POLICY_HOST_NETWORK
-        key = job_key or hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
-        w.master_port, w.progress_port, w.metrics_port = host_ports(key, port_range)
-
-    w.env = [{"name": k, "value": v} for k, v in env.items()]
-    return w
 
 
 # ---------------------------------------------------------------------------------------------

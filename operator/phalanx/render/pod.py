@@ -40,7 +40,6 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_PET_NNODES, spec.nodes),
         _env(C.ENV_PET_NODE_RANK, rank),
         _env(C.ENV_PET_NPROC_PER_NODE, spec.procs_per_node),
-        _env(C.ENV_PET_RDZV_BACKEND, "c10d"),
         _env(C.ENV_PET_RDZV_ENDPOINT, f"{addr}:{master_port}"),
         _env(C.ENV_PET_RDZV_ID, f"{job.metadata.namespace}-{name}-{attempt}"),
         _env(C.ENV_PET_MAX_RESTARTS, 0),  # the operator restarts the whole gang

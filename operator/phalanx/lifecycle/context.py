@@ -1,0 +1,59 @@
+"""One reconcile pass: its inputs, the status being decided and the plan being built.
+
+``decide`` (lifecycle.reconcile) runs its phases over a ``Pass``; a phase that has the final word
+returns ``ctx.done()``, which applies rank 0's progress last (so user code can change nothing but
+the progress fields) and hands back the ``Plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from phalanx.api.config import OperatorConfig
+from phalanx.api.types import TrainingJob, TrainingJobSpec
+from phalanx.decision import Fits, GangStep, Observed, Plan
+from phalanx.lifecycle.progress import apply_progress
+from phalanx.lifecycle.status import StatusView
+from phalanx.problems import Problem
+
+
+@dataclass
+class Pass:
+    obj: dict[str, Any]
+    observed: Observed
+    now: datetime
+    config: OperatorConfig
+    gang: GangStep
+    fits: Fits | None
+    st: StatusView
+    job: TrainingJob | None  # parsed and checked; at its current (elastic) size once accepted
+    problems: list[Problem]
+    plan: Plan = field(default_factory=Plan)
+    requested: TrainingJob | None = None  # the job at the size its spec asks for
+    active: int = 0  # the current gang size
+    predecessors: list[dict[str, Any]] = field(default_factory=list)  # pods of an earlier job of this name
+    reports: list[dict[str, Any] | None] = field(default_factory=list)  # rank 0's progress, applied in done()
+    current: list[dict[str, Any]] = field(default_factory=list)  # pods of the current attempt
+    stale: list[dict[str, Any]] = field(default_factory=list)  # pods of earlier attempts
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.obj.get("metadata", {})
+
+    @property
+    def spec(self) -> TrainingJobSpec:
+        assert self.job is not None
+        return self.job.spec
+
+    @property
+    def attempt(self) -> int:
+        return self.st.s.restart_attempt
+
+    def done(self) -> Plan:
+        for report in self.reports:
+            apply_progress(self.st, report, self.st.s.total_steps or 0, self.meta.get("uid"))
+        self.plan.status = self.st.dump()
+        self.plan.events = self.st.events
+        return self.plan
