@@ -12,38 +12,22 @@ import yaml
 from phalanx import __version__
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
-from phalanx.api.manifests import InputError, load_operator_config, read_jobs
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings (the runtime config JSON) as readable block scalars."""
-
-
-_BlockDumper.add_representer(
-    str,
-    lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None),
+from phalanx.api.manifests import (
+    InputError,
+    document_name,
+    dump_yaml_stream,
+    load_operator_config,
+    read_jobs,
 )
 
 
-def dump_yaml_stream(objs: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(objs, Dumper=_BlockDumper, sort_keys=False)
-
-
-def _job_name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name") or meta.get("generateName") or "?") if isinstance(meta, dict) else "?"
-
-
 def _checked(obj: dict[str, Any], config: OperatorConfig, path: str):
-    from phalanx.validate import validate_job
+    """The job, or None after printing its problems (phalanx.validate.check_document)."""
+    from phalanx.validate import check_document
 
-    if isinstance(obj.get("metadata"), dict):
-        obj["metadata"].setdefault("namespace", "default")
-    job, problems = validate_job(obj, config)
-    if problems:
-        for problem in problems:
-            print(f"error: {path}: TrainingJob {_job_name(obj)}: {problem}", file=sys.stderr)
-        return None
+    job, errors = check_document(obj, config, path)
+    for line in errors:
+        print(line, file=sys.stderr)
     return job
 
 
@@ -84,19 +68,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if _checked(obj, config, args.job) is None:
             bad += 1
         else:
-            print(f"{args.job}: TrainingJob {_job_name(obj)}: valid")
+            print(f"{args.job}: TrainingJob {document_name(obj)}: valid")
     return 1 if bad else 0
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    if (code := _sweep_cli().crd(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
-        return code
     from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
     from phalanx.api.reference import api_reference
     from phalanx.policy.admission import admission_policy_template
 
-    if args.reference:
+    if (sweep_crd := _sweep_cli().crd(args)) is not None:  # --sweep: the TrainingSweep's (phalanx.sweep.cli)
+        text = sweep_crd
+    elif args.reference:
         text = api_reference()
     elif args.admission_policy:
         text = admission_policy_template()

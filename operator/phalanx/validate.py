@@ -20,6 +20,7 @@ from phalanx import constants as C
 from phalanx.api import patterns as P
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.layout import check_layout
+from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import render_backend
@@ -38,7 +39,8 @@ class InvalidJob(ValueError):
         super().__init__("; ".join(str(p) for p in problems))
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error's location as a field path: ``("spec", "parameters", 0)`` → ``spec.parameters[0]``."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -48,7 +50,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
 def schema_problems(error: ValidationError, prefix: str = "spec") -> list[Problem]:
     problems = []
     for err in error.errors():
-        field = _loc((prefix, *err["loc"])) if err["loc"] else prefix
+        field = field_path((prefix, *err["loc"])) if err["loc"] else prefix
         problems.append(Problem(field, err["msg"]))
     return problems
 
@@ -81,12 +83,18 @@ def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None)
     return str(value)  # YAML timestamps: kubectl sends them as strings
 
 
-def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
+def type_problems(obj: dict[str, Any], kind: str) -> list[Problem]:
+    """apiVersion and kind: ours, and ``kind``."""
     problems = []
     if obj.get("apiVersion") != C.API_VERSION:
         problems.append(Problem("apiVersion", f"expected {C.API_VERSION}, got {obj.get('apiVersion')!r}"))
-    if obj.get("kind") != C.KIND:
-        problems.append(Problem("kind", f"expected {C.KIND}, got {obj.get('kind')!r}"))
+    if obj.get("kind") != kind:
+        problems.append(Problem("kind", f"expected {kind}, got {obj.get('kind')!r}"))
+    return problems
+
+
+def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
+    problems = type_problems(obj, C.KIND)
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return problems + [Problem("metadata", "is required (a mapping with name)")]
@@ -142,8 +150,8 @@ def _problem(err: Any) -> Problem:
     if err["type"] == "int_type" and isinstance(value, float) and value.is_integer():
         # The API server stores 2.0 for an integer field; its CEL rules then refuse it where
         # they read it, the runtime never should see it: refused here, whatever the field.
-        return Problem(_loc(err["loc"]), f"must be an integer, not {value} (write {int(value)})", "operator")
-    return Problem(_loc(err["loc"]), _message(err))
+        return Problem(field_path(err["loc"]), f"must be an integer, not {value} (write {int(value)})", "operator")
+    return Problem(field_path(err["loc"]), _message(err))
 
 
 def _message(err: Any) -> str:
@@ -294,3 +302,13 @@ def validate_job(obj: Any, config: OperatorConfig | None = None,
     except Exception as exc:  # noqa: BLE001 - a checker bug must still give a verdict, not a crash
         problems = [Problem("spec", f"could not be checked ({type(exc).__name__}: {exc}); please report this", "operator")]
     return job, problems
+
+
+def check_document(obj: dict[str, Any], config: OperatorConfig, path: str) -> tuple[TrainingJob | None, list[str]]:
+    """The verdict on a TrainingJob read from the file ``path`` (`phalanx validate|render|local`,
+    alone or next to TrainingSweeps): the job (None when it has problems) and one error line a
+    problem. Its namespace defaults to ``default``, as kubectl's does."""
+    if isinstance(obj.get("metadata"), dict):
+        obj["metadata"].setdefault("namespace", "default")
+    job, problems = validate_job(obj, config)
+    return (None if problems else job), [f"error: {path}: TrainingJob {document_name(obj)}: {p}" for p in problems]

@@ -18,8 +18,8 @@ MAX_FUNCTION_LINES = 80
 LONG_FUNCTION_ROOTS = (PACKAGE, ROOT / "runtime" / "phalanx_runtime")
 # Work in flight elsewhere (the TrainingSweep change), to be removed as it lands — each entry must
 # still be true (the ratchet below fails once it is not, so the list only shrinks):
-PENDING_LONG = {"operator/phalanx/sweep/decide.py decide()"}  # to split into phases
-PENDING_EDGES = {("phalanx.sweep", "phalanx.cli")}  # sweep/cli.py imports phalanx.cli._checked
+PENDING_LONG: set[str] = set()
+PENDING_EDGES: set[tuple[str, str]] = set()
 
 
 def _functions(path: Path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from test_crd import _walk  # the CRD schema, node by node
 
 from phalanx.api.sweep import (
     OPERATOR_RULES,
@@ -19,16 +20,6 @@ from phalanx.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingsweeps.yaml"
 EXAMPLE = ROOT / "examples" / "sweep-lr.yaml"
-
-
-def _walk(schema, path="spec"):
-    yield path, schema
-    for name, sub in (schema.get("properties") or {}).items():
-        yield from _walk(sub, f"{path}.{name}")
-    if isinstance(schema.get("items"), dict):
-        yield from _walk(schema["items"], f"{path}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
 
 
 def test_crd_files_match_models():

@@ -1,4 +1,5 @@
-"""Generate the TrainingJob CustomResourceDefinition from the pydantic models.
+"""Generate the TrainingJob CustomResourceDefinition from the pydantic models (and, with
+``custom_resource_definition`` and ``unchanged_checks``, the TrainingSweep's: api/sweep.py).
 
 Pydantic's JSON schema is turned into a Kubernetes structural schema: references inlined,
 ``Optional[X]`` becomes ``X``, free-form objects keep unknown fields, titles dropped.
@@ -133,18 +134,23 @@ PRINTER_COLUMNS = [
 MUTABLE_FIELDS = ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "failurePolicy")
 
 
-def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
-    """CEL transition rule: the API server refuses edits of a running job's immutable fields."""
+def unchanged_checks(spec_schema: dict[str, Any], skip: tuple[str, ...]) -> list[str]:
+    """CEL, one a field of ``spec_schema`` but ``skip``: the field is as it was (``oldSelf``)."""
     checks = []
     for field in spec_schema["properties"]:
-        if field in MUTABLE_FIELDS:
+        if field in skip:
             continue
         if "default" in spec_schema["properties"][field] or field in spec_schema.get("required", []):
             checks.append(f"self.{field} == oldSelf.{field}")
         else:
             checks.append(f"(has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field}))")
+    return checks
+
+
+def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
+    """CEL transition rule: the API server refuses edits of a running job's immutable fields."""
     return {
-        "rule": "oldSelf.suspend || (" + " && ".join(checks) + ")",
+        "rule": "oldSelf.suspend || (" + " && ".join(unchanged_checks(spec_schema, MUTABLE_FIELDS)) + ")",
         "message": "only " + ", ".join(MUTABLE_FIELDS) + " may change while a job is not suspended; "
         "suspend it first (spec.suspend: true) to change anything else",
         "reason": "FieldValueForbidden",
@@ -163,12 +169,21 @@ NAME_RULES = [
 def build_crd() -> dict[str, Any]:
     spec_schema = openapi_schema(TrainingJobSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
-    status_schema = openapi_schema(TrainingJobStatus)
+    names = {"kind": C.KIND, "plural": C.PLURAL, "singular": C.SINGULAR, "shortNames": C.SHORT_NAMES}
+    return custom_resource_definition(C.CRD_NAME, names, spec_schema, TrainingJobStatus, NAME_RULES, PRINTER_COLUMNS)
+
+
+def custom_resource_definition(name: str, names: dict[str, Any], spec_schema: dict[str, Any],
+                               status_model: type[BaseModel], name_rules: list[dict[str, str]],
+                               printer_columns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A namespaced CRD of our group, one served and stored version with a status subresource.
+    ``names``: kind, plural, singular, shortNames (listKind and categories are added)."""
+    status_schema = openapi_schema(status_model)
     status_schema.pop("required", None)
     root = {
         "type": "object",
         "required": ["spec"],
-        "x-kubernetes-validations": NAME_RULES,
+        "x-kubernetes-validations": name_rules,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
@@ -177,19 +192,20 @@ def build_crd() -> dict[str, Any]:
             "status": status_schema,
         },
     }
+    kind = names["kind"]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": C.CRD_NAME, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
+        "metadata": {"name": name, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
         "spec": {
             "group": C.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": C.KIND,
-                "listKind": f"{C.KIND}List",
-                "plural": C.PLURAL,
-                "singular": C.SINGULAR,
-                "shortNames": C.SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": names["plural"],
+                "singular": names["singular"],
+                "shortNames": names["shortNames"],
                 "categories": C.CATEGORIES,
             },
             "versions": [
@@ -198,7 +214,7 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": printer_columns,
                     "schema": {"openAPIV3Schema": root},
                 }
             ],

@@ -1,5 +1,6 @@
 """Reading the user's YAML: TrainingJob manifests and the operator config — the one loader for
-`phalanx render|validate|plan|local|operator` (and the runtime's local mode).
+`phalanx render|validate|plan|local|operator` (and the runtime's local mode) — and writing the
+manifests `phalanx render` prints.
 
 YAML is parsed strictly (a duplicate key is refused: the second would silently replace the first);
 ``-`` reads stdin. What the documents mean is decided elsewhere (``phalanx.validate``).
@@ -48,6 +49,12 @@ def read_documents(path: str) -> list[Any]:
     return parse_documents(sys.stdin.read() if path == "-" else Path(path).read_text())
 
 
+def document_name(doc: dict[str, Any]) -> str:
+    """A document's name for messages: metadata.name, else metadata.generateName, else ``?``."""
+    meta = doc.get("metadata")
+    return str(meta.get("name") or meta.get("generateName") or "?") if isinstance(meta, dict) else "?"
+
+
 def is_job_attempt(doc: Any) -> bool:
     """A TrainingJob, or a document meant as one (our API group, another kind)."""
     if not isinstance(doc, dict):
@@ -71,3 +78,18 @@ def load_operator_config(path: str | None) -> OperatorConfig:
     if not path:
         return OperatorConfig()
     return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the runtime config JSON) as readable block scalars."""
+
+
+_BlockDumper.add_representer(
+    str,
+    lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None),
+)
+
+
+def dump_yaml_stream(objs: list[dict[str, Any]]) -> str:
+    """``objs`` as one YAML stream, keys in their order (what `phalanx render` prints)."""
+    return yaml.dump_all(objs, Dumper=_BlockDumper, sort_keys=False)

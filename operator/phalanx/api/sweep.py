@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from phalanx import constants as C
 from phalanx.api import patterns as P
 from phalanx.api.base import Model
+from phalanx.api.crd import custom_resource_definition, openapi_schema, unchanged_checks
 from phalanx.api.rules import Rule
 from phalanx.api.types import MAX_JOB_NAME, Condition, ObjectMeta, TrainingJobSpec
 
@@ -262,63 +263,17 @@ NAME_RULES = [
 
 
 def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
-    checks = []
-    for field in spec_schema["properties"]:
-        if field in MUTABLE_FIELDS or field in UNCOMPARABLE_FIELDS:
-            continue
-        if "default" in spec_schema["properties"][field] or field in spec_schema.get("required", []):
-            checks.append(f"self.{field} == oldSelf.{field}")
-        else:
-            checks.append(f"(has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field}))")
+    checks = unchanged_checks(spec_schema, MUTABLE_FIELDS + UNCOMPARABLE_FIELDS)
     return {"rule": " && ".join(checks),
             "message": "only " + ", ".join(MUTABLE_FIELDS) + " may change; create a new sweep to change anything else",
             "reason": "FieldValueForbidden"}
 
 
 def build_sweep_crd() -> dict[str, Any]:
-    from phalanx.api.crd import openapi_schema
-
     spec_schema = openapi_schema(TrainingSweepSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
-    status_schema = openapi_schema(TrainingSweepStatus)
-    status_schema.pop("required", None)
-    root = {
-        "type": "object",
-        "required": ["spec"],
-        "x-kubernetes-validations": NAME_RULES,
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec_schema,
-            "status": status_schema,
-        },
-    }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": C.SWEEP_CRD_NAME, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
-        "spec": {
-            "group": C.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": C.SWEEP_KIND,
-                "listKind": f"{C.SWEEP_KIND}List",
-                "plural": C.SWEEP_PLURAL,
-                "singular": C.SWEEP_SINGULAR,
-                "shortNames": C.SWEEP_SHORT_NAMES,
-                "categories": C.CATEGORIES,
-            },
-            "versions": [{
-                "name": C.VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
-                "schema": {"openAPIV3Schema": root},
-            }],
-        },
-    }
+    names = {"kind": C.SWEEP_KIND, "plural": C.SWEEP_PLURAL, "singular": C.SWEEP_SINGULAR, "shortNames": C.SWEEP_SHORT_NAMES}
+    return custom_resource_definition(C.SWEEP_CRD_NAME, names, spec_schema, TrainingSweepStatus, NAME_RULES, PRINTER_COLUMNS)
 
 
 def sweep_crd_yaml() -> str:

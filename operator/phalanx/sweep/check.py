@@ -19,7 +19,7 @@ from phalanx.api.rules import broken_rules
 from phalanx.api.sweep import MAX_SWEEP_NAME, MAX_TRIALS, OPERATOR_RULES, TrainingSweep
 from phalanx.problems import Problem
 from phalanx.sweep.params import Leaf, Trial, expand, resolve_path, total_trials
-from phalanx.validate import wire_form
+from phalanx.validate import field_path, type_problems, wire_form
 
 MAX_PROBLEMS = 20
 _NUMBER_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
@@ -38,19 +38,8 @@ class Expansion:
         return self.sweep is not None and not self.problems
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _identity(obj: dict[str, Any]) -> list[Problem]:
-    problems = []
-    if obj.get("apiVersion") != C.API_VERSION:
-        problems.append(Problem("apiVersion", f"expected {C.API_VERSION}, got {obj.get('apiVersion')!r}"))
-    if obj.get("kind") != C.SWEEP_KIND:
-        problems.append(Problem("kind", f"expected {C.SWEEP_KIND}, got {obj.get('kind')!r}"))
+    problems = type_problems(obj, C.SWEEP_KIND)
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     if not isinstance(name, str) or not name:
@@ -81,7 +70,7 @@ def parse_sweep(obj: Any) -> tuple[TrainingSweep | None, list[Problem]]:
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown field (names are camelCase)"
-            out.append(Problem(_loc(err["loc"]) or "spec", msg))
+            out.append(Problem(field_path(err["loc"]) or "spec", msg))
         return None, out
 
 

@@ -1,14 +1,18 @@
 """The CLI's sweep side: `phalanx validate|local|render` on a file with TrainingSweeps, `phalanx
 watch tsw/NAME`, `phalanx crd --sweep`. phalanx.cli calls these first; ``None`` means "no sweep
-here, carry on as for TrainingJobs"."""
+here, carry on as for TrainingJobs" (``crd`` returns the text for phalanx.cli to write)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx import constants as C
+
+if TYPE_CHECKING:
+    from phalanx.api.config import OperatorConfig
+    from phalanx.sweep.check import Expansion
 
 SWEEP_PREFIXES = ("tsw/", "trainingsweep/", "trainingsweeps/", f"{C.SWEEP_CRD_NAME}/")
 
@@ -29,9 +33,22 @@ def _config(args: argparse.Namespace):
     return load_operator_config(getattr(args, "config", None))
 
 
-def _name(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name") or "?") if isinstance(meta, dict) else "?"
+def _sweeps(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The file's TrainingSweeps (none from stdin: phalanx.cli reads that as TrainingJobs)."""
+    return [] if args.job == "-" else [d for d in _docs(args.job) if is_sweep(d)]
+
+
+def _checked_sweep(doc: dict[str, Any], config: OperatorConfig, path: str) -> Expansion:
+    """The sweep's verdict (its namespace defaults to ``default``), its problems printed."""
+    from phalanx.api.manifests import document_name
+    from phalanx.sweep.check import check_sweep
+
+    if isinstance(doc.get("metadata"), dict):
+        doc["metadata"].setdefault("namespace", "default")
+    expansion = check_sweep(doc, config)
+    for problem in expansion.problems:
+        print(f"error: {path}: TrainingSweep {document_name(doc)}: {problem}", file=sys.stderr)
+    return expansion
 
 
 def validate(args: argparse.Namespace) -> int | None:
@@ -41,35 +58,31 @@ def validate(args: argparse.Namespace) -> int | None:
     docs = _docs(args.job)
     if not any(is_sweep(d) for d in docs):
         return None
-    from phalanx.api.manifests import is_job_attempt
-    from phalanx.cli import _checked
-    from phalanx.sweep.check import check_sweep
+    from phalanx.api.manifests import document_name, is_job_attempt
+    from phalanx.validate import check_document
 
     config, bad = _config(args), 0
     for doc in docs:
         if is_sweep(doc):
-            if isinstance(doc.get("metadata"), dict):
-                doc["metadata"].setdefault("namespace", "default")
-            expansion = check_sweep(doc, config)
-            for problem in expansion.problems:
-                print(f"error: {args.job}: TrainingSweep {_name(doc)}: {problem}", file=sys.stderr)
+            expansion = _checked_sweep(doc, config, args.job)
             if expansion.valid:
-                print(f"{args.job}: TrainingSweep {_name(doc)}: valid ({len(expansion.trials)} trials)")
+                print(f"{args.job}: TrainingSweep {document_name(doc)}: valid ({len(expansion.trials)} trials)")
             else:
                 bad += 1
         elif is_job_attempt(doc):
-            if _checked(doc, config, args.job) is None:
+            job, errors = check_document(doc, config, args.job)
+            for line in errors:
+                print(line, file=sys.stderr)
+            if job is None:
                 bad += 1
             else:
-                print(f"{args.job}: TrainingJob {_name(doc)}: valid")
+                print(f"{args.job}: TrainingJob {document_name(doc)}: valid")
     return 1 if bad else 0
 
 
 def local(args: argparse.Namespace) -> int | None:
     """`phalanx local SWEEP.yaml`: the first TrainingSweep of the file as local processes."""
-    if args.job == "-":
-        return None
-    sweeps = [d for d in _docs(args.job) if is_sweep(d)]
+    sweeps = _sweeps(args)
     if not sweeps:
         return None
     from phalanx.sweep.local import run_local_sweep
@@ -80,22 +93,15 @@ def local(args: argparse.Namespace) -> int | None:
 
 def render(args: argparse.Namespace) -> int | None:
     """`phalanx render SWEEP.yaml`: the trial TrainingJobs the sweep would create."""
-    if args.job == "-":
-        return None
-    sweeps = [d for d in _docs(args.job) if is_sweep(d)]
+    sweeps = _sweeps(args)
     if not sweeps:
         return None
-    from phalanx.cli import dump_yaml_stream
-    from phalanx.sweep.check import check_sweep
+    from phalanx.api.manifests import dump_yaml_stream
     from phalanx.sweep.decide import trial_manifest
 
     out, bad = [], 0
     for doc in sweeps:
-        if isinstance(doc.get("metadata"), dict):
-            doc["metadata"].setdefault("namespace", "default")
-        expansion = check_sweep(doc, _config(args))
-        for problem in expansion.problems:
-            print(f"error: {args.job}: TrainingSweep {_name(doc)}: {problem}", file=sys.stderr)
+        expansion = _checked_sweep(doc, _config(args), args.job)
         if not expansion.valid:
             bad += 1
             continue
@@ -122,16 +128,10 @@ def watch(args: argparse.Namespace) -> int | None:
     return watch_sweep(client.CustomObjectsApi(), name, args.namespace, args.timeout)
 
 
-def crd(args: argparse.Namespace) -> int | None:
+def crd(args: argparse.Namespace) -> str | None:
+    """`phalanx crd --sweep`: the TrainingSweep CRD, for phalanx.cli to write."""
     if not getattr(args, "sweep", False):
         return None
-    from pathlib import Path
-
     from phalanx.api.sweep import sweep_crd_yaml
 
-    text = sweep_crd_yaml()
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return sweep_crd_yaml()

@@ -14,13 +14,15 @@ all of it is placed).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
-from phalanx.api.sweep import SweepPhase, TrainingSweep, TrialStatus
+from phalanx.api.sweep import SweepPhase, TrainingSweep, TrainingSweepSpec, TrialStatus
 from phalanx.constants import SweepReason as R
 from phalanx.render.names import spec_hash
 from phalanx.sweep import earlystop
@@ -55,21 +57,44 @@ def _ours(job: dict[str, Any], uid: str | None) -> bool:
     return bool(uid) and any(o.get("uid") == uid for o in owners)
 
 
-def decide(obj: dict[str, Any], trials: dict[str, dict[str, Any]], now: datetime,
-           config: OperatorConfig | None = None, namespace_labels: dict[str, str] | None = None,
-           expansion: Expansion | None = None) -> SweepPlan:
-    """``trials``: the TrainingJobs labelled with this sweep's name, by name (metadata with
-    ownerReferences, spec.suspend, status)."""
-    meta = obj.get("metadata") or {}
-    st = S.SweepStatusView(obj.get("status"), meta.get("generation"), now)
-    plan = SweepPlan()
+@dataclass
+class SweepPass:
+    """One reconcile pass of a sweep: its inputs, the status being decided, the plan being built."""
 
-    def done() -> SweepPlan:
-        plan.status = st.dump()
-        plan.events = st.events
-        return plan
+    trials: dict[str, dict[str, Any]]  # its TrainingJobs, by name
+    st: S.SweepStatusView
+    expansion: Expansion
+    plan: SweepPlan = field(default_factory=SweepPlan)
+    records: list[TrialStatus] = field(default_factory=list)  # one a trial, in order
+    reached: dict[str, list[int]] = field(default_factory=dict)  # milestones first reached now, by trial
+    recreate: list[TrialStatus] = field(default_factory=list)  # created before, gone now
+    active: list[TrialStatus] = field(default_factory=list)  # created and not finished
+    blocked: str | None = None  # why no further trial is created (a gang waits for capacity)
 
-    def refuse(message: str) -> SweepPlan:
+    @property
+    def sweep(self) -> TrainingSweep:
+        assert self.expansion.sweep is not None
+        return self.expansion.sweep
+
+    @property
+    def spec(self) -> TrainingSweepSpec:
+        return self.sweep.spec
+
+    @cached_property
+    def by_name(self) -> dict[str, Trial]:
+        return {t.name: t for t in self.expansion.trials}
+
+    def ours(self, job: dict[str, Any]) -> bool:
+        return _ours(job, self.sweep.metadata.uid)
+
+    def done(self) -> SweepPlan:
+        self.plan.status = self.st.dump()
+        self.plan.events = self.st.events
+        return self.plan
+
+    def refuse(self, message: str) -> SweepPlan:
+        """Bad input: the sweep fails with exactly what is wrong; nothing is created or stopped."""
+        st = self.st
         if st.s.phase != SweepPhase.FAILED or st.s.message != message:
             st.cond(C.COND_VALID, False, R.INVALID_SPEC, message)
             st.cond(C.COND_FAILED, True, R.INVALID_SPEC, message)
@@ -78,106 +103,162 @@ def decide(obj: dict[str, Any], trials: dict[str, dict[str, Any]], now: datetime
             st.s.phase = SweepPhase.FAILED
             st.s.message = message
             st.s.completion_time = st.s.completion_time or st.now
-        return done()
+        return self.done()
 
+
+def decide(obj: dict[str, Any], trials: dict[str, dict[str, Any]], now: datetime,
+           config: OperatorConfig | None = None, namespace_labels: dict[str, str] | None = None,
+           expansion: Expansion | None = None) -> SweepPlan:
+    """``trials``: the TrainingJobs labelled with this sweep's name, by name (metadata with
+    ownerReferences, spec.suspend, status). ``expansion``: the checked spec, when the caller
+    keeps it from an earlier pass (else it is checked here).
+
+    Runs ``PHASES`` in order over one ``SweepPass``: each phase either has the final word (it
+    returns the plan, from ``ctx.done()``) or updates the pass and returns None to hand on."""
+    meta = obj.get("metadata") or {}
+    st = S.SweepStatusView(obj.get("status"), meta.get("generation"), now)
     if expansion is None:
         expansion = check_sweep(obj, config, namespace_labels)
-    if not expansion.valid:
-        return refuse("; ".join(str(p) for p in expansion.problems))
-    sweep = expansion.sweep
-    assert sweep is not None
-    spec = sweep.spec
-    # The trials come from the spec the sweep started with: only maxParallel may change (the CRD
-    # refuses other edits, but for the free-form trials list, which CEL cannot compare).
-    digest = spec_hash(spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"}))
+    ctx = SweepPass(trials=trials, st=st, expansion=expansion)
+    for phase in PHASES:
+        plan = phase(ctx)
+        if plan is not None:
+            return plan
+    return ctx.done()
+
+
+# --- The phases, in order ------------------------------------------------------------------------
+
+
+def refuse_invalid(ctx: SweepPass) -> SweepPlan | None:
+    if ctx.expansion.valid:
+        return None
+    return ctx.refuse("; ".join(str(p) for p in ctx.expansion.problems))
+
+
+def refuse_changed_spec(ctx: SweepPass) -> SweepPlan | None:
+    """The trials come from the spec the sweep started with: only maxParallel may change (the CRD
+    refuses other edits, but for the free-form trials list, which CEL cannot compare)."""
+    st = ctx.st
+    digest = spec_hash(ctx.spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"}))
     if st.s.spec_hash is not None and st.s.spec_hash != digest:
-        return refuse("the spec changed after the sweep started; only maxParallel may change "
-                      "(create a new sweep to try other parameters or trials)")
+        return ctx.refuse("the spec changed after the sweep started; only maxParallel may change "
+                          "(create a new sweep to try other parameters or trials)")
     st.s.spec_hash = digest
-    st.cond(C.COND_VALID, True, R.VALIDATED, f"{len(expansion.trials)} trials")
-    metric, goal, rule = spec.objective.metric, spec.objective.goal, spec.early_stopping
+    st.cond(C.COND_VALID, True, R.VALIDATED, f"{len(ctx.expansion.trials)} trials")
+    return None
 
-    # 1. One record per trial, in order; what the status says so far is kept.
-    known = {r.name: r for r in st.s.trials}
-    records: list[TrialStatus] = []
-    for trial in expansion.trials:
-        rec = known.get(trial.name) or TrialStatus(name=trial.name, index=trial.index, parameters=trial.parameters)
-        records.append(rec)
-    st.s.trials = records
-    by_name = {t.name: t for t in expansion.trials}
-    if st.s.phase in (SweepPhase.SUCCEEDED, SweepPhase.FAILED) and st.s.finished_trials == st.s.total_trials == len(records):
-        return done()  # finished: nothing more to create or stop
 
-    # 2. Observe each trial's TrainingJob: phase, progress, milestones.
-    reached: dict[str, list[int]] = {}
-    recreate: list[TrialStatus] = []
-    for rec in records:
-        job = trials.get(rec.name)
+def list_trials(ctx: SweepPass) -> SweepPlan | None:
+    """One record per trial, in order; what the status says so far is kept. A finished sweep has
+    nothing more to create or stop."""
+    s = ctx.st.s
+    known = {r.name: r for r in s.trials}
+    ctx.records = [known.get(t.name) or TrialStatus(name=t.name, index=t.index, parameters=t.parameters)
+                   for t in ctx.expansion.trials]
+    s.trials = ctx.records
+    if s.phase in (SweepPhase.SUCCEEDED, SweepPhase.FAILED) and s.finished_trials == s.total_trials == len(ctx.records):
+        return ctx.done()
+    return None
+
+
+def observe_trials(ctx: SweepPass) -> None:
+    """Each trial's TrainingJob: phase, progress, milestones."""
+    for rec in ctx.records:
+        job = ctx.trials.get(rec.name)
         if rec.phase in S.FINISHED:
             # Final. A stopped trial resumed by hand (spec.suspend: false) runs on its own.
-            if job is not None and rec.phase == S.STOPPED and _ours(job, sweep.metadata.uid):
-                S.record_progress(rec, job.get("status") or {}, metric, [])  # the step it saved at
-            continue
-        if job is None:
+            if job is not None and rec.phase == S.STOPPED and ctx.ours(job):
+                S.record_progress(rec, job.get("status") or {}, ctx.spec.objective.metric, [])  # the step it saved at
+        elif job is None:
             if rec.phase != S.WAITING:
-                recreate.append(rec)  # created before, gone now (or not yet in our view)
-            continue
-        if not _ours(job, sweep.metadata.uid):
+                ctx.recreate.append(rec)  # created before, gone now (or not yet in our view)
+        elif not ctx.ours(job):
             rec.phase, rec.reason = S.CONFLICT, R.TRIAL_NAME_TAKEN
             rec.message = f"a TrainingJob named {rec.name} exists that this sweep does not own; it is left alone"
-            st.event(R.TRIAL_NAME_TAKEN, rec.message, warning=True)
-            continue
-        before = rec.phase
-        status = job.get("status") or {}
-        steps = earlystop.milestones(rule, by_name[rec.name].spec.get("training", {}).get("steps", 0))
-        reached[rec.name] = S.record_progress(rec, status, metric, steps)
-        rec.phase = S.trial_phase(rec, job)
-        if rec.phase == S.SUCCEEDED and before != S.SUCCEEDED:
-            value = "no value reported" if rec.value is None else f"{metric} {rec.value:.6g}"
-            st.event(R.TRIAL_SUCCEEDED, f"{rec.name} succeeded: {value}")
-        elif rec.phase == S.FAILED and before != S.FAILED:
-            rec.reason, rec.message = R.TRIAL_FAILED, status.get("message")
-            st.event(R.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
-        elif rec.phase == S.STOPPED and before != S.STOPPED:
-            st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped; checkpoint kept (step {rec.step})")
+            ctx.st.event(R.TRIAL_NAME_TAKEN, rec.message, warning=True)
+        else:
+            _observe(ctx, rec, job)
 
-    # 3. Early stopping: judged when a running trial first reaches a milestone; a trial whose
-    # loss is NaN or infinite is stopped at once.
-    values = {r.name: {m.step: m.value for m in r.milestones} for r in records}
-    for rec in records:
-        job = trials.get(rec.name)
+
+def _observe(ctx: SweepPass, rec: TrialStatus, job: dict[str, Any]) -> None:
+    """An unfinished trial from its own TrainingJob; an Event when it has just finished."""
+    metric, st = ctx.spec.objective.metric, ctx.st
+    before = rec.phase
+    status = job.get("status") or {}
+    steps = earlystop.milestones(ctx.spec.early_stopping, ctx.by_name[rec.name].spec.get("training", {}).get("steps", 0))
+    ctx.reached[rec.name] = S.record_progress(rec, status, metric, steps)
+    rec.phase = S.trial_phase(rec, job)
+    if rec.phase == before:
+        return
+    if rec.phase == S.SUCCEEDED:
+        value = "no value reported" if rec.value is None else f"{metric} {rec.value:.6g}"
+        st.event(R.TRIAL_SUCCEEDED, f"{rec.name} succeeded: {value}")
+    elif rec.phase == S.FAILED:
+        rec.reason, rec.message = R.TRIAL_FAILED, status.get("message")
+        st.event(R.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
+    elif rec.phase == S.STOPPED:
+        st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped; checkpoint kept (step {rec.step})")
+
+
+def stop_early(ctx: SweepPass) -> None:
+    """Early stopping: judged when a running trial first reaches a milestone; a trial whose loss
+    is NaN or infinite is stopped at once. Stopping trials are suspended until their spec says so."""
+    rule, metric = ctx.spec.early_stopping, ctx.spec.objective.metric
+    values = {r.name: {m.step: m.value for m in r.milestones} for r in ctx.records}
+    for rec in ctx.records:
+        job = ctx.trials.get(rec.name)
         if job is None or rec.phase != "Running" or rec.reason in S.STOP_REASONS:
             continue
         if S.condition_status(job, C.COND_LOSS_NOT_FINITE) == "True":
             rec.reason, rec.message = R.TRIAL_DIVERGED, "the trial reported a NaN or infinite loss"
         else:
-            why = earlystop.verdict(rule, goal, rec.name, reached.get(rec.name, []), values)
+            why = earlystop.verdict(rule, ctx.spec.objective.goal, rec.name, ctx.reached.get(rec.name, []), values)
             if why is None:
                 continue
             rec.reason, rec.message = R.EARLY_STOPPED, f"{rule.rule} rule, {metric} {why}"
         rec.phase = S.STOPPING
-        st.event(rec.reason, f"stopping {rec.name}: {rec.message}")
-    plan.suspend = [r.name for r in records if r.reason in S.STOP_REASONS and r.phase == S.STOPPING
-                    and not ((trials.get(r.name) or {}).get("spec") or {}).get("suspend")]
+        ctx.st.event(rec.reason, f"stopping {rec.name}: {rec.message}")
+    ctx.plan.suspend = [r.name for r in ctx.records if r.reason in S.STOP_REASONS and r.phase == S.STOPPING
+                        and not ((ctx.trials.get(r.name) or {}).get("spec") or {}).get("suspend")]
 
-    # 4. Launch: at most maxParallel unfinished trials, none while a gang waits for capacity.
-    active = [r for r in records if r.phase not in S.FINISHED and r.phase != S.WAITING]
-    blocked = next((f"{r.name} is placed (Schedulable=False: waiting for capacity)" for r in active
-                    if r.name in trials and S.condition_status(trials[r.name], C.COND_SCHEDULABLE) == "False"), None)
-    for rec in recreate:
-        plan.create.append(trial_manifest(sweep, by_name[rec.name]))
-    free = spec.max_parallel - len(active)
-    if blocked is None and free > 0:
-        for rec in [r for r in records if r.phase == S.WAITING][:free]:
-            rec.phase = "Pending"
-            plan.create.append(trial_manifest(sweep, by_name[rec.name]))
-            values_text = ", ".join(f"{k}={v}" for k, v in rec.parameters.items())
-            st.event(R.TRIAL_CREATED, f"created {rec.name}" + (f" ({values_text})" if values_text else ""))
-            active.append(rec)
 
-    # 5. Counts, best trial, phase, conditions.
-    S.summarize(st, metric, goal, len(active), blocked)
-    return done()
+def launch(ctx: SweepPass) -> None:
+    """Trials gone are created again; new ones up to maxParallel unfinished trials, none while a
+    trial's gang waits for capacity."""
+    trials, by_name = ctx.trials, ctx.by_name
+    ctx.active = [r for r in ctx.records if r.phase not in S.FINISHED and r.phase != S.WAITING]
+    ctx.blocked = next((f"{r.name} is placed (Schedulable=False: waiting for capacity)" for r in ctx.active
+                        if r.name in trials and S.condition_status(trials[r.name], C.COND_SCHEDULABLE) == "False"), None)
+    for rec in ctx.recreate:
+        ctx.plan.create.append(trial_manifest(ctx.sweep, by_name[rec.name]))
+    free = ctx.spec.max_parallel - len(ctx.active)
+    if ctx.blocked is not None or free <= 0:
+        return
+    for rec in [r for r in ctx.records if r.phase == S.WAITING][:free]:
+        rec.phase = "Pending"
+        ctx.plan.create.append(trial_manifest(ctx.sweep, by_name[rec.name]))
+        values_text = ", ".join(f"{k}={v}" for k, v in rec.parameters.items())
+        ctx.st.event(R.TRIAL_CREATED, f"created {rec.name}" + (f" ({values_text})" if values_text else ""))
+        ctx.active.append(rec)
+
+
+def summarize(ctx: SweepPass) -> SweepPlan:
+    """Counts, best trial, phase, conditions."""
+    S.summarize(ctx.st, ctx.spec.objective.metric, ctx.spec.objective.goal, len(ctx.active), ctx.blocked)
+    return ctx.done()
+
+
+SweepPhaseStep = Callable[[SweepPass], SweepPlan | None]
+PHASES: tuple[SweepPhaseStep, ...] = (
+    refuse_invalid,
+    refuse_changed_spec,
+    list_trials,
+    observe_trials,
+    stop_early,
+    launch,
+    summarize,
+)
 
 
 def refused(status: dict[str, Any] | None, name: str, message: str, now: datetime) -> dict[str, Any]:

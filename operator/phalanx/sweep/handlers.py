@@ -2,8 +2,8 @@
 sweep that runs the pure decide (sweep/decide.py) and carries out its plan. No decisions here.
 
 Registered by importing this module next to phalanx.handlers (phalanx.main). The operator's
-config and leader elector are read from kopf's memo when the operator keeps them there, else
-from phalanx.handlers.State.
+config and leader elector come from kopf's memo (``memo.config``, ``memo.leader``: see
+phalanx.handlers.new_memo; its startup handler fills in the defaults).
 """
 
 from __future__ import annotations
@@ -36,16 +36,6 @@ _api: dict[str, Any] = {}
 
 def _wakeup(namespace: str, name: str) -> asyncio.Event:
     return _wakeups.setdefault((namespace, name), asyncio.Event())
-
-
-def _from_operator(memo: Any, attr: str) -> Any:
-    """The operator's startup setting ``attr`` (config, leader): kopf memo, else handlers.State."""
-    value = getattr(memo, attr, None) if memo is not None else None
-    if value is None:
-        from phalanx import handlers as job_handlers
-
-        value = getattr(getattr(job_handlers, "State", None), attr, None)
-    return value
 
 
 def _custom() -> client.CustomObjectsApi:
@@ -83,15 +73,14 @@ def trial_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SWEEP_PLURAL, cancellation_timeout=10.0)
 async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.DaemonStopped,
-                     sweep_trials: kopf.Index, memo: Any = None, **kwargs: Any) -> None:
+                     sweep_trials: kopf.Index, memo: kopf.Memo, **kwargs: Any) -> None:
     key = (namespace, name)
     wake = _wakeup(namespace, name)
     cache: dict[Any, Expansion] = {}
     errors = 0
     try:
         while not stopped:
-            leader = _from_operator(memo, "leader")
-            if leader is not None and not await leader.wait_leading(stopped):
+            if memo.leader is not None and not await memo.leader.wait_leading(stopped):
                 break
             wake.clear()
             labels_index = kwargs.get("namespace_labels")
@@ -99,7 +88,7 @@ async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.D
             obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                    "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
             trials = {t["metadata"]["name"]: t for t in sweep_trials.get(key, [])}
-            config = _from_operator(memo, "config")
+            config = memo.config
             try:
                 # Expanding and checking every trial is the costly part: once per spec and policy.
                 ck = (json.dumps(obj["spec"], sort_keys=True), json.dumps(ns_labels, sort_keys=True), id(config))
