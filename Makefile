@@ -1,75 +1,94 @@
-# Phalanx developer commands. `make demo` and `make test` are the two set-up commands.
+# Phalanx developer commands. `make demo` and `make test` are the two set-up commands; `make help`
+# lists every target (from the `## ` note on its rule line).
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST ?= $(PYTHON) -m pytest
 export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR):$(CURDIR)/hack/cluster$(if $(PYTHONPATH),:$(PYTHONPATH))
+# Phalanx's version: pyproject.toml is its one home (Python reads it through importlib.metadata,
+# hack/kind/lib.sh for the image tags, `make crds` writes it into the chart's appVersion).
+VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 
 include hack/cluster/cluster.mk
 
 .PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean
 
-help:
-	@echo "make demo              kind cluster + chart + the demo job training on real pods (see README)"
-	@echo "make demo-local        the demo job as local processes, no cluster"
-	@echo "make test-e2e          the e2e suite on the kind cluster (creates it when missing)"
-	@echo "make kind-up | kind-down | images"
-	@echo "make test              everything CI runs: lint, unit, runtime parity, integration, e2e (kind)"
-	@echo "make test-unit | test-runtime | test-integration"
-	@echo "make crds              regenerate crds/ from the pydantic API"
-	@echo "make cluster-up | cluster-down   local control plane with kwok GPU nodes"
-	@echo "make bench             benchmarks (results go to docs/benchmarks.md by hand)"
+help: ## this list
+	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
 
-install:
+install: ## pip install -e '.[dev,runtime]'
 	$(PIP) install -q -e '.[dev,runtime]'
 
-crds:
-	$(PYTHON) -m phalanx crd -o crds/phalanx.dev_trainingjobs.yaml
-	cp crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/
-	$(PYTHON) -m phalanx crd --reference -o docs/api.md
-	$(PYTHON) -m phalanx crd --admission-policy -o charts/phalanx/templates/admission-policy.yaml
-	$(PYTHON) -m phalanx crd --values-schema -o charts/phalanx/values.schema.json
+# What `make crds` generates, under the root dir $(1): the CRD (crds/ and the chart's copy), the
+# API reference, the chart's ValidatingAdmissionPolicy and values schema, the chart's appVersion.
+GENERATED := crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/phalanx.dev_trainingjobs.yaml docs/api.md \
+  crds/phalanx.dev_trainingsweeps.yaml charts/phalanx/crds/phalanx.dev_trainingsweeps.yaml \
+  charts/phalanx/templates/admission-policy.yaml charts/phalanx/values.schema.json charts/phalanx/Chart.yaml
+define generate
+	mkdir -p $(1)/crds $(1)/docs $(1)/charts/phalanx/crds $(1)/charts/phalanx/templates
+	$(PYTHON) -m phalanx crd -o $(1)/crds/phalanx.dev_trainingjobs.yaml
+	cp $(1)/crds/phalanx.dev_trainingjobs.yaml $(1)/charts/phalanx/crds/
+	$(PYTHON) -m phalanx crd --sweep -o $(1)/crds/phalanx.dev_trainingsweeps.yaml
+	cp $(1)/crds/phalanx.dev_trainingsweeps.yaml $(1)/charts/phalanx/crds/
+	$(PYTHON) -m phalanx crd --reference -o $(1)/docs/api.md
+	$(PYTHON) -m phalanx crd --admission-policy -o $(1)/charts/phalanx/templates/admission-policy.yaml
+	$(PYTHON) -m phalanx crd --values-schema -o $(1)/charts/phalanx/values.schema.json
+	sed 's/^appVersion: .*/appVersion: "$(VERSION)"/' charts/phalanx/Chart.yaml >$(1)/charts/phalanx/Chart.yaml.new
+	mv $(1)/charts/phalanx/Chart.yaml.new $(1)/charts/phalanx/Chart.yaml
+endef
 
-lint:
+crds: ## regenerate crds/, docs/api.md, the chart's CRD, admission policy, values schema, appVersion
+	$(call generate,.)
+
+crds-check: ## fail if what `make crds` writes drifted, or an image tag in examples/docs is not pyproject's version
+	@rm -rf build/crds-check
+	@$(call generate,build/crds-check) >/dev/null
+	@drift=0; for f in $(GENERATED); do diff -u $$f build/crds-check/$$f || drift=1; done; \
+	  if grep -rnoE 'phalanx/(operator|runtime):[0-9][0-9A-Za-z.+-]*' examples README.md docs | grep -v ':$(VERSION)$$'; then \
+	    echo "image tags above are not $(VERSION) (pyproject.toml)"; drift=1; fi; \
+	  rm -rf build/crds-check; \
+	  if [ $$drift = 0 ]; then echo "generated files up to date (version $(VERSION))"; else echo "drifted: run make crds"; exit 1; fi
+
+lint: ## ruff
 	$(PYTHON) -m ruff check operator runtime tests bench hack
 
-test-unit:
+test-unit: ## unit tests
 	$(PYTEST) tests/unit -q
 
-test-runtime:
+test-runtime: ## runtime parity (real torch processes)
 	$(PYTEST) tests/runtime -q
 
-test-integration: cluster-binaries
+test-integration: cluster-binaries ## integration tests on a local control plane with kwok nodes
 	$(PYTEST) tests/integration -q
 
 # One pytest run over every suite so the closing line counts them all. The e2e suite (last)
 # brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
 # images it needs are built first (kind-images), so no cluster idles while the others run.
-test: lint cluster-binaries kind-images
+test: lint cluster-binaries kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
 	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
 
-demo:
+demo: ## kind cluster + chart + the demo job training on real pods (see README)
 	hack/kind-e2e.sh demo
 
-demo-local:
+demo-local: ## the demo job as local processes, no cluster
 	hack/demo.sh
 
-test-e2e:
+test-e2e: ## the e2e suite on the kind cluster (creates it when missing)
 	hack/kind-e2e.sh test
 
-kind-up:
+kind-up: ## create (or reuse) the kind cluster with the chart installed
 	hack/kind-e2e.sh up
 
-kind-images:
+kind-images: ## build or reuse the kind node image and Phalanx's images
 	hack/kind-e2e.sh images
 
-kind-down:
+kind-down: ## delete the kind cluster
 	hack/kind-e2e.sh down
 
-images:
+images: ## Phalanx's images (phalanx/operator, phalanx/runtime) without a registry
 	hack/kind/app-images.sh operator runtime
 
-bench:
+bench: ## list the benchmarks (results go to docs/benchmarks.md by hand)
 	@ls bench/*.py | sed 's/^/  python /'
 
-clean:
+clean: ## remove caches and build outputs of the checkout
 	rm -rf .pytest_cache .ruff_cache build *.egg-info

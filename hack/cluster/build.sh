@@ -10,33 +10,22 @@
 # against 3.4 every informer's watch ends with "the required storage feature
 # RequestWatchProgress is disabled" and events arrive only on relists.
 #
-#   hack/cluster/build.sh            # build missing binaries, print the dir
-#   hack/cluster/build.sh --print-dir  # only print the cache dir
+#   hack/cluster/build.sh              # build missing binaries, print the dir
+#   hack/cluster/build.sh --print-dir  # only print the cache dir (builds nothing)
 #
-# Cache: ${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/<version>/ where <version>
-# is "<kubernetes version>-<first 10 hex of sha256(go.mod + go.sum + build.sh)>",
-# so a change of any pin or build flag gets a fresh dir. Binaries already present are skipped:
-# a rerun takes seconds. The Python side (phalanx.localcluster.binaries)
-# computes the same key.
+# Cache: ${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/<kubernetes version>-<key>/, the key being
+# the first 10 hex of sha256 over what decides the binaries: go.mod, go.sum, TARGETS and the
+# build flags (BUILD_ENV, ldflags) — not this script's comments. Binaries already present are
+# skipped: a rerun takes well under a second. This script is the key's one home: everything else
+# (hack/cluster/localcluster/binaries.py, the kind scripts) asks `build.sh --print-dir` or runs it.
+# PHALANX_BIN_DIR overrides the dir.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$HERE"
 
 K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)"
-SUM="$(cat go.mod go.sum build.sh | sha256sum | cut -c1-10)"
-VERSION="${K8S_VERSION}-${SUM}"
-CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
-BIN_DIR="${PHALANX_BIN_DIR:-$CACHE/bin/$VERSION}"
-
-if [[ "${1:-}" == "--print-dir" ]]; then
-  echo "$BIN_DIR"
-  exit 0
-fi
-
-log() { echo "[cluster-build] $*" >&2; }
-
-mkdir -p "$BIN_DIR"
+HELM_VERSION="$(awk '$1=="helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)"
 
 # name:import-path
 TARGETS=(
@@ -51,6 +40,30 @@ TARGETS=(
   "helm:helm.sh/helm/v3/cmd/helm"
   "etcd:go.etcd.io/etcd/server/v3"
 )
+# Static binaries, stamped with the versions `make` would (kube-apiserver /version, kubectl
+# version, helm version); a plain module build reports v0.0.0-master.
+BUILD_ENV=(CGO_ENABLED=0)
+minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+ldflags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=module"
+
+KEY="$( (cat go.mod go.sum; printf '%s\n' "${TARGETS[@]}" "${BUILD_ENV[@]}" -trimpath "$ldflags") | sha256sum | cut -c1-10)"
+CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
+BIN_DIR="${PHALANX_BIN_DIR:-$CACHE/bin/$K8S_VERSION-$KEY}"
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+log() { echo "[cluster-build] $*" >&2; }
+
+mkdir -p "$BIN_DIR"
 
 missing=()
 for t in "${TARGETS[@]}"; do
@@ -69,19 +82,8 @@ if ((${#missing[@]})); then
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
   # One `go build` for all packages: shared packages compile once and the
-  # two cores stay busy. Static binaries; the versions come from go.mod.
-  # Stamp the versions `make` would (kube-apiserver /version, kubectl version,
-  # helm version); a plain module build reports v0.0.0-master.
-  minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  HELM_VERSION="$(awk '$1=="helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)"
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-  ldflags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=module"
-  CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+  # two cores stay busy. The versions come from go.mod.
+  env "${BUILD_ENV[@]}" GOFLAGS="${GOFLAGS:--mod=mod}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
     go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${missing[@]}"
   # go names a /vN main package after the element before it: server/v3 -> server.
   [[ -f "$tmp/server" ]] && mv -f "$tmp/server" "$tmp/etcd"

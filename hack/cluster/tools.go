@@ -1,9 +1,11 @@
 //go:build tools
 
-// Package tools pins the Go programs that make up Phalanx's local
-// integration-test control plane. Nothing here is compiled into the
-// operator; hack/cluster/build.sh builds each import path below into the
-// binary cache.
+// Package tools pins the Go modules of the programs hack/cluster/build.sh builds
+// (its TARGETS): the local integration-test control plane below, plus the kind
+// node's kubelet, kubeadm and kube-proxy, which come from the same
+// k8s.io/kubernetes module (importing them too would make `go mod tidy` add
+// requires for other platforms, a new go.mod and so a new binary cache key).
+// Nothing here is compiled into the operator.
 package tools
 
 import (

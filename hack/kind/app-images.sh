@@ -4,19 +4,20 @@
 #   phalanx/operator:<version>   the operator (kopf) — what charts/phalanx runs
 #   phalanx/runtime:<version>    torch + the runtime — what TrainingJob pods run
 # operator/Dockerfile and runtime/Dockerfile are the same images for registry users.
-# Cached: each image carries a label with the hash of its inputs; unchanged → skipped.
+# Cached: each image carries a label with the hash of its inputs (its base, the wheels, the
+# project's files and the code, not the comments, of the function that builds it); unchanged →
+# skipped.
 #
 #   hack/kind/app-images.sh [operator] [runtime]     # prints the tags
 #   hack/kind/app-images.sh wheels                   # only the base rootfs and the wheelhouse
 set -euo pipefail
+LOG_PREFIX="[app-images]"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-log() { echo "[app-images] $*" >&2; }
+source "$HERE/lib.sh"
 which_images=("$@"); ((${#which_images[@]})) || which_images=(operator runtime)
 
 PYVER=311
-WHEELS="${PHALANX_CACHE:-$HOME/.cache/phalanx}/wheels/py$PYVER"
-source "$HERE/versions.sh"
+WHEELS="$CACHE/wheels/py$PYVER"
 VERSION="$PHALANX_VERSION"
 BASE="$("$HERE/rootfs.sh" python-base "$PYTHON_BASE_PACKAGES")"
 
@@ -55,7 +56,7 @@ labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.
 # static libraries, C++ headers or lazily loaded GPU-only libraries. runtime/Dockerfile keeps all.
 runtime_deps() {
   local tag="phalanx/runtime-deps:$VERSION" inputs
-  inputs="$( (echo "$BASE"; ls "$WHEELS"; sed -n '/^runtime_deps()/,/^}/p' "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+  inputs="$( (echo "$BASE"; ls "$WHEELS"; code_of "${BASH_SOURCE[0]}" runtime_deps) | key_of 16)"
   if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
   local start=$SECONDS
   commit_from "$BASE" "$tag" /bin/sh "$inputs" "
@@ -75,13 +76,27 @@ runtime_deps() {
   echo "$tag"
 }
 
+# The files the wheel is built from (NUL-separated): tracked or new (not ignored), less those
+# deleted from the working tree. project_files: their names and contents, for the inputs label.
+project_list() {
+  local f
+  git -C "$ROOT" ls-files -z -co --exclude-standard pyproject.toml README.md operator runtime | sort -zu |
+    while IFS= read -r -d '' f; do
+      if [[ -f "$ROOT/$f" ]]; then printf '%s\0' "$f"; fi
+    done
+}
+project_files() {
+  local f
+  project_list | while IFS= read -r -d '' f; do echo "$f"; cat "$ROOT/$f"; done
+}
+
 # The runtime runs as this non-root user (the operator's pods set the same uid, gid and fsGroup:
 # operator/phalanx/constants.py RUNTIME_UID); its HOME is the pod's writable scratch emptyDir.
 RUNTIME_UID=1000
 build() { # name from pip-args entrypoint [user]
   local name="$1" from="$2" pip_args="$3" entry="$4" user="${5:-0}" tag="phalanx/$1:$VERSION" inputs
   inputs="$( (echo "$from $(docker image inspect -f '{{.Id}}' "$from") $pip_args"; ls "$WHEELS"; cat "$ROOT/pyproject.toml";
-              sed -n '/^build()/,/^}/p' "${BASH_SOURCE[0]}"; cd "$ROOT" && git ls-files -z operator runtime | xargs -0 cat) | sha256sum | cut -c1-16)"
+              code_of "${BASH_SOURCE[0]}" build; project_files) | key_of 16)"
   if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
   local start=$SECONDS
   commit_from "$from" "$tag" "$entry" "$inputs" "
@@ -99,7 +114,10 @@ build() { # name from pip-args entrypoint [user]
 wheelhouse
 work="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-img.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$ROOT" >/dev/null
+# The wheel, from a copy of those files: never with stale modules of the checkout's build/.
+mkdir -p "$work/src"
+project_list | tar -C "$ROOT" --null -T - -cf - | tar -C "$work/src" -xf -
+python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$work/src" >/dev/null
 for image in "${which_images[@]}"; do
   case "$image" in
     wheels) ;;

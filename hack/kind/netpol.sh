@@ -7,34 +7,35 @@
 #            modules: this VM) the first packet of a connection goes to the same userspace queue
 #            through xtables' NFQUEUE target (nft_compat)
 #   image    the binary alone (upstream's image is distroless/static), streamed into the
-#            containerd of every node
+#            containerd of every node (load_image, hack/kind/lib.sh)
 #   install  its install.yaml (RBAC + DaemonSet in kube-system) with this image; waits for it
+# Usage: `hack/kind/netpol.sh --help`. `PHALANX_KIND_NETPOL=1 hack/kind-e2e.sh up|test` runs it
+# after the cluster is created.
 #
-#   hack/kind/netpol.sh           build or reuse, load and install into the kind cluster
-#                                 $PHALANX_KIND_CLUSTER (default phalanx): context kind-<cluster>
-#                                 of $KUBECONFIG (default $PHALANX_KIND_DIR/kubeconfig)
-#   hack/kind/netpol.sh image     only build the image, print its tag
-#   hack/kind/netpol.sh delete    uninstall, and drop its nftables table from the nodes
-# `PHALANX_KIND_NETPOL=1 hack/kind-e2e.sh up|test` runs it after the cluster is created.
+# Cache: binary $PHALANX_CACHE/bin/kube-network-policies-<key>/netpol and image
+# phalanx.local/kube-network-policies:<version>-<key>, the key hashing KNP_VERSION, nfqueue.go and
+# the code of build_binary and build_image (the patch, the build flags, the image recipe).
 set -euo pipefail
+LOG_PREFIX="[netpol]"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-source "$HERE/versions.sh"
-KNP_VERSION=v0.8.0   # sigs.k8s.io/kube-network-policies (here, not in versions.sh: that one keys the node image)
-CLUSTER="${PHALANX_KIND_CLUSTER:-phalanx}"
-export KUBECONFIG="${KUBECONFIG:-${PHALANX_KIND_DIR:-$ROOT/.kind}/kubeconfig}"
-KEY="$( (echo "$KNP_VERSION"; cat "${BASH_SOURCE[0]}" "$HERE/netpol/nfqueue.go") | sha256sum | cut -c1-12)"
+source "$HERE/lib.sh"
+KNP_VERSION=v0.8.0   # sigs.k8s.io/kube-network-policies (here, not in versions.sh: no other artifact depends on it)
+export KUBECONFIG="${KUBECONFIG:-$KIND_KUBECONFIG}"
+KEY="$( (echo "$KNP_VERSION"; cat "$HERE/netpol/nfqueue.go"; code_of "${BASH_SOURCE[0]}" build_binary build_image) | key_of 12)"
 IMAGE="phalanx.local/kube-network-policies:$KNP_VERSION-$KEY"
-BIN="${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/kube-network-policies-$KEY/netpol"
-log() { echo "[netpol] $*" >&2; }
+BIN="$CACHE/bin/kube-network-policies-$KEY/netpol"
 k() { kubectl --context "kind-$CLUSTER" "$@"; }   # never another cluster of $KUBECONFIG
+
+# The module's source, downloaded once per run (call as a statement, not in $(…)).
+KNP_SRC=""
+knp_src() { [[ -n "$KNP_SRC" ]] || KNP_SRC="$(go_mod_dir "sigs.k8s.io/kube-network-policies@$KNP_VERSION")"; }
 
 build_binary() {
   [[ -x "$BIN" ]] && return
-  local src work start=$SECONDS
-  src="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kube-network-policies@$KNP_VERSION" | jq -r .Dir)"
+  local work start=$SECONDS
+  knp_src
   work="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-netpol.XXXXXX")"
-  cp -r "$src/." "$work" && chmod -R u+w "$work"
+  cp -r "$KNP_SRC/." "$work" && chmod -R u+w "$work"
   cp "$HERE/netpol/nfqueue.go" "$work/pkg/networkpolicy/zz_phalanx_nfqueue.go"
   # every queue verdict through nfqueueVerdict; the build stops if upstream's code moved
   perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}/queue := nfqueueVerdict(c.config.QueueID, c.config.FailOpen)/g' \
@@ -71,31 +72,15 @@ build_image() {
   log "built $IMAGE"
 }
 
-load() {
-  local node id
-  id="$(docker image inspect -f '{{.Id}}' "$IMAGE")"
-  for node in $(kind get nodes --name "$CLUSTER"); do
-    docker exec "$node" crictl inspecti -q "$IMAGE" 2>/dev/null | grep -q "$id" && continue
-    log "loading $IMAGE onto $node"
-    docker save "$IMAGE" | docker exec -i "$node" ctr -n k8s.io images import --local --digests - >/dev/null
-  done
-}
-
 manifest() {
-  local src
-  src="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kube-network-policies@$KNP_VERSION" | jq -r .Dir)"
-  sed "s|image: registry.k8s.io/networking/kube-network-policies:.*|image: $IMAGE|" "$src/install.yaml"
-}
-
-tools() {
-  command -v kind >/dev/null || PATH="$("$HERE/tools.sh"):$PATH"
-  command -v kubectl >/dev/null || PATH="$("$ROOT/hack/cluster/build.sh"):$PATH"
+  sed "s|image: registry.k8s.io/networking/kube-network-policies:.*|image: $IMAGE|" "$KNP_SRC/install.yaml"
 }
 
 deploy() {
-  tools
+  use_tools
   build_image
-  load
+  load_image "$IMAGE"
+  knp_src
   manifest | k apply -f - >/dev/null
   k -n kube-system rollout status ds/kube-network-policies --timeout=180s >&2
   # The rules are in place once each pod has synced them (the probe's choice is logged first).
@@ -110,15 +95,32 @@ deploy() {
   log "kube-network-policies $KNP_VERSION enforces NetworkPolicies on $CLUSTER"
 }
 
+undeploy() {
+  use_tools
+  knp_src
+  manifest | k delete --ignore-not-found --wait -f - >/dev/null
+  # its nftables table outlives it: queue rules with no listener would drop (fail closed)
+  local node
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    docker exec "$node" nft delete table inet kube-network-policies 2>/dev/null || true
+  done
+}
+
+usage() {
+  cat <<'TEXT'
+Usage: hack/kind/netpol.sh [install|image|delete]
+  install (default)  build or reuse the kube-network-policies image, load it onto the nodes of the
+                     kind cluster $PHALANX_KIND_CLUSTER (default phalanx) and install it there:
+                     context kind-<cluster> of $KUBECONFIG (default $PHALANX_KIND_DIR/kubeconfig)
+  image              only build the image, print its tag
+  delete             uninstall, and drop its nftables table from the nodes
+TEXT
+}
+
 case "${1:-install}" in
   image) build_image; echo "$IMAGE" ;;
   install) deploy ;;
-  delete)
-    tools
-    manifest | k delete --ignore-not-found --wait -f - >/dev/null
-    # its nftables table outlives it: queue rules with no listener would drop (fail closed)
-    for node in $(kind get nodes --name "$CLUSTER"); do
-      docker exec "$node" nft delete table inet kube-network-policies 2>/dev/null || true
-    done ;;
-  *) sed -n '2,19p' "$0"; exit 2 ;;
+  delete) undeploy ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
 esac

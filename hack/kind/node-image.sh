@@ -10,16 +10,20 @@
 #             and the node tools image that runs the pod network (node/cni.sh)
 #
 #   hack/kind/node-image.sh      # prints the node image tag (cached: a rerun takes seconds)
+#
+# Cache: phalanx.local/kind-node:<k8s version>-<key>, the key hashing its inputs' own cache names
+# (hack/cluster/build.sh's dir, hack/kind/tools.sh's dir, the kind-base tag), the pins it uses,
+# the files of hack/kind/node/ and this script's code (not its comments).
 set -euo pipefail
+LOG_PREFIX="[node-image]"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$HERE/versions.sh"
-log() { echo "[node-image] $*" >&2; }
+source "$HERE/lib.sh"
 
-K8S_BIN="$("$HERE/../cluster/build.sh")"
+K8S_BIN="$("$ROOT/hack/cluster/build.sh")"
 TOOLS="$("$HERE/tools.sh")"
 BASE="$("$HERE/rootfs.sh" kind-base "$KIND_BASE_PACKAGES")"
-KIND_SRC="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)"
-KEY="$( (echo "$K8S_BIN $TOOLS $BASE"; cat "${BASH_SOURCE[0]}" "$HERE"/node/*) | sha256sum | cut -c1-12)"
+KEY="$( (echo "$K8S_BIN $TOOLS $BASE"; echo "$K8S_VERSION $KIND_VERSION $COREDNS_VERSION $PAUSE_VERSION $ETCD_IMAGE_TAG"
+         cat "$HERE"/node/*; code_of "${BASH_SOURCE[0]}") | key_of 12)"
 NODE_IMAGE="phalanx.local/kind-node:$K8S_VERSION-$KEY"
 NODE_TOOLS_IMAGE="phalanx.local/kind-node-tools:$K8S_VERSION-$KEY"
 
@@ -27,6 +31,7 @@ if docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
   log "have $NODE_IMAGE"; echo "$NODE_IMAGE"; exit 0
 fi
 start=$SECONDS
+KIND_SRC="$(go_mod_dir "sigs.k8s.io/kind@$KIND_VERSION")"
 work="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-node.XXXXXX")"
 build_id=""
 cleanup() { [[ -n "$build_id" ]] && docker rm -f "$build_id" >/dev/null 2>&1; rm -rf "$work"; }

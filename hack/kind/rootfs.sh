@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Build a Debian root filesystem with debootstrap (no container registry) and
-# import it into Docker as an image. Cached: the tag carries a hash of the
-# suite, the package list and this script, so a rerun returns at once.
+# import it into Docker as an image. Cached: the tag carries a key hashing the
+# suite, the package list and this script's code (not its comments), so a rerun
+# returns at once.
 #
 #   hack/kind/rootfs.sh NAME "pkg1,pkg2,..."   # prints the image tag
 #
 # Env: PHALANX_DEBIAN_MIRROR (default http://deb.debian.org/debian),
 #      PHALANX_DEBIAN_SUITE (default bookworm).
 set -euo pipefail
+LOG_PREFIX="[rootfs]"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 name="$1"; packages="$2"
 suite="${PHALANX_DEBIAN_SUITE:-bookworm}"
 mirror="${PHALANX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-key="$(printf '%s\n' "$suite" "$packages" | cat - "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)"
+key="$( (printf '%s\n' "$suite" "$packages"; code_of "${BASH_SOURCE[0]}") | key_of 12)"
 tag="phalanx.local/${name}:${suite}-${key}"
-log() { echo "[rootfs] $*" >&2; }
 
 if docker image inspect "$tag" >/dev/null 2>&1; then
   log "have $tag"; echo "$tag"; exit 0

@@ -2,18 +2,17 @@
 # Build the kind node's own tools from the Go module proxy (no registry, no
 # download sites): kind, containerd + shim + ctr, crictl, CNI plugins, CoreDNS.
 # Versions follow kind's base image (images/base/Dockerfile of the pinned kind);
-# CoreDNS is the nearest served release to kubeadm's default (see KIND_COREDNS_TAG).
+# CoreDNS is the nearest served release to kubeadm's default (see COREDNS_VERSION
+# in versions.sh).
 #
-#   hack/kind/tools.sh        # build what is missing, print the dir
+#   hack/kind/tools.sh              # build what is missing, print the dir
+#   hack/kind/tools.sh --print-dir  # only print the dir (builds nothing)
 #
-# Cache: ${PHALANX_CACHE:-~/.cache/phalanx}/bin/kind-tools-<hash of this file>/.
+# Cache: $PHALANX_CACHE/bin/kind-tools-<key>/, the key hashing TARGETS (names, packages,
+# versions) and the build flags below: nothing else decides these binaries.
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.sh
-source "$HERE/versions.sh"
-KEY="$(cat "${BASH_SOURCE[0]}" "$HERE/versions.sh" | sha256sum | cut -c1-10)"
-BIN_DIR="${PHALANX_CACHE:-$HOME/.cache/phalanx}/bin/kind-tools-$KEY"
-log() { echo "[kind-tools] $*" >&2; }
+LOG_PREFIX="[kind-tools]"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # name:package@version (one `go install` each: every module builds with its own go.mod)
 TARGETS=(
@@ -28,6 +27,11 @@ TARGETS=(
   "portmap:github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION"
   "coredns:github.com/coredns/coredns@$COREDNS_VERSION"
 )
+BUILD_ENV=(CGO_ENABLED=0 GOFLAGS=)
+BUILD_FLAGS=(-trimpath -ldflags "-s -w" -tags "no_aufs no_zfs no_btrfs no_devmapper")
+KEY="$(printf '%s\n' "${TARGETS[@]}" "${BUILD_ENV[@]}" "${BUILD_FLAGS[@]}" | key_of 10)"
+BIN_DIR="$CACHE/bin/kind-tools-$KEY"
+[[ "${1:-}" == --print-dir ]] && { echo "$BIN_DIR"; exit 0; }
 
 mkdir -p "$BIN_DIR"
 for t in "${TARGETS[@]}"; do
@@ -36,8 +40,7 @@ for t in "${TARGETS[@]}"; do
   log "go install $pkg"
   start=$SECONDS
   tmp="$(mktemp -d "$BIN_DIR/.build.XXXXXX")"
-  CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-    go install -trimpath -ldflags "-s -w" -tags "no_aufs no_zfs no_btrfs no_devmapper" "$pkg"
+  env "${BUILD_ENV[@]}" GOBIN="$tmp" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" go install "${BUILD_FLAGS[@]}" "$pkg"
   mv -f "$tmp"/* "$BIN_DIR/$name"
   rmdir "$tmp"
   log "built $name in $((SECONDS - start))s"

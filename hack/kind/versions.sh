@@ -1,7 +1,7 @@
-# Pinned versions of the kind route (sourced by hack/kind/*.sh and hack/kind-e2e.sh).
+# Pinned versions of the kind route (sourced through hack/kind/lib.sh). Phalanx's own version is
+# pyproject.toml's (lib.sh reads it); Kubernetes' is hack/cluster/go.mod's.
 _versions_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$_versions_root/hack/cluster/go.mod")"
-PHALANX_VERSION="$(awk -F'"' '/^version = /{print $2; exit}' "$_versions_root/pyproject.toml")"
 STOCK_NODE_IMAGE="kindest/node:$K8S_VERSION"   # the route for a Docker that can pull
 # Tools follow kind's base image; images follow kubeadm's defaults for the Kubernetes
 # version in hack/cluster/go.mod.

@@ -2,7 +2,8 @@
 
 up      start the control plane detached, write <work-dir>/kubeconfig, cluster.json and
         cluster.pid, create the topology's kwok nodes (default small-4; --topology none
-        for none). Exits 0 at once if one already runs there.
+        for none). --features workload (comma-separated) turns on alpha feature sets (see
+        localcluster.cluster.FEATURES). Exits 0 at once if one already runs there.
 down    stop the cluster recorded in <work-dir>/cluster.json.
 status  print the recorded cluster's state as JSON; exit 1 when it is not running.
 nodes   create a topology's nodes in the running cluster (or in --kubeconfig's).
@@ -28,16 +29,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", default="small-4", help="name in hack/cluster/topologies, a path, or 'none'")
     ap.add_argument("--kubeconfig", default=None, help="for `nodes`: target cluster")
     ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--features", default="", help="for `up`: comma-separated feature sets, e.g. workload")
     a = ap.parse_args(argv)
 
     if a.command == "up":
         existing = LocalCluster.attach(a.work_dir)
+        features = [f for f in a.features.split(",") if f]
         if existing is not None and existing.running():
+            if sorted(existing.features) != sorted(features):
+                print(f"a cluster with features {existing.features or 'none'} already runs there; "
+                      "`python -m localcluster down` first", file=sys.stderr)
+                return 1
             print(f"already running; export KUBECONFIG={existing.kubeconfig}")
             return 0
         if existing is not None:
             existing.stop()  # stale state: clean leftovers
-        c = LocalCluster(work_dir=a.work_dir, bin_dir=a.bin_dir, die_with_parent=False)
+        try:
+            c = LocalCluster(work_dir=a.work_dir, bin_dir=a.bin_dir, die_with_parent=False, features=features)
+        except ClusterError as e:
+            print(f"cluster-up failed: {e}", file=sys.stderr)
+            return 2
         t0 = time.monotonic()
         try:
             c.start(timeout=a.timeout)

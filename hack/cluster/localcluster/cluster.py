@@ -40,6 +40,32 @@ SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
 STATE_FILE = "cluster.json"
 
+# Optional feature sets (``LocalCluster(features=[...])``, ``make cluster-up FEATURES=...``):
+# alpha feature gates for every component, and API groups/versions the apiserver must serve.
+# The default cluster enables none of them.
+FEATURES: dict[str, dict[str, Any]] = {
+    # Kubernetes Workload API + kube-scheduler gang and topology-aware workload scheduling
+    # (KEP-4671, KEP-5732): scheduling.k8s.io/v1alpha2 Workload and PodGroup.
+    "workload": {
+        "gates": ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling"),
+        "runtime_config": ("scheduling.k8s.io/v1alpha2=true",),
+    },
+}
+
+
+def feature_args(features: Any) -> tuple[list[str], list[str]]:
+    """(``--feature-gates=...`` for every component, ``--runtime-config=...`` for the apiserver)."""
+    gates: list[str] = []
+    runtime: list[str] = []
+    for name in features or ():
+        if name not in FEATURES:
+            raise ClusterError(f"unknown feature set {name!r}; known: {', '.join(sorted(FEATURES))}")
+        gates += [g for g in FEATURES[name]["gates"] if g not in gates]
+        runtime += [r for r in FEATURES[name]["runtime_config"] if r not in runtime]
+    gate_args = [f"--feature-gates={','.join(f'{g}=true' for g in gates)}"] if gates else []
+    runtime_args = [f"--runtime-config={','.join(runtime)}"] if runtime else []
+    return gate_args, runtime_args
+
 
 class ClusterError(RuntimeError):
     pass
@@ -107,7 +133,13 @@ class LocalCluster:
         extra_apiserver_args: list[str] | None = None,
         verbosity: int = 1,
         die_with_parent: bool = True,
+        features: list[str] | tuple[str, ...] = (),
     ) -> None:
+        """``features``: names from ``FEATURES`` (e.g. ``["workload"]``) — alpha feature gates for
+        kube-apiserver, kube-controller-manager and kube-scheduler, and the API versions the
+        apiserver serves with them. Empty (the default): the stock v1.36 defaults."""
+        self.features = list(features)
+        feature_args(self.features)  # unknown names fail here, before anything starts
         self.work_dir = Path(work_dir) if work_dir else default_work_dir()
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.kwok = kwok
@@ -201,6 +233,7 @@ class LocalCluster:
             "work_dir": str(self.work_dir),
             "kubeconfig": str(self.kubeconfig),
             "server": self.server if "apiserver" in self.ports else None,
+            "features": self.features,
             "components": {p.name: {"pid": p.pid, "alive": p.alive(), "log": p.log} for p in self.procs},
             "ready": self.running() and self._readyz(),
         }
@@ -221,7 +254,7 @@ class LocalCluster:
             st = json.loads((wd / STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
-        c = cls(work_dir=wd, bin_dir=st.get("bin_dir"))
+        c = cls(work_dir=wd, bin_dir=st.get("bin_dir"), features=st.get("features", []))
         c.ports = {k: int(v) for k, v in st.get("ports", {}).items()}
         c.procs = [_Proc(**p) for p in st.get("procs", [])]
         c.etcd_data = Path(st["etcd_data"]) if st.get("etcd_data") else None
@@ -322,6 +355,8 @@ class LocalCluster:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             f"--v={self.verbosity}",
+            *self._gate_args(),
+            *feature_args(self.features)[1],
             *self.extra_apiserver_args,
         ]
         proc = self._spawn("kube-apiserver", args)
@@ -340,6 +375,7 @@ class LocalCluster:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--v={self.verbosity}",
+            *self._gate_args(),
         ]
         kcm = self._spawn(
             "kube-controller-manager",
@@ -395,6 +431,9 @@ class LocalCluster:
         for p in self.procs:
             if not p.alive():
                 raise ClusterError(f"{p.name} exited during startup; log tail:\n{_tail(p.log)}")
+
+    def _gate_args(self) -> list[str]:
+        return feature_args(self.features)[0]
 
     def _default_kwok_config(self) -> Path:
         dst = self.work_dir / "kwok-stages.yaml"
@@ -469,6 +508,7 @@ class LocalCluster:
     def _write_state(self) -> None:
         st = {
             "bin_dir": str(self.bin_dir),
+            "features": self.features,
             "kubeconfig": str(self.kubeconfig),
             "ports": self.ports,
             "etcd_data": str(self.etcd_data) if self.etcd_data else None,

@@ -1,0 +1,272 @@
+"""The local control plane, run by kwokctl (``--runtime binary``) from the binaries build.sh made.
+
+kwokctl (sigs.k8s.io/kwok) owns the process management: PKI, kubeconfig, etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and the kwok controller, each on
+loopback, detached, with logs under ``<work_dir>/kwokctl/clusters/<name>/logs``. This module
+only says what differs from kwokctl's defaults (admission plugins, QPS, pod GC, the kwok
+stages and the node selector, feature gates) and keeps the ``LocalCluster`` interface the
+tests and benches use. ``<work_dir>/cluster.json`` lets another process ``attach`` or stop it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .binaries import default_bin_dir, missing_binaries
+from .topology import KWOK_NODE_SELECTOR
+
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+STATE_FILE = "cluster.json"
+KWOKCTL_CONFIG = "config.kwok.x-k8s.io/v1alpha1"
+
+# What our clusters need beyond kwokctl's defaults, per component.
+APISERVER_ARGS = {
+    "enable-admission-plugins": "NamespaceLifecycle,ServiceAccount,NodeRestriction,DefaultTolerationSeconds,"
+    "Priority,ResourceQuota,LimitRanger,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
+    "ValidatingAdmissionPolicy",
+    "api-audiences": "https://kubernetes.default.svc.cluster.local",
+    "service-cluster-ip-range": SERVICE_CIDR,
+    "endpoint-reconciler-type": "none",  # nothing real behind kwok nodes' kubelet endpoints
+    "profiling": "false",
+}
+CONTROLLER_MANAGER_ARGS = {
+    "controllers": "*",
+    "service-cluster-ip-range": SERVICE_CIDR,
+    "cluster-cidr": POD_CIDR,
+    "allocate-node-cidrs": "false",
+    # Quick gc of terminated pods keeps churny suites fast.
+    "terminated-pod-gc-threshold": "12500",
+    "concurrent-gc-syncs": "20",
+    "kube-api-qps": "200",
+    "kube-api-burst": "400",
+    "leader-elect": "false",
+}
+SCHEDULER_ARGS = {"kube-api-qps": "200", "kube-api-burst": "400", "leader-elect": "false"}
+KWOK_ARGS = {
+    "manage-all-nodes": "false",
+    "manage-nodes-with-annotation-selector": KWOK_NODE_SELECTOR,
+    "node-lease-duration-seconds": "40",
+    "cidr": POD_CIDR,
+    "node-ip": "10.0.0.1",
+}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_work_dir() -> Path:
+    """``<repo>/.local-cluster`` (this package lives in <repo>/hack/cluster/localcluster)."""
+    return Path(__file__).resolve().parents[3] / ".local-cluster"
+
+
+def _patch(name: str, args: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "extraArgs": [{"key": k, "value": v} for k, v in args.items()]}
+
+
+class LocalCluster:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok, by kwokctl.
+
+    >>> with LocalCluster() as c:            # doctest: +SKIP
+    ...     create_nodes(c.kubeconfig, load_topology("small-4"))
+    """
+
+    def __init__(
+        self,
+        work_dir: str | Path | None = None,
+        bin_dir: str | Path | None = None,
+        *,
+        kwok_config: str | Path | None = None,
+        extra_apiserver_args: list[str] | None = None,
+        features: list[str] | tuple[str, ...] = (),
+        stop_at_exit: bool = True,
+    ) -> None:
+        """``features``: names from ``FEATURES`` (alpha gates + API versions); ``stop_at_exit``:
+        stop it when this interpreter exits (off for ``up``, whose cluster outlives it)."""
+        from .cluster import feature_args  # noqa: PLC0415 - FEATURES' home, until the swap
+
+        self.features = list(features)
+        self._gates, self._runtime = feature_args(self.features)  # unknown names fail here
+        self.work_dir = Path(work_dir) if work_dir else default_work_dir()
+        self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.kwok_config = Path(kwok_config) if kwok_config else None
+        self.extra_apiserver_args = list(extra_apiserver_args or [])
+        self.stop_at_exit = stop_at_exit
+        self.ports: dict[str, int] = {}
+        # kwokctl names clusters globally per workdir; one name per work dir keeps them apart.
+        self.name = "phalanx-" + hashlib.sha256(str(self.work_dir.resolve()).encode()).hexdigest()[:8]
+
+    # ---- paths ---------------------------------------------------------------------------
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.work_dir / "kwokctl"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.work_dir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.work_dir / STATE_FILE
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    @property
+    def kubectl(self) -> str:
+        return self.bin("kubectl")
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self, timeout: float = 180.0) -> LocalCluster:
+        missing = missing_binaries(self.bin_dir)
+        if missing:
+            raise ClusterError(
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)} "
+                "(run `make cluster-binaries` or hack/cluster/build.sh, or set PHALANX_BIN_DIR)"
+            )
+        if self.running():
+            raise ClusterError(f"a cluster already runs from {self.work_dir}; `python -m localcluster down` first")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.stop_at_exit:
+            atexit.register(self.stop)
+        self.ports = {k: free_port() for k in ("apiserver", "etcd", "etcd-peer", "kube-controller-manager",
+                                                "kube-scheduler", "kwok")}
+        config = self.work_dir / "kwokctl.yaml"
+        config.write_text(yaml.safe_dump_all(self._config_docs(), sort_keys=False))
+        try:
+            self._kwokctl("create", "cluster", "--config", str(config), *self._binary_flags(),
+                          f"--wait={int(timeout)}s", timeout=timeout + 30)
+            shutil.copyfile(self.kwok_workdir / "clusters" / self.name / "kubeconfig.yaml", self.kubeconfig)
+            self.kubeconfig.chmod(0o600)
+            self._wait_default_service_account(time.monotonic() + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.state_file.write_text(json.dumps({"bin_dir": str(self.bin_dir), "features": self.features,
+                                               "kubeconfig": str(self.kubeconfig), "ports": self.ports}))
+        return self
+
+    def stop(self) -> None:
+        """Stop every component and delete the cluster's data (etcd included)."""
+        if (self.kwok_workdir / "clusters" / self.name).exists():
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                self._kwokctl("delete", "cluster", timeout=60)
+        shutil.rmtree(self.kwok_workdir / "clusters" / self.name, ignore_errors=True)
+        for f in (self.state_file,):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+
+    def running(self) -> bool:
+        return self.state_file.exists() and self._readyz()
+
+    def status(self) -> dict[str, Any]:
+        return {"work_dir": str(self.work_dir), "kubeconfig": str(self.kubeconfig),
+                "server": self.server if "apiserver" in self.ports else None, "features": self.features,
+                "kwokctl": str(self.kwok_workdir / "clusters" / self.name), "ready": self.running()}
+
+    def detach(self) -> None:
+        """Leave it running after this interpreter exits (``make cluster-up``)."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    @classmethod
+    def attach(cls, work_dir: str | Path | None = None) -> LocalCluster | None:
+        """A handle on a cluster started elsewhere (from its state file), or None."""
+        wd = Path(work_dir) if work_dir else default_work_dir()
+        try:
+            st = json.loads((wd / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        c = cls(work_dir=wd, bin_dir=st.get("bin_dir"), features=st.get("features", []), stop_at_exit=False)
+        c.ports = {k: int(v) for k, v in st.get("ports", {}).items()}
+        return c
+
+    # ---- kwokctl -------------------------------------------------------------------------
+    def _kwokctl(self, *args: str, timeout: float) -> None:
+        env = {**os.environ, "KWOK_WORKDIR": str(self.kwok_workdir)}
+        out = subprocess.run([self.bin("kwokctl"), "--name", self.name, *args], env=env,
+                             capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise ClusterError(f"kwokctl {' '.join(args[:2])} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+
+    def _binary_flags(self) -> list[str]:
+        p = self.ports
+        flags = [
+            "--runtime=binary", "--kubeconfig=", f"--kube-apiserver-port={p['apiserver']}",
+            f"--etcd-port={p['etcd']}", f"--kube-controller-manager-port={p['kube-controller-manager']}",
+            f"--kube-scheduler-port={p['kube-scheduler']}", f"--controller-port={p['kwok']}",
+            f"--etcd-binary={self.bin('etcd')}", f"--kwok-controller-binary={self.bin('kwok')}",
+        ]
+        for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            flags.append(f"--{c}-binary={self.bin(c)}")
+        if self._gates:
+            flags.append(f"--kube-feature-gates={','.join(f'{g}=true' for g in self._gates)}")
+        if self._runtime:
+            flags.append(f"--kube-runtime-config={','.join(self._runtime)}")
+        return flags
+
+    def _config_docs(self) -> list[dict[str, Any]]:
+        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        etcd = {"listen-peer-urls": peer, "initial-advertise-peer-urls": peer, "initial-cluster": f"node0={peer}"}
+        extra = dict(a.removeprefix("--").split("=", 1) for a in self.extra_apiserver_args)
+        kwokctl = {
+            "apiVersion": KWOKCTL_CONFIG, "kind": "KwokctlConfiguration",
+            "options": {"bindAddress": "127.0.0.1", "kubeAuthorization": True, "kubeAdmission": True},
+            "componentsPatches": [
+                _patch("etcd", etcd), _patch("kube-apiserver", {**APISERVER_ARGS, **extra}),
+                _patch("kube-controller-manager", CONTROLLER_MANAGER_ARGS),
+                _patch("kube-scheduler", SCHEDULER_ARGS), _patch("kwok-controller", KWOK_ARGS),
+            ],
+        }
+        stages = (self.kwok_config.read_text() if self.kwok_config
+                  else resources.files(__package__).joinpath("kwok-stages.yaml").read_text())
+        return [kwokctl, *(d for d in yaml.safe_load_all(stages) if d)]
+
+    # ---- readiness -----------------------------------------------------------------------
+    def _readyz(self) -> bool:
+        if not self.kubeconfig.exists() or "apiserver" not in self.ports:
+            return False
+        out = subprocess.run([self.kubectl, f"--kubeconfig={self.kubeconfig}", "get", "--raw", "/readyz"],
+                             capture_output=True, text=True, timeout=10, check=False)
+        return out.returncode == 0
+
+    def _wait_default_service_account(self, deadline: float) -> None:
+        """The serviceaccount controller has to make `default` before pods can be admitted."""
+        while time.monotonic() < deadline:
+            out = subprocess.run([self.kubectl, f"--kubeconfig={self.kubeconfig}", "-n", "default", "get",
+                                  "serviceaccount", "default"], capture_output=True, timeout=10, check=False)
+            if out.returncode == 0:
+                return
+            time.sleep(0.3)
+        raise ClusterError("timed out waiting for serviceaccount default/default")
