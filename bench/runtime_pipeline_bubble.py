@@ -28,12 +28,12 @@ def measure(cfg) -> list[dict]:
     import torch
     import torch.distributed as dist
 
+    from phalanx_runtime.components.loss import cross_entropy
     from phalanx_runtime.config import RuntimeConfig
-    from phalanx_runtime.distributed.mesh import build_mesh
+    from phalanx_runtime.distributed.parallel_dims import ParallelDims
     from phalanx_runtime.distributed.pipeline import build_pipeline
+    from phalanx_runtime.models.build import build_model_parts
     from phalanx_runtime.models.entrypoint import ModelContext
-    from phalanx_runtime.models.registry import build_model_parts
-    from phalanx_runtime.train import cross_entropy
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -45,9 +45,9 @@ def measure(cfg) -> list[dict]:
             doc["spec"]["parallelism"].update({"pipeline": world, "pipelineSchedule": sched, "microbatches": m})
             doc["spec"]["training"]["globalBatchSize"] = m * MBS
             c = RuntimeConfig.from_dict(doc)
-            pmesh = build_mesh(c.layout, "cpu")
+            pmesh = ParallelDims.from_spec(c.spec).build_mesh("cpu")
             ctx = ModelContext(c, pmesh, device, rank, world, rank, c.spec.data.seq_len, 0)
-            parts = build_model_parts(c, pmesh, device, ctx, gloo=True)
+            parts = build_model_parts(ctx)
             runner = build_pipeline(parts.parts, parts.stage_ids, parts.n_stages, device=device,
                                     group=pmesh.group("pp"), schedule=sched, microbatches=m, loss_fn=cross_entropy)
             seq, vocab, dim = c.spec.data.seq_len, c.shape.vocab_size, c.shape.dim

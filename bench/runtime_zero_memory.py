@@ -27,16 +27,16 @@ def measure(cfg) -> dict:
     import torch.nn.functional as F
 
     from phalanx_runtime.components.optimizer import build_optimizer
-    from phalanx_runtime.distributed.mesh import build_mesh
+    from phalanx_runtime.distributed.parallel_dims import ParallelDims
+    from phalanx_runtime.models.build import build_model_parts
     from phalanx_runtime.models.entrypoint import ModelContext
-    from phalanx_runtime.models.registry import build_model_parts
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
-    pmesh = build_mesh(cfg.layout, "cpu")
+    pmesh = ParallelDims.from_spec(cfg.spec).build_mesh("cpu")
     ctx = ModelContext(cfg, pmesh, device, rank, world, rank, cfg.spec.data.seq_len, 0)
-    parts = build_model_parts(cfg, pmesh, device, ctx, gloo=True)
+    parts = build_model_parts(ctx)
     model = parts.parts[0]
     opt = build_optimizer(parts.parameters(), lr=1e-3, weight_decay=0.1, zero=3, device=device)
     x = torch.randint(0, cfg.shape.vocab_size, (1, cfg.spec.data.seq_len + 1))

@@ -21,4 +21,9 @@ Nothing in this package's import path may import kopf or the kubernetes client a
 the runtime image imports ``phalanx.api`` and ``phalanx.constants`` only.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("phalanx")  # pyproject.toml's: the version's one home
+except PackageNotFoundError:  # run from a bare checkout on PYTHONPATH, not installed
+    __version__ = "0+unknown"

@@ -1,5 +1,6 @@
-"""The runtime's view of a TrainingJob spec (torch-free). The layout rules live in
-``phalanx.api.layout``, shared with the operator's validator, and are re-exported here."""
+"""The runtime's view of a TrainingJob: the spec plus job identity, read from the JSON the operator
+mounts at ``$PHALANX_CONFIG`` (torch-free). Which layouts can run is ``phalanx.api.layout``
+(shared with the operator's validator); the mesh built from it is ``distributed/parallel_dims.py``."""
 
 from __future__ import annotations
 
@@ -9,16 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx.api.layout import (  # noqa: F401 - re-exported for the runtime
-    MESH_DIM_NAMES,
-    MULTI_STAGE_SCHEDULES,
-    SINGLE_STAGE_SCHEDULES,
-    Layout,
-    check_layout,
-    layout_of,
-    model_shape,
-    stages_per_rank,
-)
+from phalanx.api.layout import Layout, layout_of, model_shape
 from phalanx.api.presets import ModelShape
 from phalanx.api.types import TrainingJobSpec
 from phalanx.constants import ENV_CONFIG_PATH, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_FILE

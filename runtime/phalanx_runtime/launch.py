@@ -1,7 +1,8 @@
 """``phalanx-runtime``: the pod's entrypoint. Reads the job config and the environment
 (Kubeflow ``PET_*``, Phalanx/torchrun names, or Slurm), refuses impossible layouts before any
 worker starts, then runs ``procsPerNode`` workers through the torch elastic launcher
-(``torch.distributed.run``, c10d rendezvous) — nccl on GPUs, gloo on CPU.
+(``torch.distributed.run``, static rendezvous at node-rank 0, so global rank = NODE_RANK ×
+procsPerNode + local rank; one node: ``--standalone``) — nccl on GPUs, gloo on CPU.
 
 Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 143 stopped by
 SIGTERM (preemption, suspend, pod deletion) after the workers saved a checkpoint (retryable).
@@ -21,6 +22,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from phalanx.api.layout import check_layout
 from phalanx.constants import (
     DEFAULT_MASTER_PORT,
     ENV_CONFIG_PATH,
@@ -39,9 +41,12 @@ from phalanx.constants import (
     ENV_PET_NPROC_PER_NODE,
     ENV_PET_RDZV_ENDPOINT,
     ENV_PET_RDZV_ID,
+    ENV_PYTHONUNBUFFERED,
     ENV_RESTART_ATTEMPT,
+    ENV_WORLD_SIZE,
 )
-from phalanx_runtime.config import RuntimeConfig, check_layout, default_config_path, load_config
+from phalanx_runtime import env as E
+from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
 from phalanx_runtime.lifetime import (
     EXIT_PREEMPTED,
     StopWatchdog,
@@ -102,25 +107,12 @@ def _first(env, *names, default=None):
 
 def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") -> LaunchEnv:
     env = dict(os.environ if env is None else env)
-    world = spec.nodes * spec.procs_per_node
     rdzv_id = _first(env, ENV_PET_RDZV_ID, default=None) or f"{job_name}-{env.get(ENV_RESTART_ATTEMPT, '0')}"
     max_restarts = int(_first(env, ENV_PET_MAX_RESTARTS, default=0))
-    if "SLURM_NTASKS" in env and not _first(env, ENV_PET_NNODES, ENV_NNODES):
-        ntasks = int(env["SLURM_NTASKS"])
-        snodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
-        hosts = expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "localhost")))
-        addr = env.get(ENV_MASTER_ADDR) or (hosts[0] if hosts else "localhost")
-        port = int(env.get(ENV_MASTER_PORT, DEFAULT_MASTER_PORT))
-        rid = f"slurm-{env.get('SLURM_JOB_ID', job_name)}"
-        if ntasks == world and (ntasks > snodes or spec.procs_per_node == 1):
-            # srun started one task per rank: no torchrun, this process is the worker.
-            return LaunchEnv(snodes, int(env.get("SLURM_NODEID", 0)), spec.procs_per_node, addr, port, rid,
-                             direct=True, rank=int(env["SLURM_PROCID"]), world_size=ntasks,
-                             local_rank=int(env.get("SLURM_LOCALID", 0)), source="slurm-per-rank")
-        return LaunchEnv(snodes, int(env.get("SLURM_NODEID", 0)), spec.procs_per_node, addr, port, rid,
-                         max_restarts, source="slurm-per-node")
+    if E.SLURM_NTASKS in env and not _first(env, ENV_PET_NNODES, ENV_NNODES):
+        return _slurm_env(spec, env, job_name, max_restarts)
     nnodes = int(_first(env, ENV_PET_NNODES, ENV_NNODES, default=spec.nodes))
-    node_rank = int(_first(env, ENV_PET_NODE_RANK, ENV_NODE_RANK, "GROUP_RANK", default=0))
+    node_rank = int(_first(env, ENV_PET_NODE_RANK, ENV_NODE_RANK, E.ENV_GROUP_RANK, default=0))
     nproc = int(_first(env, ENV_PET_NPROC_PER_NODE, ENV_NPROC_PER_NODE, default=spec.procs_per_node))
     endpoint = _first(env, ENV_PET_RDZV_ENDPOINT, default=None)
     if endpoint:
@@ -130,6 +122,23 @@ def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") 
         port = _first(env, ENV_PET_MASTER_PORT, ENV_MASTER_PORT, default=DEFAULT_MASTER_PORT)
     source = "kubeflow" if _first(env, ENV_PET_NNODES) else ("env" if _first(env, ENV_NNODES) else "spec")
     return LaunchEnv(nnodes, node_rank, nproc, addr, int(port), rdzv_id, max_restarts, source=source)
+
+
+def _slurm_env(spec, env: dict[str, str], job_name: str, max_restarts: int) -> LaunchEnv:
+    world = spec.nodes * spec.procs_per_node
+    ntasks = int(env[E.SLURM_NTASKS])
+    snodes = int(env.get(E.SLURM_NNODES, env.get(E.SLURM_JOB_NUM_NODES, "1")))
+    hosts = expand_slurm_nodelist(env.get(E.SLURM_JOB_NODELIST, env.get(E.SLURM_NODELIST, "localhost")))
+    addr = env.get(ENV_MASTER_ADDR) or (hosts[0] if hosts else "localhost")
+    port = int(env.get(ENV_MASTER_PORT, DEFAULT_MASTER_PORT))
+    rid = f"slurm-{env.get(E.SLURM_JOB_ID, job_name)}"
+    node_rank = int(env.get(E.SLURM_NODEID, 0))
+    if ntasks == world and (ntasks > snodes or spec.procs_per_node == 1):
+        # srun started one task per rank: no torchrun, this process is the worker.
+        return LaunchEnv(snodes, node_rank, spec.procs_per_node, addr, port, rid, direct=True,
+                         rank=int(env[E.SLURM_PROCID]), world_size=ntasks,
+                         local_rank=int(env.get(E.SLURM_LOCALID, 0)), source="slurm-per-rank")
+    return LaunchEnv(snodes, node_rank, spec.procs_per_node, addr, port, rid, max_restarts, source="slurm-per-node")
 
 
 def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
@@ -146,13 +155,6 @@ def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
         args = ["--standalone", "--nnodes", "1", "--nproc-per-node", str(le.nproc_per_node),
                 "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
     return args + ["-m", "phalanx_runtime.train", "--config", config_path]
-
-
-def choose_backend(spec) -> str:
-    import torch
-
-    # nccl for CUDA tensors, gloo for the few CPU-side collectives; gloo only on CPU machines.
-    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available: bool | None = None) -> list[str]:
@@ -207,8 +209,8 @@ def _prepare_torchrun() -> None:
     """Workers die with this process (they get ``$PHALANX_PARENT_PID``); the agent waits one
     escalation step past the workers' grace before SIGKILL and forwards SIGTERM (SIGINT as SIGTERM)."""
     os.environ[ENV_PARENT_PID] = str(os.getpid())
-    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(escalation(1, stop_grace()))))
-    os.environ["PET_SIGNALS_TO_HANDLE"] = AGENT_SIGNALS
+    os.environ.setdefault(E.ENV_AGENT_SHUTDOWN_TIMEOUT, str(int(escalation(1, stop_grace()))))
+    os.environ[E.ENV_AGENT_SIGNALS] = AGENT_SIGNALS
     signal.signal(signal.SIGINT, _sigint_as_sigterm)
 
 
@@ -246,13 +248,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ok: world {cfg.spec.nodes * cfg.spec.procs_per_node}, mesh (pp, dp_replicate, dp_shard, tp) = {cfg.layout.shape}")
         return 0
 
-    os.environ["PHALANX_BACKEND"] = choose_backend(cfg.spec)
+    from phalanx_runtime.distributed.process_group import default_backend
+
+    os.environ[E.ENV_BACKEND] = default_backend()
     os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
     os.environ.setdefault(ENV_JOB_NAME, cfg.name)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.environ.setdefault(ENV_PYTHONUNBUFFERED, "1")
     if le.direct:
-        os.environ.update({"RANK": str(le.rank), "WORLD_SIZE": str(le.world_size), "LOCAL_RANK": str(le.local_rank),
-                           "MASTER_ADDR": le.master_addr, "MASTER_PORT": str(le.master_port)})
+        os.environ.update({E.ENV_RANK: str(le.rank), ENV_WORLD_SIZE: str(le.world_size),
+                           E.ENV_LOCAL_RANK: str(le.local_rank), ENV_MASTER_ADDR: le.master_addr,
+                           ENV_MASTER_PORT: str(le.master_port)})
         if args.dry_run:
             print(f"direct worker rank {le.rank}/{le.world_size}")
             return 0

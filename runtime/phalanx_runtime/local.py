@@ -35,21 +35,26 @@ from phalanx.constants import (
     ENV_METRICS_PORT,
     ENV_PARENT_PID,
     ENV_PET_MASTER_ADDR,
+    ENV_PET_NNODES,
+    ENV_PET_NODE_RANK,
     ENV_PET_RDZV_ENDPOINT,
     ENV_PROGRESS_PORT,
     ENV_STOP_GRACE_SECONDS,
+    ENV_WORLD_SIZE,
     LOCAL_STOP_GRACE_SECONDS,
 )
+from phalanx_runtime import env as E
 from phalanx_runtime import lifetime
-from phalanx_runtime.config import RuntimeConfig, check_layout
+from phalanx_runtime.config import RuntimeConfig
+from phalanx_runtime.net import free_port
 
 EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED  # re-exported for callers of run_local
 EXIT_TIMEOUT = 124  # as timeout(1)
 TMP_PREFIX = "phalanx-local-"
 OWNER_FILE = "owner"  # "<pid> <start time>" of the phalanx local that made the temp dir
 # Never inherited from the caller's environment: they would mislead the launcher or torchrun.
-SCRUBBED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_NTASKS", "PET_NNODES",
-                "PET_NODE_RANK")
+SCRUBBED_ENV = (E.ENV_RANK, ENV_WORLD_SIZE, E.ENV_LOCAL_RANK, E.ENV_LOCAL_WORLD_SIZE, E.ENV_GROUP_RANK,
+                E.SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
 
 
 class LayoutError(ValueError):
@@ -91,12 +96,6 @@ def _fd(stream):
         return stream.fileno()
     except (AttributeError, OSError, ValueError):
         return None
-
-
-def _free_port() -> int:
-    from phalanx_runtime.spawn import free_port
-
-    return free_port()
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,6 +311,8 @@ def _check(cfg: RuntimeConfig) -> None:
         cuda = torch.cuda.is_available()
     except ImportError:  # pragma: no cover
         cuda = False
+    from phalanx.api.layout import check_layout
+
     errors = check_layout(cfg.spec, cuda_available=cuda)
     if errors:
         raise LayoutError(errors)
@@ -321,11 +322,11 @@ def _node_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port
     spec = cfg.spec
     world = spec.nodes * spec.procs_per_node
     base = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
-    base["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
+    base[E.ENV_OMP_NUM_THREADS] = str(max(1, (os.cpu_count() or 1) // world))
     base.update(env or {})
     base.update({ENV_PARENT_PID: str(os.getpid()), ENV_STOP_GRACE_SECONDS: f"{grace:g}",
-                 "PHALANX_RESULT_FILE": os.path.join(d, "result.json")})
-    master_port = _free_port()
+                 E.ENV_RESULT_FILE: os.path.join(d, "result.json")})
+    master_port = free_port()
     ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
     return [{**base, **pod_env(cfg, node, master_port=master_port, config_path=os.path.join(d, "config.json"),
                                checkpoint_dir=ckpt, progress_port=progress_port)}

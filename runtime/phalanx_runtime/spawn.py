@@ -7,25 +7,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import tempfile
 import time
 from typing import Any
 
+from phalanx.constants import ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE
+from phalanx_runtime.env import ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_RANK
 from phalanx_runtime.lifetime import die_with_parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from phalanx_runtime.net import free_port
 
 
 def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str, threads: int, fn_ref,
             parent: int) -> None:
     die_with_parent(signal.SIGKILL, parent)  # a killed test or benchmark takes its ranks with it
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
-                       "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(world)})
+    os.environ.update({ENV_MASTER_ADDR: "127.0.0.1", ENV_MASTER_PORT: str(port), ENV_RANK: str(local_rank),
+                       ENV_WORLD_SIZE: str(world), ENV_LOCAL_RANK: str(local_rank),
+                       ENV_LOCAL_WORLD_SIZE: str(world)})
     import torch
 
     torch.set_num_threads(threads)

@@ -161,7 +161,8 @@ def test_kill_during_checkpoint_write_keeps_previous(reference, tmp_path):
 def test_sigterm_saves_and_exits_143(reference, tmp_path):
     """(d) SIGTERM to every worker (pod deletion / preemption): all ranks agree on the next step
     boundary, save a checkpoint synchronously and exit 143; the next run resumes exactly there."""
-    from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, validate_checkpoint
+    from phalanx_runtime.components.checkpoint import validate_checkpoint
+    from phalanx_runtime.lifetime import EXIT_PREEMPTED
 
     d = tmp_path / "ckpt"
     doc = ckpt_job(world=2, steps=STEPS, interval=0)  # interval 0: only at the end (or on SIGTERM)
@@ -226,7 +227,8 @@ def test_launcher_forwards_sigterm(tmp_path):
     import subprocess
     import sys
 
-    from phalanx_runtime.components.checkpoint import EXIT_PREEMPTED, latest_valid
+    from phalanx_runtime.components.checkpoint import latest_valid
+    from phalanx_runtime.lifetime import EXIT_PREEMPTED
 
     cfg, d, log = tmp_path / "c.json", tmp_path / "ckpt", tmp_path / "launch.log"
     cfg.write_text(json.dumps(ckpt_job(world=2, steps=500, interval=0)))

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.chaos_harness import Workers, ckpt_job, free_port
+from bench.chaos_harness import Workers, ckpt_job
+from phalanx_runtime.net import free_port
 
 pytestmark = pytest.mark.runtime
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from phalanx_runtime import lifetime
-from phalanx_runtime.spawn import free_port
+from phalanx_runtime.net import free_port
 
 pytestmark = pytest.mark.runtime
 

@@ -114,7 +114,7 @@ def test_lr_schedule():
 def test_cpu_offload_refused_on_cpu():
     from torch import nn
 
-    from phalanx_runtime.distributed.zero import apply_fsdp
+    from phalanx_runtime.distributed.fsdp import apply_fsdp
 
     with pytest.raises(RuntimeError, match="cpuOffload"):
         apply_fsdp(nn.Linear(2, 2), None, zero=3, device=torch.device("cpu"), cpu_offload=True)
@@ -164,7 +164,7 @@ def test_impossible_layout_refused_before_start(tmp_path):
 def test_progress_and_metrics_endpoints():
     from phalanx_runtime.components.metrics import MetricsLogger, metric_labels
     from phalanx_runtime.components.progress import Progress, ProgressServer
-    from phalanx_runtime.spawn import free_port
+    from phalanx_runtime.net import free_port
 
     prog = Progress(total_steps=10, world_size=2, job="j")
     srv = ProgressServer(prog, 0, host="127.0.0.1")

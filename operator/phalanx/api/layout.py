@@ -1,7 +1,7 @@
 """Which parallel layouts a spec can run: the mesh and every reason it cannot (pure, torch-free).
 
-Shared by the operator's validator and the runtime (which re-exports it from
-``phalanx_runtime.config``). Mesh order (torchtitan): ``pp → dp_replicate → dp_shard → tp``
+Shared by the operator's validator and the runtime (``phalanx_runtime.distributed.parallel_dims``
+imports it). Mesh order (torchtitan): ``pp → dp_replicate → dp_shard → tp``
 (tp innermost, inside a node).
 
 * zero 0/1 (DDP, ZeRO-1): ``dp_replicate = data``, ``dp_shard = 1``.

@@ -61,7 +61,8 @@ from torch.distributed.checkpoint.default_planner import (
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from phalanx.constants import ENV_JOB_NAME, ENV_JOB_UID
-from phalanx_runtime.lifetime import EXIT_PREEMPTED  # noqa: F401 - exit code of a SIGTERM save, re-exported
+from phalanx_runtime.distributed.process_group import new_gloo_group
+from phalanx_runtime.env import ENV_CHECKPOINT_TEST_WRITE_DELAY
 
 log = logging.getLogger("phalanx_runtime.checkpoint")
 
@@ -286,7 +287,7 @@ class Checkpointer:
         self.dp_rank, self.dp_size = dp_rank, dp_size
         # Own gloo group for DCP (async saves run collectives from a thread while training uses
         # the default group).
-        self.pg = dist.new_group(backend="gloo")
+        self.pg = new_gloo_group()
         self._pending = None  # (future, step, tmp path)
         self._staging = None  # staging future of the in-flight async save
         self.last: dict | None = None  # {"step", "path", "time"}
@@ -565,16 +566,13 @@ class Checkpointer:
         dist.barrier(group=self.pg)
 
 
-ENV_TEST_WRITE_DELAY = "PHALANX_CHECKPOINT_TEST_WRITE_DELAY"
-
-
 def _writer(path: str):
     """DCP's FileSystemWriter; with ``$PHALANX_CHECKPOINT_TEST_WRITE_DELAY`` (seconds, tests and the
     chaos benchmark only) each rank pauses after writing its shards, before DCP's metadata and the
     commit — a window in which to kill a rank mid-checkpoint."""
     from torch.distributed.checkpoint import FileSystemWriter
 
-    delay = float(os.environ.get(ENV_TEST_WRITE_DELAY) or 0)
+    delay = float(os.environ.get(ENV_CHECKPOINT_TEST_WRITE_DELAY) or 0)
     if delay <= 0:
         return FileSystemWriter(path, sync_files=True)
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-CORPUS_MAX_BYTES = int(os.environ.get("PHALANX_CORPUS_MAX_BYTES", 8 << 20))
+from phalanx_runtime.env import ENV_CORPUS_MAX_BYTES
+
+CORPUS_MAX_BYTES = int(os.environ.get(ENV_CORPUS_MAX_BYTES, 8 << 20))
 
 
 class SyntheticSource:

@@ -20,6 +20,7 @@ from typing import IO
 import torch
 
 from phalanx.constants import METRIC_LABEL_JOB, METRIC_LABEL_NAMESPACE, METRICS_LOG_FILE
+from phalanx_runtime.env import ENV_CPU_PEAK_FLOPS
 
 log = logging.getLogger("phalanx_runtime")
 
@@ -37,7 +38,6 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "L4": {"bf16": 121e12, "fp32": 60e12},
     "MI300X": {"bf16": 1307e12, "fp32": 654e12},
 }
-CPU_PEAK_ENV = "PHALANX_CPU_PEAK_FLOPS"
 
 
 def device_peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
@@ -48,8 +48,8 @@ def device_peak_flops(device: torch.device, precision: str) -> tuple[float, str]
             if key in name:
                 return PEAK_FLOPS[key][precision], f"table:{key}"
         return PEAK_FLOPS["A100"][precision], f"table:unknown({name})->A100"
-    if os.environ.get(CPU_PEAK_ENV):
-        return float(os.environ[CPU_PEAK_ENV]), "env"
+    if os.environ.get(ENV_CPU_PEAK_FLOPS):
+        return float(os.environ[ENV_CPU_PEAK_FLOPS]), "env"
     return measure_cpu_peak(), "measured"
 
 

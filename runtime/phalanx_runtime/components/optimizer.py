@@ -1,5 +1,5 @@
-"""AdamW (weight decay on matrices only) + warmup/decay LR schedule; ZeRO-1 wraps it in
-ZeroRedundancyOptimizer."""
+"""AdamW (weight decay on matrices only) + warmup/decay LR schedule. ZeRO-1 (zero 1 with dp > 1)
+shards the AdamW state over the dp group with ``ZeroRedundancyOptimizer`` (gradients stay DDP's)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def build_optimizer(params, *, lr: float, weight_decay: float, zero: int = 0, dp
         kwargs["foreach"] = True
     groups = param_groups(params, weight_decay)
     if zero == 1 and dp_group is not None and torch.distributed.get_world_size(dp_group) > 1:
-        from phalanx_runtime.distributed.zero import zero1_optimizer
+        from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return zero1_optimizer(groups, dp_group, torch.optim.AdamW, **kwargs)
+        return ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, process_group=dp_group,
+                                       parameters_as_bucket_view=False, **kwargs)
     return torch.optim.AdamW(groups, **kwargs)
 
 

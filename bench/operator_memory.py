@@ -1,0 +1,217 @@
+"""Operator memory (RSS) at scale, and under churn, on a local control plane of its own.
+
+1. Fill: a fresh LocalCluster (temp work dir, never the shared one) with ``--nodes`` kwok nodes
+   (8 GPUs each), the Phalanx operator as a process (``python -m phalanx operator -A``), then
+   ``--jobs`` TrainingJobs of ``--pods-per-job`` one-GPU pods each (200 × 25 = 5,000 pods by
+   default), created ``--create-parallel`` at a time. Waits until every pod exists and is bound
+   (the gangs were planned, pinned and released), lets it settle, and reads the operator's RSS.
+2. Churn (``--churn-minutes``, 0 to skip): every ``--churn-every`` seconds the oldest job is
+   deleted and a new one created (the count stays ``--jobs``), RSS sampled throughout. Reports
+   RSS at the start and end of the churn and the slope over its second half (MB/min): per-job
+   state that is never pruned shows as a steady climb.
+
+RSS is /proc/<pid>/status VmRSS, sampled every ``--sample-every`` s; peak is VmHWM.
+
+    python bench/operator_memory.py [--nodes 1000 --jobs 200 --pods-per-job 25] [--churn-minutes 10] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from operator_scale import PHALANX_CRD, Phalanx, kubectl, log  # noqa: E402
+
+from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
+
+GROUP, VERSION, PLURAL = "phalanx.dev", "v1alpha1", "trainingjobs"
+JOB_LABEL = "phalanx.dev/job-name"
+
+
+def topology(nodes: int) -> dict[str, Any]:
+    per_rack = 8
+    racks = max(1, nodes // per_rack)
+    return {"name": f"mem-{nodes}", "namePrefix": "gpu", "layout": {"block": 1, "subblock": 1, "rack": racks, "node": per_rack},
+            "cliqueLevel": "rack",
+            "node": {"gpu": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3", "cpu": "192", "memory": "2Ti", "pods": "110"}}
+
+
+def manifest(name: str, pods: int) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+            "spec": {"image": "phalanx/runtime:test", "nodes": pods, "procsPerNode": 1,
+                     "resources": {"gpus": 1, "cpu": "100m", "memory": "64Mi"},
+                     "model": {"preset": "debug"}, "training": {"globalBatchSize": pods}}}
+
+
+def proc_status(pid: int) -> dict[str, float]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024  # MiB
+    return out
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int, every: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every, self.samples, self.stop = pid, every, [], threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                s = proc_status(self.pid)
+            except OSError:
+                return
+            self.samples.append((time.monotonic() - self.t0, s["VmRSS"], s["VmHWM"], os.getloadavg()[0]))
+            self.stop.wait(self.every)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def pod_counts(api: Any, ns: str) -> tuple[int, int, int]:
+    """(pods, bound, Running) of the bench's jobs."""
+    from kubernetes import client
+
+    r = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=JOB_LABEL, _preload_content=False)
+    items = json.loads(r.data)["items"]
+    bound = sum(1 for p in items if p["spec"].get("nodeName"))
+    running = sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running")
+    return len(items), bound, running
+
+
+def create_jobs(api: Any, ns: str, names: list[str], pods: int, parallel: int) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client
+
+    co = client.CustomObjectsApi(api)
+    with ThreadPoolExecutor(parallel) as ex:
+        list(ex.map(lambda n: co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest(n, pods)), names))
+
+
+def delete_job(api: Any, ns: str, name: str) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
+                                                                 body={"propagationPolicy": "Background"})
+
+
+def fill(api: Any, ns: str, args: argparse.Namespace, sampler: Sampler) -> dict[str, Any]:
+    names = [f"job-{i:04d}" for i in range(args.jobs)]
+    want = args.jobs * args.pods_per_job
+    t0 = sampler.now()
+    create_jobs(api, ns, names, args.pods_per_job, args.create_parallel)
+    log(f"{args.jobs} jobs created in {sampler.now() - t0:.1f} s")
+    deadline = time.monotonic() + args.timeout
+    counts = (0, 0, 0)
+    while time.monotonic() < deadline:
+        counts = pod_counts(api, ns)
+        log(f"pods {counts[0]}/{want}, bound {counts[1]}, Running {counts[2]}; operator RSS {sampler.samples[-1][1]:.0f} MiB")
+        if counts[0] >= want and counts[1] >= want:
+            break
+        time.sleep(10)
+    filled = sampler.now()
+    time.sleep(args.settle)
+    rss = proc_status(sampler.pid)
+    return {"jobs": args.jobs, "pods": counts[0], "bound": counts[1], "running": counts[2],
+            "fill_seconds": round(filled - t0, 1), "rss_mib": round(rss["VmRSS"], 1), "peak_rss_mib": round(rss["VmHWM"], 1),
+            "complete": counts[0] >= want and counts[1] >= want}
+
+
+def churn(api: Any, ns: str, args: argparse.Namespace, sampler: Sampler) -> dict[str, Any]:
+    live = [f"job-{i:04d}" for i in range(args.jobs)]
+    start, end = sampler.now(), sampler.now() + args.churn_minutes * 60
+    made = 0
+    while sampler.now() < end:
+        t = time.monotonic()
+        delete_job(api, ns, live.pop(0))
+        name = f"churn-{made:05d}"
+        create_jobs(api, ns, [name], args.pods_per_job, 1)
+        live.append(name)
+        made += 1
+        if made % 20 == 0:
+            counts = pod_counts(api, ns)
+            log(f"churn: {made} replaced; pods {counts[0]}, bound {counts[1]}; RSS {sampler.samples[-1][1]:.0f} MiB")
+        time.sleep(max(0.0, args.churn_every - (time.monotonic() - t)))
+    window = [s for s in sampler.samples if s[0] >= start]
+    half = [s for s in window if s[0] >= start + (sampler.now() - start) / 2]
+    slope = 0.0
+    if len(half) >= 3:  # least squares, MiB per minute
+        n = len(half)
+        mx, my = sum(s[0] for s in half) / n, sum(s[1] for s in half) / n
+        var = sum((s[0] - mx) ** 2 for s in half)
+        slope = sum((s[0] - mx) * (s[1] - my) for s in half) / var * 60 if var else 0.0
+    return {"minutes": args.churn_minutes, "replaced": made, "rss_start_mib": round(window[0][1], 1),
+            "rss_end_mib": round(window[-1][1], 1), "rss_max_mib": round(max(s[1] for s in window), 1),
+            "slope_second_half_mib_per_min": round(slope, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--pods-per-job", type=int, default=25)
+    ap.add_argument("--create-parallel", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=1200.0, help="fill: until every pod exists and is bound")
+    ap.add_argument("--settle", type=float, default=30.0)
+    ap.add_argument("--churn-minutes", type=float, default=0.0)
+    ap.add_argument("--churn-every", type=float, default=3.0, help="seconds per job replaced")
+    ap.add_argument("--sample-every", type=float, default=2.0)
+    ap.add_argument("--work-dir", type=Path, help="default: a new temp dir")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="phalanx-opmem-"))
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv),
+                           "machine": f"{os.cpu_count()} cores, {platform.machine()}", "python": platform.python_version(),
+                           "work_dir": str(work)}
+    with LocalCluster(work_dir=work / "cluster") as cluster:
+        t = time.time()
+        topo = parse_topology(topology(args.nodes))
+        create_nodes(cluster.kubeconfig, topo)
+        log(f"{topo.node_count} kwok nodes Ready in {time.time() - t:.1f} s")
+        kubectl(cluster, "apply", "--server-side", "-f", str(PHALANX_CRD))
+        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd/trainingjobs.phalanx.dev")
+        ns = "mem"
+        kubectl(cluster, "create", "namespace", ns)
+        op = Phalanx(cluster.kubeconfig, work, {})
+        op.start("mem")
+        sampler = Sampler(op.p.proc.pid, args.sample_every)
+        sampler.start()
+        time.sleep(args.sample_every)
+        out["idle_rss_mib"] = round(proc_status(op.p.proc.pid)["VmRSS"], 1)
+        log(f"operator up, {args.nodes} nodes indexed: RSS {out['idle_rss_mib']} MiB")
+        api = api_client(cluster.kubeconfig, pool_size=16)
+        try:
+            out["fill"] = fill(api, ns, args, sampler)
+            log(f"fill: {out['fill']}")
+            if args.churn_minutes > 0:
+                out["churn"] = churn(api, ns, args, sampler)
+                log(f"churn: {out['churn']}")
+        finally:
+            sampler.stop.set()
+            out["samples"] = sampler.samples
+            op.p.check()
+            op.p.stop()
+    text = json.dumps(out, indent=1)
+    (work / "results.json").write_text(text)
+    if args.json:
+        args.json.write_text(text)
+    print(json.dumps({k: v for k, v in out.items() if k != "samples"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""The ``Trainer``: build (process group → mesh → model and parallelisms → optimizer → data →
+checkpoints → metrics and progress), one ``step`` at a time, ``close`` (final checkpoint work,
+status, teardown). ``train.py`` runs it in a worker process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from phalanx.api.layout import check_layout
+from phalanx.constants import (
+    DEFAULT_TERMINATION_LOG,
+    ENV_CHECKPOINT_DIR,
+    ENV_METRICS_PORT,
+    ENV_PROGRESS_PORT,
+    ENV_TERMINATION_LOG,
+)
+from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
+from phalanx_runtime.components.data import DataLoader, make_source
+from phalanx_runtime.components.loss import cross_entropy
+from phalanx_runtime.components.metrics import (
+    MetricsLogger,
+    device_peak_flops,
+    metric_labels,
+    metrics_log_path,
+)
+from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer
+from phalanx_runtime.components.progress import Progress, ProgressServer, write_final
+from phalanx_runtime.config import RuntimeConfig
+from phalanx_runtime.distributed.clip import clip_grad_norm_
+from phalanx_runtime.distributed.data_parallel import grad_sync
+from phalanx_runtime.distributed.parallel_dims import ParallelDims
+from phalanx_runtime.distributed.pipeline import build_pipeline
+from phalanx_runtime.distributed.precision import autocast, compute_precision
+from phalanx_runtime.distributed.process_group import device_for_rank, init_distributed
+from phalanx_runtime.env import ENV_DEBUG_FULL_STATE
+from phalanx_runtime.lifetime import EXIT_PREEMPTED
+from phalanx_runtime.models.build import build_model_parts
+from phalanx_runtime.models.entrypoint import ModelContext
+
+log = logging.getLogger("phalanx_runtime")
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    world_size: int
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    tokens_per_step: int = 0
+    mfu: float = 0.0
+    peak_memory_bytes: int = 0
+    data_state: dict = field(default_factory=dict)
+    start_step: int = 0  # resumed from this checkpoint step (0 = fresh start)
+    preempted: bool = False  # stopped on SIGTERM after saving a checkpoint (exit EXIT_PREEMPTED)
+    last_checkpoint: dict | None = None
+    checkpoint_stall_s: list[float] = field(default_factory=list)  # training blocked per save
+    checkpoint_save_s: list[float] = field(default_factory=list)  # start of save → committed
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1] if self.losses else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        # Steady state: skip the first step (shape inference, allocator warm-up) when we can.
+        times = self.step_times[1:] if len(self.step_times) > 1 else self.step_times
+        return self.tokens_per_step * len(times) / sum(times) if times and sum(times) > 0 else 0.0
+
+    def summary(self) -> dict:
+        return {"final_loss": self.final_loss, "steps": self.steps, "tokens_per_s": self.tokens_per_s,
+                "world_size": self.world_size}
+
+
+def checkpoint_dir() -> str | None:
+    """``$PHALANX_CHECKPOINT_DIR`` (the operator sets ``<mountPath>/<namespace>/<job>``; local mode a
+    temporary or ``--checkpoint-dir`` directory). None: this run does not checkpoint."""
+    return os.environ.get(ENV_CHECKPOINT_DIR) or None
+
+
+class Trainer:
+    """Collective: every rank builds, steps and closes together. ``stop_requested()`` says whether
+    this rank got SIGTERM; the ranks agree on it at each step boundary."""
+
+    def __init__(self, cfg: RuntimeConfig, *, stop_requested=lambda: False, progress_port: int | None = None,
+                 metrics_port: int | None = None):
+        self.cfg, self.spec = cfg, cfg.spec
+        self.stop_requested = stop_requested
+        self._build_process(checkpointing=checkpoint_dir() is not None)
+        self._build_model()
+        self._build_optimizer()
+        self._build_data()
+        self._build_checkpointer()
+        self._build_reporting(progress_port, metrics_port)
+
+    # ---------------------------------------------------------------- build
+
+    def _build_process(self, *, checkpointing: bool) -> None:
+        """Process group, device, layout checks (the launcher checked too; entrypoints may not),
+        precision, seed, mesh (pp → dp_replicate → dp_shard → tp)."""
+        tr = self.spec.training
+        self.member = init_distributed()
+        self.rank, self.world = self.member.rank, self.member.world_size
+        self.device = device_for_rank(self.member.local_rank)
+        errors = check_layout(self.spec, cuda_available=self.device.type == "cuda", checkpointing=checkpointing)
+        if errors:
+            raise SystemExit("invalid layout:\n  " + "\n  ".join(errors))
+        self.precision = compute_precision(tr.precision, self.device)
+        if tr.precision != self.precision and self.rank == 0:
+            log.warning("training.precision bf16 needs a GPU; this CPU run computes in fp32")
+        torch.manual_seed(tr.seed)
+        self.parallel_dims = ParallelDims.from_spec(self.spec).build_mesh(self.device.type)
+
+    def _build_model(self) -> None:
+        """Model parts, split and parallelised (PP → TP → AC → FSDP/DDP), and the pipeline schedule."""
+        spec, pd, m = self.spec, self.parallel_dims, self.member
+        ctx = ModelContext(config=self.cfg, mesh=pd, device=self.device, rank=m.rank, world_size=m.world_size,
+                           local_rank=m.local_rank, seq_len=spec.data.seq_len, seed=spec.training.seed)
+        self.model = build_model_parts(ctx)
+        self.loss_fn = self.model.loss_fn or cross_entropy
+        self.pipeline = None
+        if pd.pp_enabled:
+            par = spec.parallelism
+            self.pipeline = build_pipeline(self.model.parts, self.model.stage_ids, self.model.n_stages,
+                                           device=self.device, group=pd.group("pp"), schedule=par.pipeline_schedule,
+                                           microbatches=par.microbatches, loss_fn=self.loss_fn)
+        self.params = list(self.model.parameters())
+        self.autocast = autocast(self.precision, fsdp=pd.fsdp_enabled)
+
+    def _build_optimizer(self) -> None:
+        tr = self.spec.training
+        self.optimizer = build_optimizer(self.params, lr=tr.lr, weight_decay=tr.weight_decay,
+                                         zero=self.spec.parallelism.zero, dp_group=self.parallel_dims.group("dp"),
+                                         device=self.device)
+        ls = tr.lr_schedule
+        self.scheduler = build_lr_scheduler(self.optimizer, total_steps=tr.steps, warmup_steps=ls.warmup_steps,
+                                            decay=ls.decay, min_lr_ratio=ls.min_lr_ratio)
+
+    def _build_data(self) -> None:
+        """Data, sharded by data-parallel rank; the local batch in ``accum`` microbatches (the
+        pipeline schedule splits its own)."""
+        spec, tr = self.spec, self.spec.training
+        vocab = self.model.shape.vocab_size if self.model.shape else 256
+        source = make_source(spec.data.source, seq_len=spec.data.seq_len, vocab_size=vocab, seed=tr.seed,
+                             path=spec.data.path, dtype=spec.data.dtype)
+        self.loader = DataLoader(source, global_batch=tr.global_batch_size, dp_rank=self.parallel_dims.dp_rank,
+                                 dp_size=self.parallel_dims.layout.dp, seed=tr.seed)
+        self.accum = 1 if self.pipeline else self.loader.local_batch // tr.micro_batch_size
+
+    def _build_checkpointer(self) -> None:
+        """Checkpoints (components/checkpoint.py, DCP): resume model parts, optimizer, scheduler,
+        loader position and RNG from the newest committed checkpoint."""
+        self.progress = Progress(self.spec.training.steps, self.world, self.cfg.name)
+        self.ckpt_dir = checkpoint_dir()
+        self.ckpt = None
+        if self.ckpt_dir:
+            pd = self.parallel_dims
+            self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, self.ckpt_dir),
+                                     parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
+                                     loader=self.loader, progress=self.progress, layout=pd.describe(),
+                                     dp_rank=pd.dp_rank, dp_size=pd.layout.dp)
+        self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
+
+    def _build_reporting(self, progress_port: int | None, metrics_port: int | None) -> None:
+        """Metrics (Prometheus per pod, on local rank 0; metrics.jsonl on rank 0) and progress
+        (served by global rank 0)."""
+        spec, cfg, rank, local_rank = self.spec, self.cfg, self.rank, self.member.local_rank
+        tokens_per_step = spec.training.global_batch_size * spec.data.seq_len
+        peak, peak_src = device_peak_flops(self.device, self.precision)
+        if metrics_port is None and os.environ.get(ENV_METRICS_PORT) and local_rank == 0:
+            metrics_port = int(os.environ[ENV_METRICS_PORT])
+        shape = self.model.shape
+        self.metrics = MetricsLogger(flops_per_token=shape.flops_per_token(spec.data.seq_len) if shape else None,
+                                     peak_flops=peak, world_size=self.world, tokens_per_step=tokens_per_step,
+                                     device=self.device, prometheus_port=metrics_port if local_rank == 0 else None,
+                                     labels=metric_labels(cfg.namespace, cfg.name, rank),
+                                     log_path=metrics_log_path(self.ckpt_dir) if rank == 0 else None)
+        if progress_port is None and os.environ.get(ENV_PROGRESS_PORT) and rank == 0:
+            progress_port = int(os.environ[ENV_PROGRESS_PORT])
+        self.server = ProgressServer(self.progress, progress_port) if rank == 0 and progress_port else None
+        if rank == 0:
+            log.info("job %s: world %d layout %s model %s peak %.3g FLOP/s (%s)", cfg.name, self.world,
+                     self.parallel_dims.layout.shape, shape, peak, peak_src)
+        self.result = TrainResult(steps=spec.training.steps, world_size=self.world, tokens_per_step=tokens_per_step,
+                                  start_step=self.start_step)
+
+    # ---------------------------------------------------------------- steps
+
+    def run(self) -> TrainResult:
+        """Every remaining step (stopping early, with a checkpoint, when a rank got SIGTERM), then close."""
+        total = self.spec.training.steps
+        self.progress.update(phase="Running", step=self.start_step)
+        for step in range(self.start_step + 1, total + 1):
+            stop = self.step(step)
+            if self._after_step(step, stop):
+                break
+        return self.close()
+
+    def step(self, step: int) -> bool:
+        """One optimizer step; True when any rank asked to stop."""
+        t0 = time.perf_counter()
+        inputs, labels = self.loader.next_batch()
+        loss = self._forward_backward(inputs.to(self.device, non_blocking=True),
+                                      labels.to(self.device, non_blocking=True))
+        pp_group = self.parallel_dims.group("pp") if self.parallel_dims.pp_enabled else None
+        gnorm = clip_grad_norm_(self.params, self.spec.training.grad_clip, pp_group=pp_group)
+        if self.ckpt is not None:
+            self.ckpt.before_update()  # an async checkpoint's staging copy is complete
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        global_loss, stop = self._reduce_loss_and_stop(loss)
+        self._record(step, global_loss, float(gnorm), time.perf_counter() - t0)
+        return stop
+
+    def _forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+        """The local batch's mean loss (None on pipeline ranks without the last stage)."""
+        if self.pipeline is not None:
+            with self.autocast:
+                return self.pipeline.step(inputs, labels)
+        accum, parts = self.accum, self.model.parts
+        loss = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(zip(inputs.chunk(accum), labels.chunk(accum), strict=True)):
+            with grad_sync(parts, enabled=i == accum - 1), self.autocast:
+                mb_loss = self.loss_fn(parts[0](x), y) / accum
+            mb_loss.backward()
+            loss += mb_loss.detach()
+        return loss
+
+    def _reduce_loss_and_stop(self, loss: torch.Tensor | None) -> tuple[float, bool]:
+        """Global mean loss: last-stage ranks hold their dp shard's loss (tp ranks repeat it). The
+        second element counts ranks that got SIGTERM, so every rank stops at the same step."""
+        device = self.device
+        is_last_stage = self.pipeline is None or self.pipeline.has_last
+        lsum = loss.detach().float() if (is_last_stage and loss is not None) else torch.zeros((), device=device)
+        lsum = torch.cat([lsum.reshape(1).to(device), torch.full((1,), float(self.stop_requested()), device=device)])
+        dist.all_reduce(lsum, op=dist.ReduceOp.SUM)
+        layout = self.parallel_dims.layout
+        return float(lsum[0]) / (layout.dp * layout.tp), float(lsum[1]) > 0
+
+    def _record(self, step: int, loss: float, gnorm: float, step_time: float) -> None:
+        m = self.metrics.record(step=step, loss=loss, grad_norm=gnorm, lr=self.scheduler.get_last_lr()[0],
+                                step_time=step_time)
+        r = self.result
+        r.losses.append(loss)
+        r.grad_norms.append(gnorm)
+        r.step_times.append(step_time)
+        r.mfu, r.peak_memory_bytes = m.mfu, m.peak_memory_bytes
+        self.progress.update(step=step, loss=loss, tokensPerSecond=m.tokens_per_s, mfu=m.mfu,
+                             stepTimeSeconds=step_time)
+        total = self.spec.training.steps
+        if self.rank == 0 and (step % self.spec.training.log_every == 0 or step == total):
+            log.info("step %d/%d loss %.5f gnorm %.4f lr %.3g %.3fs %.0f tok/s mfu %.2f%% mem %.0fMiB",
+                     step, total, loss, m.grad_norm, m.lr, step_time, m.tokens_per_s, 100 * m.mfu,
+                     m.peak_memory_bytes / 2**20)
+
+    def _after_step(self, step: int, stop: bool) -> bool:
+        """Checkpoint when due; on a stop, save synchronously and end the loop (True)."""
+        ckpt = self.ckpt
+        if ckpt is None:
+            self.result.preempted = stop
+            return stop
+        ckpt.poll()
+        if stop:
+            if self.rank == 0:
+                log.warning("SIGTERM: saving a checkpoint at step %d and exiting %d", step, EXIT_PREEMPTED)
+            ckpt.save(step, force_sync=True)
+            self.result.preempted = True
+            return True
+        total = self.spec.training.steps
+        if ckpt.should_save(step, total):
+            ckpt.save(step, force_sync=step == total)
+        return False
+
+    # ---------------------------------------------------------------- close
+
+    def close(self) -> TrainResult:
+        """Finish checkpoint work, report the final phase, tear the process group down (if ours)."""
+        r, ckpt = self.result, self.ckpt
+        if ckpt is not None:
+            ckpt.close()
+            if self.spec.checkpoint.export_consolidated and not r.preempted:
+                ckpt.export_consolidated()
+            if os.environ.get(ENV_DEBUG_FULL_STATE):
+                ckpt.dump_full_state(os.environ[ENV_DEBUG_FULL_STATE])
+            r.last_checkpoint = ckpt.last
+            r.checkpoint_stall_s, r.checkpoint_save_s = ckpt.stall_seconds, ckpt.save_seconds
+        r.data_state = self.loader.state_dict()
+        self.progress.update(phase="Preempted" if r.preempted else "Succeeded")
+        if self.rank == 0:
+            write_final(self.progress, os.environ.get(ENV_TERMINATION_LOG, DEFAULT_TERMINATION_LOG))
+        if self.server is not None:
+            self.server.close()
+        if self.member.created:
+            dist.barrier()
+            dist.destroy_process_group()
+        return r
