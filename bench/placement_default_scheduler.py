@@ -388,7 +388,7 @@ def main() -> None:
     ap.add_argument("--subblocks", type=int, default=4)
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--gang", type=int, default=32, help="gang size in nodes (pods of 8 GPUs)")
-    ap.add_argument("--repeats", type=int, default=2, help="gang submissions per approach and cluster shape")
+    ap.add_argument("--repeats", type=int, default=3, help="gang submissions per approach and cluster shape")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--tas-level", default="block", help="topology.required of the TAS workload runs")
     ap.add_argument("--gang-only", action="store_true", help="also a workload run without topology constraint")

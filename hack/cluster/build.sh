@@ -26,6 +26,7 @@ cd "$HERE"
 
 K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)"
 HELM_VERSION="$(awk '$1=="helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)"
+KWOK_VERSION="$(awk '$1=="sigs.k8s.io/kwok" && $2 ~ /^v/ {print $2; exit}' go.mod)"
 
 # name:import-path
 TARGETS=(
@@ -40,6 +41,12 @@ TARGETS=(
   "helm:helm.sh/helm/v3/cmd/helm"
   "etcd:go.etcd.io/etcd/server/v3"
 )
+# Programs built from their own module at the version go.mod pins (`go install pkg@version`:
+# their go.mod, not ours, so adding them moves none of the pins above). kwokctl runs the local
+# control plane (hack/cluster/localcluster) from the binaries above.
+INSTALLS=(
+  "kwokctl:sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+)
 # Static binaries, stamped with the versions `make` would (kube-apiserver /version, kubectl
 # version, helm version); a plain module build reports v0.0.0-master.
 BUILD_ENV=(CGO_ENABLED=0)
@@ -52,7 +59,7 @@ done
 ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 ldflags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=module"
 
-KEY="$( (cat go.mod go.sum; printf '%s\n' "${TARGETS[@]}" "${BUILD_ENV[@]}" -trimpath "$ldflags") | sha256sum | cut -c1-10)"
+KEY="$( (cat go.mod go.sum; printf '%s\n' "${TARGETS[@]}" "${INSTALLS[@]}" "${BUILD_ENV[@]}" -trimpath "$ldflags") | sha256sum | cut -c1-10)"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 BIN_DIR="${PHALANX_BIN_DIR:-$CACHE/bin/$K8S_VERSION-$KEY}"
 
@@ -75,16 +82,27 @@ for t in "${TARGETS[@]}"; do
   fi
 done
 
-if ((${#missing[@]})); then
+installs=()
+for t in "${INSTALLS[@]}"; do
+  [[ -x "$BIN_DIR/${t%%:*}" ]] && log "have ${t%%:*}" || installs+=("${t#*:}")
+done
+
+if ((${#missing[@]} + ${#installs[@]})); then
   command -v go >/dev/null || { log "go toolchain not found"; exit 1; }
-  log "building ${#missing[@]} binaries into $BIN_DIR (go $(go env GOVERSION), k8s $K8S_VERSION)"
+  log "building $((${#missing[@]} + ${#installs[@]})) binaries into $BIN_DIR (go $(go env GOVERSION), k8s $K8S_VERSION)"
   tmp="$(mktemp -d "$BIN_DIR/.build.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
   # One `go build` for all packages: shared packages compile once and the
   # two cores stay busy. The versions come from go.mod.
-  env "${BUILD_ENV[@]}" GOFLAGS="${GOFLAGS:--mod=mod}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-    go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${missing[@]}"
+  if ((${#missing[@]})); then
+    env "${BUILD_ENV[@]}" GOFLAGS="${GOFLAGS:--mod=mod}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+      go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${missing[@]}"
+  fi
+  for pkg in "${installs[@]}"; do
+    env "${BUILD_ENV[@]}" GOBIN="$tmp" GOFLAGS= GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+      go install -trimpath -ldflags "-s -w" "$pkg"
+  done
   # go names a /vN main package after the element before it: server/v3 -> server.
   [[ -f "$tmp/server" ]] && mv -f "$tmp/server" "$tmp/etcd"
   for f in "$tmp"/*; do mv -f "$f" "$BIN_DIR/"; done

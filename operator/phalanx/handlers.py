@@ -6,23 +6,28 @@ events) and at least every RESYNC_SECONDS, so a missed event or an operator rest
 Everything process-wide travels in kopf's ``memo`` (``new_memo``; the startup handler adds the
 API client): ``config`` (OperatorConfig), ``kubeconfig``, ``kube`` (kube.Kube), ``leader``
 (leader.Elector with --leader-elect, else None), ``pod_reflector`` (podreflector.PodReflector in
-namespaced mode, else None) and ``gangs`` (the job loops' shared bookkeeping, ``Gangs``).
+namespaced mode, else None), ``gangs`` (the job loops' shared bookkeeping, ``Gangs``) and
+``decider`` (the one thread every ``decide()`` runs on, off the event loop: ``JobLoop.decide``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
+import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
-from phalanx.api.types import TrainingJob
+from phalanx.api.types import TERMINAL_PHASES, Phase, TrainingJob
 from phalanx.backends import kueue as kueue_backend
 from phalanx.backends import workload as workload_backend
 from phalanx.constants import Reason
@@ -52,6 +57,8 @@ EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
 WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
+LOOP_HOP_TIMEOUT = 60.0  # the decide thread waiting for the event loop (only a stopped loop takes this long)
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -71,18 +78,31 @@ class Gangs:
     phases: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        """The job loop's wake-up (created by the loop itself: an entry exists while it runs)."""
         return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Wake a running job loop; no entry is made for a job without one (pods outlive jobs)."""
+        event = self.wakeups.get((namespace, name))
+        if event is not None:
+            event.set()
+
+    def alive(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.wakeups
 
     def wake_waiting(self) -> None:
         """Capacity may have freed: every waiting gang plans again."""
         for key in list(self.waiting):
             namespace, name = key.split("/", 1)
-            self.wakeup(namespace, name).set()
+            self.wake(namespace, name)
 
     def pending_pins(self, except_key: str) -> list[Reservation]:
-        """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS)."""
+        """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS);
+        older ones are dropped."""
         now = time.monotonic()
-        return [r for k, (rs, t) in self.pending.items() if k != except_key and now - t < PIN_TTL_SECONDS for r in rs]
+        for key in [k for k, (_, t) in self.pending.items() if now - t >= PIN_TTL_SECONDS]:
+            del self.pending[key]
+        return [r for k, (rs, _) in self.pending.items() if k != except_key for r in rs]
 
     def track_phase(self, key: tuple[str, str], phase: str | None) -> None:
         if phase is None:
@@ -95,17 +115,63 @@ class Gangs:
         for phase_name in ("Pending", "Scheduling", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
             JOBS.labels(phase_name).set(counts.get(phase_name, 0))
 
-    def forget(self, namespace: str, name: str) -> None:
-        self.wakeups.pop((namespace, name), None)
+    def leave_queue(self, namespace: str, name: str) -> None:
+        """The job's gang no longer waits for placement (finished, suspended, or deleted)."""
         self.waiting.pop(f"{namespace}/{name}", None)
         self.pending.pop(f"{namespace}/{name}", None)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The job's loop has stopped (deleted): nothing of it stays."""
+        self.wakeups.pop((namespace, name), None)
+        self.leave_queue(namespace, name)
         self.track_phase((namespace, name), None)
 
 
 def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
     """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
-                     pod_reflector=None, gangs=Gangs())
+                     pod_reflector=None, gangs=Gangs(),
+                     decider=concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-decide"))
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], _T]) -> _T:
+    """``fn()`` on the event loop, from the decide thread: kopf's indexes and ``Gangs`` are only
+    read and written there. On the loop itself (or with no loop) it runs at once."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if loop is None or running is loop:
+        return fn()
+    result: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            result.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            result.set_exception(exc)
+
+    loop.call_soon_threadsafe(run)
+    return result.result(timeout=LOOP_HOP_TIMEOUT)
+
+
+def _decide_off_loop(*args: Any, **kwargs: Any) -> Plan:
+    """decide() on the decide thread, with the cyclic GC paused: a 16k-pod render allocates
+    millions of containers, and every full collection meanwhile (one per 25 % of heap growth, 9 in
+    that render) holds the GIL for as long as it walks the heap — the event loop stalled for 1-1.5 s
+    each on the shared dev VM. Reference counting frees what the render drops; the collector runs
+    on its thresholds again as soon as it returns."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return decide(*args, **kwargs)
+    finally:
+        if paused:
+            gc.enable()
+
+
+class JobGone(Exception):
+    """The job's loop stopped (the job was deleted) while its decide() ran: nothing is queued."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,6 +235,8 @@ async def _kueue_admission(kube: Kube, namespace: str, name: str, spec: dict[str
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if memo.get("kube") is not None:
         memo.kube.pool.shutdown(wait=False, cancel_futures=True)
+    if memo.get("decider") is not None:
+        memo.decider.shutdown(wait=False, cancel_futures=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +322,7 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
 def pod_changed(type: str, namespace: str, labels: dict[str, str], status: dict, memo: kopf.Memo, **_: Any) -> None:
     job = labels.get(C.LABEL_JOB_NAME)
     if job:
-        memo.gangs.wakeup(namespace, job).set()
+        memo.gangs.wake(namespace, job)
     if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
         memo.gangs.wake_waiting()  # capacity freed
 
@@ -289,24 +357,46 @@ def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
 
 def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
     """The reconcile's gang step: plan every waiting gang together; pin and release this one
-    only if it is placed. Runs synchronously inside decide(), so plans never interleave."""
+    only if it is placed. Runs inside decide(), on the one decide thread, so plans never
+    interleave; what it reads and writes of the indexes and ``Gangs`` it does on the event loop
+    (``_on_loop``), the planning itself on the decide thread."""
     gangs, config = memo.gangs, memo.config
+    loop = _running_loop()
 
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
-        key = f"{job.metadata.namespace}/{job.metadata.name}"
-        gangs.waiting[key] = gang_request(job, config, _priority(job, ix.priority_classes))
+        namespace, name = job.metadata.namespace, job.metadata.name
+        key = f"{namespace}/{name}"
+
+        def enqueue() -> tuple[list[GangRequest], list[Any], list[Any], list[Reservation]]:
+            if loop is not None and not gangs.alive(namespace, name):
+                raise JobGone(key)
+            gangs.waiting[key] = gang_request(job, config, _priority(job, ix.priority_classes))
+            return (list(gangs.waiting.values()), _values(ix.cluster_nodes), list(ix.usage.get(None, [])),
+                    gangs.pending_pins(except_key=key))
+
+        waiting, nodes, usage, pending = _on_loop(loop, enqueue)
         now = time.monotonic()
-        pending = gangs.pending_pins(except_key=key)
-        nodes = _values(ix.cluster_nodes)
-        admission = admit(gangs.waiting.values(), nodes, list(ix.usage.get(None, [])), config, pending)
-        result = admission.results[key]
+        result = admit(waiting, nodes, usage, config, pending).results[key]
         decision = decision_for(job, result, pods, nodes, config)
         if decision.release:
-            gangs.waiting.pop(key, None)
-            gangs.pending[key] = (result.reservations(), now)
+
+            def booked() -> None:
+                if loop is not None and not gangs.alive(namespace, name):
+                    raise JobGone(key)
+                gangs.waiting.pop(key, None)
+                gangs.pending[key] = (result.reservations(), now)
+
+            _on_loop(loop, booked)
         return decision
 
     return step
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fits:
@@ -314,14 +404,18 @@ def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fi
     replaced); other waiting gangs keep their queue order; nothing is pinned or reserved."""
     key = f"{namespace}/{name}"
     gangs, config = memo.gangs, memo.config
+    loop = _running_loop()
 
     def fits(candidate: TrainingJob) -> bool:
-        pods = [p for p in ix.usage.get(None, [])
+        def inputs() -> tuple[list[Any], list[Reservation], list[GangRequest], list[Any]]:
+            return (list(ix.usage.get(None, [])), gangs.pending_pins(except_key=key),
+                    [g for k, g in gangs.waiting.items() if k != key] + [gang_request(candidate, config, _priority(candidate, ix.priority_classes))],
+                    _values(ix.cluster_nodes))
+
+        usage, pending, others, nodes = _on_loop(loop, inputs)
+        pods = [p for p in usage
                 if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
-        pending = gangs.pending_pins(except_key=key)
-        others = [g for k, g in gangs.waiting.items() if k != key]
-        others.append(gang_request(candidate, config, _priority(candidate, ix.priority_classes)))
-        admission = admit(others, _values(ix.cluster_nodes), pods, config, pending)
+        admission = admit(others, nodes, pods, config, pending)
         return isinstance(admission.results[key], Placement)
 
     return fits
@@ -435,9 +529,14 @@ class JobLoop:
         return obj, observed
 
     async def decide(self, obj: dict[str, Any], observed: Observed) -> Plan | None:
-        """decide(), or None after reporting that it raised (no input may kill the loop)."""
+        """decide(), or None after reporting that it raised (no input may kill the loop).
+
+        It runs on ``memo.decider``'s one thread, off the event loop: rendering a 16k-node gang
+        takes seconds, and the watches, the other jobs and /healthz go on meanwhile."""
         try:
-            plan = decide(obj, observed, datetime.now(UTC), self.memo.config, gang=self.gang, fits=self.fits)
+            plan = await asyncio.get_running_loop().run_in_executor(
+                self.memo.decider, functools.partial(_decide_off_loop, obj, observed, datetime.now(UTC),
+                                                     self.memo.config, gang=self.gang, fits=self.fits))
         except Exception as exc:  # noqa: BLE001 - no input may kill the loop; it is reported
             self.failures.decide += 1
             RECONCILES.labels("error").inc()
@@ -446,6 +545,8 @@ class JobLoop:
             await _sleep_or_wake(self.wake, retry_delay(self.failures.decide))
             return None
         self.failures.decide = 0
+        if (plan.status or obj["status"]).get("phase") in (*TERMINAL_PHASES, Phase.SUSPENDED):
+            self.memo.gangs.leave_queue(self.namespace, self.name)  # no gang of it waits any more
         JOB_METRICS.observe({**obj, "status": plan.status or obj["status"]}, self.progress)  # even if the write fails
         return plan
 

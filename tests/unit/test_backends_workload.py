@@ -152,3 +152,13 @@ def test_reconcile_takes_schedulable_from_the_podgroup(job_obj):
     assert cond["reason"] == "Unschedulable" and obj["status"]["phase"] != "Failed"
     cond = step(schedulable(pg({"type": "PodGroupScheduled", "status": "True", "reason": "Scheduled"})))
     assert (cond["status"], cond["reason"]) == ("True", "Scheduled")
+
+
+def test_executor_does_not_dry_run_a_podgroup_that_names_its_workload():
+    """kube-apiserver's PodGroupWorkloadExists admission refuses such a PodGroup (403) until its
+    Workload exists: a dry run of both cannot pass, so the executor skips it and creates in order."""
+    from phalanx.kube import _needs_sibling
+
+    wl, pg = render(job(scheduling={"backend": "workload"}), api_version="v1alpha2").objects
+    assert _needs_sibling(pg) and not _needs_sibling(wl)
+    assert not _needs_sibling({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "spec": {}})

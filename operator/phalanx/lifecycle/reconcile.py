@@ -160,7 +160,11 @@ def finished(ctx: Pass) -> Plan | None:
 def split_attempts(ctx: Pass) -> None:
     """The current attempt's pods; those of earlier attempts are deleted."""
     ctx.current = [p for p in ctx.observed.pods if attempt_of(p) == ctx.attempt]
-    ctx.stale = [p for p in ctx.observed.pods if attempt_of(p) != ctx.attempt]
+    # A pod that ended and is being deleted holds no node, IP or endpoint any more; only another
+    # controller's finalizer keeps its object (Kueue keeps a stopped group's pods until their
+    # replacements exist): it does not block the next gang.
+    ctx.stale = [p for p in ctx.observed.pods if attempt_of(p) != ctx.attempt
+                 and not (p["metadata"].get("deletionTimestamp") and pod_phase(p) in ("Succeeded", "Failed"))]
     ctx.plan.delete_pods += undeleted_names(ctx.stale)
 
 
