@@ -25,6 +25,7 @@ def jobs(api, namespace, operator):
 
 def test_pod_security_level_refused_before_any_pod_naming_the_label(jobs):
     jobs.core.patch_namespace(jobs.ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    time.sleep(1)  # the operator learns labels from its namespace watch (an admin labels long before)
     # nfs is not a volume type the restricted level allows: Pod Security admission would refuse the
     # pods; the operator knows the namespace's label and refuses the job before creating anything.
     job = job_manifest("psa", nodes=2, gpus=0, volumes=[{"name": "data", "nfs": {"server": "nfs.example", "path": "/d"}}],

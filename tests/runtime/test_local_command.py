@@ -77,7 +77,7 @@ def test_torchrun_command_job_gets_the_pods_env(tmp_path):
         local_only = {"PHALANX_METRICS_PORT", "PHALANX_PROGRESS_PORT"}  # one per pod; the nodes share a host here
         assert set(rendered) - local_only <= set(env), set(rendered) - set(env)
         for name in ("NNODES", "NPROC_PER_NODE", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE",
-                     "PET_RDZV_BACKEND", "PET_RDZV_ID", "PHALANX_JOB_NAME", "PHALANX_NAMESPACE"):
+                     "PET_RDZV_ID", "PHALANX_JOB_NAME", "PHALANX_NAMESPACE"):
             assert env[name] == rendered[name], name
         assert env["PET_RDZV_ENDPOINT"].startswith("127.0.0.1:") and env["PHALANX_POD_NAME"] == f"mine-node-{node}-0"
         assert Path(env["PHALANX_CONFIG"]).name == "config.json" and env["PHALANX_CHECKPOINT_DIR"]

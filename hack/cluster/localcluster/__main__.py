@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         if existing is not None:
             existing.stop()  # stale state: clean leftovers
         try:
-            c = LocalCluster(work_dir=a.work_dir, bin_dir=a.bin_dir, die_with_parent=False, features=features)
+            c = LocalCluster(work_dir=a.work_dir, bin_dir=a.bin_dir, stop_at_exit=False, features=features)
         except ClusterError as e:
             print(f"cluster-up failed: {e}", file=sys.stderr)
             return 2

@@ -12,6 +12,7 @@ REQUIRED = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
+    "kwokctl",
     "kubectl",
 )
 OPTIONAL = ("helm",)
