@@ -57,13 +57,13 @@ test-unit: ## unit tests
 test-runtime: ## runtime parity (real torch processes)
 	$(PYTEST) tests/runtime -q
 
-test-integration: cluster-binaries ## integration tests on a local control plane with kwok nodes
+test-integration: cluster-binaries kueue-binaries ## integration tests on a local control plane with kwok nodes
 	$(PYTEST) tests/integration -q
 
 # One pytest run over every suite so the closing line counts them all. The e2e suite (last)
 # brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
 # images it needs are built first (kind-images), so no cluster idles while the others run.
-test: lint cluster-binaries kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
+test: lint cluster-binaries kueue-binaries kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
 	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
 
 demo: ## kind cluster + chart + the demo job training on real pods (see README)

@@ -54,7 +54,7 @@ from placement_default_scheduler import (  # noqa: E402
 )
 from placement_quality import CFG, LEVELS, fragment, spread  # noqa: E402
 
-from localcluster import LocalCluster, create_nodes  # noqa: E402
+from localcluster import LocalCluster, create_nodes, finish_pod  # noqa: E402
 from localcluster.topology import node_manifests, parse_topology  # noqa: E402
 from phalanx.api.types import TrainingJobSpec  # noqa: E402
 from phalanx.gang.costmodel import allreduce_estimate, compact_nodes, gradient_bytes, model_params  # noqa: E402
@@ -146,14 +146,35 @@ def submit(b: Bench, run: str, n: int, topo_key: str, level: str, timeout: float
 
 
 def cleanup_gang(b: Bench, run: str) -> None:
-    sel = f"app=gang,run={run}"
-    b.core.delete_collection_namespaced_pod(NS, label_selector=sel, grace_period_seconds=0)
-    wait_for(f"{run} pods gone", lambda: not b.pods(sel), 120)
+    """End the gang as a kubelet would (kwok does not: a deleted Running pod stays Running, and
+    Kueue keeps its finalizer on group pods until they end): bound pods Succeeded; then delete the
+    Workload (Kueue then stops and finalizes the group) and the pods. Finalizers still left after
+    30 s are removed here (counted in the log)."""
     from kubernetes import client
+
+    sel = f"app=gang,run={run}"
+    for p in b.pods(sel):
+        if p["spec"].get("nodeName") and p["status"].get("phase") == "Running":
+            finish_pod(b.api, NS, p["metadata"]["name"], 0, via="status")
+    custom = client.CustomObjectsApi(b.api)
+    try:
+        custom.delete_namespaced_custom_object(KQ, KV, NS, "workloads", run)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+    b.core.delete_collection_namespaced_pod(NS, label_selector=sel, grace_period_seconds=0)
+    try:
+        wait_for(f"{run} pods gone", lambda: not b.pods(sel), 30)
+    except TimeoutError:
+        left = b.pods(sel)
+        log(f"{run}: {len(left)} pods still held by a finalizer after 30 s; removing it")
+        for p in left:
+            b.core.patch_namespaced_pod(p["metadata"]["name"], NS, {"metadata": {"finalizers": None}})
+        wait_for(f"{run} pods gone", lambda: not b.pods(sel), 60)
 
     def gone():
         try:
-            client.CustomObjectsApi(b.api).delete_namespaced_custom_object(KQ, KV, NS, "workloads", run)
+            custom.get_namespaced_custom_object(KQ, KV, NS, "workloads", run)
         except client.ApiException as e:
             return e.status == 404
         return False

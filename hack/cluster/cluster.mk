@@ -17,10 +17,13 @@ CLUSTER_REPO_ROOT := $(abspath $(CLUSTER_MK_DIR)/../..)
 CLUSTER_PYTHON ?= python3
 CLUSTER_PY = cd $(CLUSTER_REPO_ROOT) && PYTHONPATH=$(CLUSTER_REPO_ROOT)/operator:$(CLUSTER_MK_DIR)$${PYTHONPATH:+:$$PYTHONPATH} $(CLUSTER_PYTHON) -m localcluster
 
-.PHONY: cluster-binaries cluster-up cluster-down cluster-status
+.PHONY: cluster-binaries kueue-binaries cluster-up cluster-down cluster-status
 
 cluster-binaries: ## build the control-plane and kind node binaries (hack/cluster/build.sh)
 	$(CLUSTER_MK_DIR)/build.sh
+
+kueue-binaries: ## build Kueue v0.17.0 for the kueue backend's tests (hack/kueue/build.sh)
+	$(CLUSTER_REPO_ROOT)/hack/kueue/build.sh
 
 cluster-up: cluster-binaries ## start a local control plane with kwok GPU nodes (TOPOLOGY=...)
 	$(CLUSTER_PY) up $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(FEATURES),--features $(FEATURES))

@@ -26,7 +26,7 @@ kueue_dir() { "$HERE/build.sh"; }
 image() {
   local dir="$1" version key tag root
   version="$(basename "$dir" | sed -E 's/^kueue-(v[^-]+)-.*/\1/')"
-  key="$(cat "$dir/kueue" | key_of 10)"
+  key="$(key_of 10 < "$dir/kueue")"
   tag="phalanx/kueue:${version}-${key}"
   if docker image inspect "$tag" >/dev/null 2>&1; then log "have $tag"; echo "$tag"; return; fi
   root="$(mktemp -d "${TMPDIR:-/tmp}/kueue-rootfs.XXXXXX")"

@@ -16,6 +16,8 @@ NEEDED = [
     # TrainingSweeps: trials are TrainingJobs the operator creates (and suspends to stop early)
     ("create", "phalanx.dev", "trainingjobs", ""), ("watch", "phalanx.dev", "trainingsweeps", ""),
     ("patch", "phalanx.dev", "trainingsweeps", "status"),
+    # the kueue backend mirrors Kueue's Workload of the pod group into Schedulable
+    ("get", "kueue.x-k8s.io", "workloads", ""),
 ]
 # … and minimal: nothing it does not use.
 NOT_NEEDED = [

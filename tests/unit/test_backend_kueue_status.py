@@ -102,7 +102,9 @@ def stopping_pod(name, reason="Preempted"):
 def test_withdrawal():
     running = [{"metadata": {"name": f"p{i}"}, "spec": {}, "status": {"phase": "Running"}} for i in range(2)]
     assert withdrawal(None, running, True, 2) is None
-    assert withdrawal(None, [stopping_pod("p0"), running[1]], True, 2)[0] == "Preempted"  # the pods say so
+    # the pods say so (Kueue's pod-level stop reason), or the Workload does (its reason wins)
+    assert withdrawal(None, [stopping_pod("p0", "WorkloadEvictedDueToPreempted"), running[1]], True, 2)[0] == "WorkloadEvictedDueToPreempted"
+    assert withdrawal(("Preempted", "m"), [stopping_pod("p0", "WorkloadEvictedDueToPreempted"), running[1]], True, 2) == ("Preempted", "m")
     assert withdrawal(("Preempted", "m"), running[:1], True, 2) == ("Preempted", "m")  # one already gone
     assert withdrawal(("Preempted", "m"), running, True, 2) is None  # a new attempt, all alive: queued, not withdrawn
     assert withdrawal(("Preempted", "m"), [], False, 2) is None  # not created yet

@@ -192,6 +192,8 @@ def withdrawal(evicted: tuple[str, str] | None, pods: Sequence[Mapping[str, Any]
     Evicted (``evicted``, from ``Admission.eviction``) while pods of the created gang are gone or
     going. A new attempt queued behind a still-Evicted Workload (all its pods alive) is not."""
     stopped = next((c for p in pods if (c := _stopped_by_kueue(p))), None)
+    if stopped is not None and evicted is not None:
+        return evicted  # the Workload's reason (Preempted), not the pods' (WorkloadEvictedDueToPreempted)
     if stopped is not None:
         reason = stopped.get("reason") or "StoppedByKueue"
         return reason, f"Kueue stopped the gang ({reason}): {stopped.get('message') or ''}".rstrip(": ")
