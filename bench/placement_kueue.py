@@ -2,7 +2,7 @@
 
 The same clusters, fragmentation and gang as ``bench/placement_default_scheduler.py`` (its
 helpers, the same seed and the same random draws, so every shape has the same busy nodes), with
-Kueue v0.17.0 (built by ``hack/kueue/build.sh``, run by ``hack/kueue/kueuelocal.py``) admitting the
+Kueue v0.17.0 (built by ``hack/kueue/build.sh``, run by ``hack/cluster/localcluster/kueue.py``) admitting the
 gang as one plain-pod group:
 
 1. a Topology of the operator's default levels (block, subblock, hostname), a ResourceFlavor over
@@ -27,7 +27,6 @@ and predicts the 8B ZeRO-1 allreduce of each placement (rank i = pod worker-i) a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import random
@@ -55,6 +54,7 @@ from placement_default_scheduler import (  # noqa: E402
 from placement_quality import CFG, LEVELS, fragment, spread  # noqa: E402
 
 from localcluster import LocalCluster, create_nodes, finish_pod  # noqa: E402
+from localcluster import kueue as kueuelocal  # noqa: E402
 from localcluster.topology import node_manifests, parse_topology  # noqa: E402
 from phalanx.api.types import TrainingJobSpec  # noqa: E402
 from phalanx.gang.costmodel import allreduce_estimate, compact_nodes, gradient_bytes, model_params  # noqa: E402
@@ -66,14 +66,6 @@ KQ, KV = "kueue.x-k8s.io", "v1beta2"
 QUEUE = "bench"
 
 
-def _kueuelocal():
-    spec = importlib.util.spec_from_file_location("kueuelocal", ROOT / "hack" / "kueue" / "kueuelocal.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-kueuelocal = _kueuelocal()
 
 
 def setup_kueue(b: Bench, n_nodes: int) -> None:

@@ -1,7 +1,7 @@
 """The kueue backend against a real Kueue v0.17.0 on the real control plane with kwok GPU nodes.
 
 Kueue is built from the Go module proxy by hack/kueue/build.sh (cached) and run as a local
-process by hack/kueue/kueuelocal.py: its CRDs installed, its webhooks served on 127.0.0.1 with a
+process by hack/cluster/localcluster/kueue.py: its CRDs installed, its webhooks served on 127.0.0.1 with a
 generated certificate and registered by URL + caBundle, the plain ``pod`` integration on for
 namespaces labelled phalanx.dev/kueue=true, TopologyAwareScheduling on. The real Phalanx operator
 renders each TrainingJob as a Kueue pod group; Kueue gates, admits (quota, priority, TAS) and
@@ -12,7 +12,6 @@ Without a buildable Kueue the tests skip, or fail under PHALANX_REQUIRE_CLUSTER=
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -22,20 +21,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localcluster import finish_pod
+from localcluster import kueue as kueuelocal
 from tests.integration.harness import POOL_LABEL, TOPO_LABELS, Jobs, pooled, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 KQ, KV = "kueue.x-k8s.io", "v1beta2"
 
 
-def _kueuelocal():
-    spec = importlib.util.spec_from_file_location("kueuelocal", ROOT / "hack" / "kueue" / "kueuelocal.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-kueuelocal = _kueuelocal()
 
 
 @pytest.fixture(scope="module")

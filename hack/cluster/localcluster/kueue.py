@@ -13,7 +13,7 @@ pod webhooks only see namespaces labelled ``MANAGED_LABEL``, which is also Kueue
 ``managedJobsNamespaceSelector``. ``stop()`` removes the webhook configurations first, so a
 stopped Kueue never blocks pod creation.
 
-    python hack/kueue/kueuelocal.py up --kubeconfig .local-cluster/kubeconfig   # foreground
+    PYTHONPATH=hack/cluster python -m localcluster.kueue up --kubeconfig .local-cluster/kubeconfig   # foreground
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ from typing import Any
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build.sh"
+from phalanx.proc import die_with_parent
+
+from .cluster import free_port
+
+BUILD = Path(__file__).resolve().parents[2] / "kueue" / "build.sh"  # hack/kueue/build.sh
 MANAGED_LABEL = ("phalanx.dev/kueue", "true")
 WEBHOOK_PREFIX = "phalanx-kueue"
 FEATURE_GATES = "TopologyAwareScheduling=true,VisibilityOnDemand=false"
@@ -55,11 +58,6 @@ def build(timeout: float = 3600) -> Path:
 def cached_dir() -> Path:
     return Path(subprocess.run([str(BUILD), "--print-dir"], capture_output=True, text=True, check=True).stdout.strip())
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_certs(d: Path) -> bytes:
@@ -203,7 +201,7 @@ class LocalKueue:
             [str(self.dir / "kueue"), f"--config={cfg}", f"--feature-gates={FEATURE_GATES}",
              f"--zap-log-level={self.log_level}", f"--visibility-server-port={free_port()}"],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            preexec_fn=_die_with_parent)
+            preexec_fn=lambda: die_with_parent(signal.SIGTERM))  # a kill -9 of the tests takes Kueue along
         deadline = time.monotonic() + timeout
         while not self._ready():
             if self.proc.poll() is not None:
@@ -275,15 +273,6 @@ class LocalKueue:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: a kill -9 of the test process takes Kueue with it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
