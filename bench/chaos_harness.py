@@ -29,10 +29,7 @@ def ckpt_job(*, world: int = 2, steps: int = 8, interval: int = 2, keep_last: in
     return doc
 
 
-def free_port() -> int:
-    from phalanx_runtime.spawn import free_port as fp
-
-    return fp()
+from phalanx_runtime.net import free_port  # noqa: E402
 
 
 class Workers:

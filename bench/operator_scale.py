@@ -49,7 +49,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -64,6 +63,7 @@ from kubernetes.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack" / "cluster"))  # localcluster (dev-only)
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
+from phalanx_runtime.net import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("PHALANX_CACHE", Path.home() / ".cache" / "phalanx"))
@@ -99,10 +99,6 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(fn, timeout: float, what: str, interval: float = 0.2):

@@ -77,11 +77,10 @@ class RunTimeout(Stopped, TimeoutError):
 
 
 def load_job(path: str | os.PathLike) -> RuntimeConfig:
-    import yaml
-
+    from phalanx.api.manifests import read_documents  # the one YAML reader (duplicate keys refused)
     from phalanx.api.types import TrainingJob
 
-    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    docs = [d for d in read_documents(str(path)) if d]
     docs = [d for d in docs if d.get("kind", "TrainingJob") == "TrainingJob"] or docs
     if not docs:
         raise ValueError(f"{path}: no TrainingJob document")

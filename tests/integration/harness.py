@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localcluster import node_manifests, parse_topology, wait_nodes_ready
+from phalanx_runtime.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingjobs.yaml"
 GROUP, VERSION, PLURAL = "phalanx.dev", "v1alpha1", "trainingjobs"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(fn, timeout: float = 60.0, what: str = "condition", interval: float = 0.2):

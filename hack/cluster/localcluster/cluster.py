@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from phalanx.proc import cmdline
+from phalanx_runtime.net import free_port  # the one home; re-exported for callers
 
 from .binaries import default_bin_dir, missing_binaries
 from .topology import KWOK_NODE_SELECTOR
@@ -98,12 +99,6 @@ class ClusterError(RuntimeError):
     pass
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def default_work_dir() -> Path:
