@@ -11,6 +11,9 @@
    state that is never pruned shows as a steady climb.
 
 RSS is /proc/<pid>/status VmRSS, sampled every ``--sample-every`` s; peak is VmHWM.
+``--tracemalloc N``: tracemalloc (N frames; slower, RSS inflated) starts in the operator once it
+is up (SIGUSR1), and the top sites of what was allocated since and is live after the fill go to
+<work dir>/tracemalloc-*.txt (SIGUSR1 again).
 
     python bench/operator_memory.py [--nodes 1000 --jobs 200 --pods-per-job 25] [--churn-minutes 10] [--json out.json]
 """
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import threading
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_scale import PHALANX_CRD, Phalanx, kubectl, log  # noqa: E402
+from operator_scale import PHALANX_CRD, Phalanx, Proc, free_port, http_ok, kubectl, log, wait_for  # noqa: E402
 
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
 
@@ -50,6 +54,45 @@ def manifest(name: str, pods: int) -> dict[str, Any]:
             "spec": {"image": "phalanx/runtime:test", "nodes": pods, "procsPerNode": 1,
                      "resources": {"gpus": 1, "cpu": "100m", "memory": "64Mi"},
                      "model": {"preset": "debug"}, "training": {"globalBatchSize": pods}}}
+
+
+TRACED = r"""
+import signal, sys, tracemalloc
+def dump(*_):
+    if not tracemalloc.is_tracing():  # the first signal: trace from now on (imports are not traced)
+        tracemalloc.start({frames})
+        return
+    snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    total = sum(s.size for s in snap.statistics("filename"))
+    with open({out!r} + "-" + str(len(dump.n)) + ".txt", "w") as f:
+        dump.n.append(1)
+        f.write(f"traced total {{total / 2**20:.1f}} MiB\n\n== by file ==\n")
+        for s in snap.statistics("filename")[:30]:
+            f.write(f"{{s.size / 2**20:8.1f}} MiB {{s.count:9d}} {{s.traceback}}\n")
+        f.write("\n== by traceback ==\n")
+        for s in snap.statistics("traceback")[:25]:
+            f.write(f"{{s.size / 2**20:8.1f}} MiB {{s.count:9d}}\n    " + "\n    ".join(s.traceback.format()) + "\n")
+dump.n = []
+signal.signal(signal.SIGUSR1, dump)
+sys.argv = ["phalanx", *{argv!r}]
+from phalanx.cli import main
+sys.exit(main())
+"""
+
+
+def start_traced(op: Phalanx, frames: int) -> None:
+    """Phalanx.start, under tracemalloc with a SIGUSR1 dump."""
+    import yaml
+
+    cfg = op.work / "phalanx-config.yaml"
+    cfg.write_text(yaml.safe_dump(op.config))
+    op.live, op.mport = free_port(), free_port()
+    argv = ["operator", f"--kubeconfig={op.kubeconfig}", "-A", f"--config={cfg}", f"--liveness-port={op.live}",
+            f"--metrics-port={op.mport}"]
+    code = TRACED.format(frames=frames, out=str(op.work / "tracemalloc"), argv=argv)
+    op.p = Proc("phalanx", [sys.executable, "-c", code], op.work / "phalanx-mem.log", {"PYTHONUNBUFFERED": "1"})
+    wait_for(lambda: op.p.check() or http_ok(f"http://127.0.0.1:{op.live}/healthz"), 180, "phalanx /healthz")
+    time.sleep(2)
 
 
 def proc_status(pid: int) -> dict[str, float]:
@@ -81,14 +124,30 @@ class Sampler(threading.Thread):
 
 
 def pod_counts(api: Any, ns: str) -> tuple[int, int, int]:
-    """(pods, bound, Running) of the bench's jobs."""
+    """(pods, bound, Running) of the bench's jobs: listed 500 at a time (5,000 pods are ~45 MB of
+    JSON), a failed listing retried."""
     from kubernetes import client
 
-    r = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=JOB_LABEL, _preload_content=False)
-    items = json.loads(r.data)["items"]
-    bound = sum(1 for p in items if p["spec"].get("nodeName"))
-    running = sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running")
-    return len(items), bound, running
+    core = client.CoreV1Api(api)
+    for attempt in range(5):
+        total = bound = running = 0
+        token = None
+        try:
+            while True:
+                r = core.list_namespaced_pod(ns, label_selector=JOB_LABEL, limit=500, _continue=token,
+                                             _preload_content=False, _request_timeout=120)
+                page = json.loads(r.data)
+                for p in page["items"]:
+                    total += 1
+                    bound += bool(p["spec"].get("nodeName"))
+                    running += (p.get("status") or {}).get("phase") == "Running"
+                token = page["metadata"].get("continue")
+                if not token:
+                    return total, bound, running
+        except Exception as exc:  # noqa: BLE001 - a loaded apiserver: try again
+            log(f"listing pods failed ({exc!r:.120}); retrying")
+            time.sleep(5 * (attempt + 1))
+    return -1, -1, -1
 
 
 def create_jobs(api: Any, ns: str, names: list[str], pods: int, parallel: int) -> None:
@@ -171,6 +230,7 @@ def main() -> int:
     ap.add_argument("--sample-every", type=float, default=2.0)
     ap.add_argument("--work-dir", type=Path, help="default: a new temp dir")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tracemalloc", type=int, default=0, help="frames; profile the operator's allocations")
     args = ap.parse_args()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="phalanx-opmem-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -187,7 +247,12 @@ def main() -> int:
         ns = "mem"
         kubectl(cluster, "create", "namespace", ns)
         op = Phalanx(cluster.kubeconfig, work, {})
-        op.start("mem")
+        if args.tracemalloc:
+            start_traced(op, args.tracemalloc)
+        else:
+            op.start("mem")
+        if args.tracemalloc:
+            os.kill(op.p.proc.pid, signal.SIGUSR1)
         sampler = Sampler(op.p.proc.pid, args.sample_every)
         sampler.start()
         time.sleep(args.sample_every)
@@ -197,6 +262,9 @@ def main() -> int:
         try:
             out["fill"] = fill(api, ns, args, sampler)
             log(f"fill: {out['fill']}")
+            if args.tracemalloc:
+                os.kill(op.p.proc.pid, signal.SIGUSR1)
+                time.sleep(20)
             if args.churn_minutes > 0:
                 out["churn"] = churn(api, ns, args, sampler)
                 log(f"churn: {out['churn']}")

@@ -17,6 +17,7 @@ import concurrent.futures
 import functools
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
 WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
+GC_PAUSE_MIN_NODES = 1024  # decide() of a gang this big runs with the cyclic GC paused (_decide_off_loop)
 LOOP_HOP_TIMEOUT = 60.0  # the decide thread waiting for the event loop (only a stopped loop takes this long)
 _T = TypeVar("_T")
 
@@ -96,9 +98,18 @@ class Gangs:
             namespace, name = key.split("/", 1)
             self.wake(namespace, name)
 
+    def pins_written(self, namespace: str, name: str) -> None:
+        """The job's release patches (its pins) are written: the index shows them within
+        PIN_TTL_SECONDS from now. Until then a booked pin never expires — at scale the patches
+        of many gangs queue for minutes, and a pin expired before its patch lands lets another
+        gang book the same node."""
+        entry = self.pending.get(f"{namespace}/{name}")
+        if entry is not None:
+            self.pending[f"{namespace}/{name}"] = (entry[0], time.monotonic())
+
     def pending_pins(self, except_key: str) -> list[Reservation]:
-        """Other gangs' pins that the pod index may not show yet (younger than PIN_TTL_SECONDS);
-        older ones are dropped."""
+        """Other gangs' pins that the pod index may not show yet (booked and not yet written, or
+        written less than PIN_TTL_SECONDS ago); older ones are dropped."""
         now = time.monotonic()
         for key in [k for k, (_, t) in self.pending.items() if now - t >= PIN_TTL_SECONDS]:
             del self.pending[key]
@@ -155,16 +166,19 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], _T]) -> _T
     return result.result(timeout=LOOP_HOP_TIMEOUT)
 
 
-def _decide_off_loop(*args: Any, **kwargs: Any) -> Plan:
-    """decide() on the decide thread, with the cyclic GC paused: a 16k-pod render allocates
-    millions of containers, and every full collection meanwhile (one per 25 % of heap growth, 9 in
-    that render) holds the GIL for as long as it walks the heap — the event loop stalled for 1-1.5 s
-    each on the shared dev VM. Reference counting frees what the render drops; the collector runs
-    on its thresholds again as soon as it returns."""
-    paused = gc.isenabled()
-    gc.disable()
+def _decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
+    """decide() on the decide thread; for a big gang with the cyclic GC paused: a 16k-pod render
+    allocates millions of containers, and every full collection meanwhile (one per 25 % of heap
+    growth, 9 in that render) holds the GIL for as long as it walks the heap — the event loop
+    stalled for 1-1.5 s each on the shared dev VM. Only big gangs: decides run back to back, and
+    a collector paused for all of them would let cyclic garbage pile up. Reference counting frees
+    what the render drops; the collector runs on its thresholds again as soon as it returns."""
+    nodes = (obj.get("spec") or {}).get("nodes")
+    paused = isinstance(nodes, int) and nodes >= GC_PAUSE_MIN_NODES and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
-        return decide(*args, **kwargs)
+        return decide(obj, *args, **kwargs)
     finally:
         if paused:
             gc.enable()
@@ -371,11 +385,11 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
             if loop is not None and not gangs.alive(namespace, name):
                 raise JobGone(key)
             gangs.waiting[key] = gang_request(job, config, _priority(job, ix.priority_classes))
+            gangs.pending.pop(key, None)  # re-planned: an earlier booking (its release failed) is void
             return (list(gangs.waiting.values()), _values(ix.cluster_nodes), list(ix.usage.get(None, [])),
                     gangs.pending_pins(except_key=key))
 
         waiting, nodes, usage, pending = _on_loop(loop, enqueue)
-        now = time.monotonic()
         result = admit(waiting, nodes, usage, config, pending).results[key]
         decision = decision_for(job, result, pods, nodes, config)
         if decision.release:
@@ -384,7 +398,7 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
                 if loop is not None and not gangs.alive(namespace, name):
                     raise JobGone(key)
                 gangs.waiting.pop(key, None)
-                gangs.pending[key] = (result.reservations(), now)
+                gangs.pending[key] = (result.reservations(), math.inf)  # until pins_written
 
             _on_loop(loop, booked)
         return decision
@@ -489,6 +503,8 @@ class JobLoop:
         if plan is None:
             return True
         refusals = await self.execute(obj, plan, started)
+        if refusals == [] and plan.release:
+            self.memo.gangs.pins_written(self.namespace, self.name)
         if refusals is None:
             return True
         if refusals:

@@ -22,7 +22,8 @@ next: two gangs can never each hold half of what both need.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,10 +175,9 @@ def untolerated_taints(node: NodeInfo, tolerations: Sequence[Mapping[str, Any]])
     return out
 
 
-def node_rejection(
-    node: NodeInfo, free: Mapping[str, int], request: GangRequest
-) -> str | None:
-    """Why ``node`` cannot take one pod of ``request`` (None when it can)."""
+def static_rejection(node: NodeInfo, request: GangRequest) -> str | None:
+    """Why ``node`` cannot take a pod of ``request`` whatever its free capacity (None when it can):
+    readiness, cordon, taints, nodeSelector."""
     if not node.ready:
         return R_NOT_READY
     if node.unschedulable and not any(
@@ -190,10 +190,22 @@ def node_rejection(
     for k, v in request.node_selector.items():
         if labels.get(k) != v:
             return R_SELECTOR
-    for res, amount in request.requests.items():
+    return None
+
+
+def resource_rejection(free: Mapping[str, int], requests: Mapping[str, int]) -> str | None:
+    """'too little <resource>' for the first requested resource ``free`` lacks (None when it fits)."""
+    for res, amount in requests.items():
         if amount > 0 and free.get(res, 0) < amount:
             return f"too little {res}"
     return None
+
+
+def node_rejection(
+    node: NodeInfo, free: Mapping[str, int], request: GangRequest
+) -> str | None:
+    """Why ``node`` cannot take one pod of ``request`` (None when it can)."""
+    return static_rejection(node, request) or resource_rejection(free, request.requests)
 
 
 def feasible_nodes(
@@ -225,16 +237,24 @@ def _format_excluded(excluded: Mapping[str, int]) -> str:
 class _Walk:
     """Span-minimising, best-fit selection over one topology with one set of feasible nodes."""
 
-    def __init__(self, topo: Topology, feasible: Iterable[str]):
+    def __init__(
+        self, topo: Topology, feasible: Iterable[str], count: Mapping[Path, int] | None = None
+    ):
+        """``count`` (``topo.counts(feasible)``) may be passed when already known."""
         self.topo = topo
         self.depth = topo.depth
-        self.count = topo.counts(feasible)
-        feas = set(feasible) if not isinstance(feasible, set) else feasible
-        self.members = {
-            p: [n for n in ns if n in feas] for p, ns in topo.members.items() if self.count.get(p)
-        }
+        self.count = topo.counts(feasible) if count is None else count
+        self.feasible = feasible if isinstance(feasible, (set, frozenset)) else set(feasible)
+        self.members: dict[Path, list[str]] = {}  # finest domain -> its feasible nodes (on demand)
         self.memo: dict[tuple[Path, int], tuple[tuple[int, ...], list[tuple[Path, int]] | None]] = {}
-        self._dfs_rank: dict[Path, int] = {}
+
+    def leaf(self, path: Path) -> list[str]:
+        """Feasible nodes of a finest domain, in the topology's order."""
+        m = self.members.get(path)
+        if m is None:
+            feas = self.feasible
+            m = self.members[path] = [n for n in self.topo.members.get(path, ()) if n in feas]
+        return m
 
     def children(self, path: Path) -> list[Path]:
         c = self.count
@@ -313,12 +333,214 @@ class _Walk:
 
     def materialise(self, path: Path, n: int) -> list[str]:
         if len(path) == self.depth:
-            return self.members[path][:n]
+            return self.leaf(path)[:n]
         _, plan = self.cost(path, n)
         out: list[str] = []
         for ch, k in plan or ():
             out.extend(self.materialise(ch, k))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Feasible sets
+
+
+class _Fit:
+    """The feasible nodes of one request on one snapshot: the set, the count of nodes each domain
+    holds (``Topology.counts``) and why the others were excluded."""
+
+    def __init__(self, feasible: set[str], count: Mapping[Path, int], excluded: Mapping[str, int]):
+        self.feasible = feasible
+        self.count = count
+        self.excluded = excluded
+
+    @classmethod
+    def of(cls, topo: Topology, feasible: list[str], excluded: dict[str, int]) -> _Fit:
+        return cls(set(feasible), topo.counts(feasible), excluded)
+
+    def domains(self, level: int) -> list[Path]:
+        """Domains of ``level`` holding feasible nodes, ordered by their first feasible node in
+        the node list (the order ``Topology.counts`` inserts them in: ties go to the first)."""
+        return [p for p, v in self.count.items() if v and len(p) == level + 1]
+
+
+def _levels_checked(request: GangRequest, topo: Topology) -> list[tuple[str, int]] | Unschedulable:
+    out = []
+    for which, lvl in (("required", request.required), ("preferred", request.preferred)):
+        if lvl:
+            try:
+                out.append((which, topo.level_index(lvl)))
+            except KeyError as e:
+                return Unschedulable(request.key, f"scheduling.topology.{which}: {e.args[0]}",
+                                     reason="InvalidRequest")
+    return out
+
+
+def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> Placement | Unschedulable:
+    """The walk over ``fit_of()``'s feasible nodes (called once the request is known valid)."""
+    if request.count < 1:
+        return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
+    levels_checked = _levels_checked(request, topo)
+    if isinstance(levels_checked, Unschedulable):
+        return levels_checked
+    fit = fit_of()
+    n = request.count
+    n_fit = len(fit.feasible)
+    excluded = dict(fit.excluded)
+    if n_fit < n:
+        msg = f"needs {request.describe()}; {n_fit} fit"
+        if excluded:
+            msg += f" ({sum(excluded.values())} excluded: {_format_excluded(excluded)})"
+        return Unschedulable(request.key, msg, fit=n_fit, excluded=excluded)
+
+    walk = _Walk(topo, fit.feasible, fit.count)
+    notes: list[str] = []
+    chosen: list[str] | None = None
+    for which, r in levels_checked:
+        lvl_name = topo.levels[r].name
+        cands = [p for p in fit.domains(r) if not Topology.is_unknown(p)]
+        fitting = [p for p in cands if walk.count[p] >= n]
+        if fitting:
+            best = min(fitting, key=lambda p: (walk.cost(p, n)[0], walk.count[p]))
+            chosen = walk.materialise(best, n)
+            break
+        largest = max((walk.count[p] for p in cands), default=0)
+        msg = f"needs {request.describe()} under one {lvl_name}; the largest has {largest}"
+        if which == "required":
+            return Unschedulable(request.key, msg, reason="TopologyRequired", fit=n_fit,
+                                 excluded=excluded)
+        notes.append(f"preferred {lvl_name} not met: {msg.split('needs ', 1)[1]}")
+    if chosen is None:
+        chosen = walk.materialise((), n)
+
+    ranked = topo.order(chosen)
+    return Placement(
+        key=request.key,
+        nodes=ranked,
+        domains=[topo.describe(topo.paths[x]) for x in ranked],
+        span=topo.span(ranked),
+        requests=dict(request.requests),
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental capacity (plan_queue)
+
+
+def _static_key(request: GangRequest) -> Any:
+    """Requests with equal keys have equal ``static_rejection`` on every node."""
+    try:
+        key = (tuple(tuple(sorted(t.items())) for t in request.tolerations),
+               tuple(sorted(request.node_selector.items())))
+        hash(key)
+    except TypeError:  # unhashable toleration values: no sharing
+        return ("request", id(request))
+    return key
+
+
+class _LiveFit(_Fit):
+    """A ``_Fit`` kept current as capacity is reserved: only the nodes whose free capacity
+    changed are checked again."""
+
+    def __init__(self, cap: Capacity, static: list[str | None], requests: Mapping[str, int]):
+        # What it needs of ``cap``, not ``cap`` itself: no reference cycle (freed without the GC).
+        self.names, self.topo, self.free = cap.names, cap.topo, cap.free
+        self.requests = dict(requests)
+        self.reason: dict[str, str | None] = {}
+        feasible: list[str] = []
+        excluded: dict[str, int] = {}
+        free, empty = cap.free, {}
+        for node, why in zip(cap.names, static, strict=True):
+            if why is None:
+                why = resource_rejection(free.get(node, empty), self.requests)
+            self.reason[node] = why
+            if why is None:
+                feasible.append(node)
+            else:
+                excluded[why] = excluded.get(why, 0) + 1
+        super().__init__(set(feasible), cap.topo.counts(feasible), excluded)
+
+    def update(self, node: str, static: str | None) -> None:
+        old = self.reason[node]
+        new = static or resource_rejection(self.free.get(node, {}), self.requests)
+        if new == old:
+            return
+        self.reason[node] = new
+        exc, count = self.excluded, self.count
+        if old is not None:
+            exc[old] -= 1
+            if not exc[old]:
+                del exc[old]
+        if new is not None:
+            exc[new] = exc.get(new, 0) + 1
+        path = self.topo.paths[node]
+        if old is None:  # feasible -> not
+            self.feasible.discard(node)
+            for i in range(len(path) + 1):
+                key = path[:i]
+                count[key] -= 1
+                if not count[key]:
+                    del count[key]
+        elif new is None:
+            self.feasible.add(node)
+            for i in range(len(path) + 1):
+                key = path[:i]
+                count[key] = count.get(key, 0) + 1
+
+    def domains(self, level: int) -> list[Path]:
+        # Dict order of ``count`` is not kept through updates: scan the nodes in order instead.
+        seen: dict[Path, None] = {}
+        paths, feas = self.topo.paths, self.feasible
+        for node in self.names:
+            if node in feas:
+                seen.setdefault(paths[node][: level + 1])
+        return list(seen)
+
+
+class Capacity:
+    """Free capacity of a snapshot and, per request shape, which nodes fit — computed once and
+    updated on the reserved nodes only (``plan_queue``'s state between gangs)."""
+
+    def __init__(self, nodes: Sequence[NodeInfo], topo: Topology, free: dict[str, Resources]):
+        self.nodes = list(nodes)
+        self.names = [n.name for n in self.nodes]
+        self.unique = len(set(self.names)) == len(self.names)  # else: no incremental state
+        self.topo = topo
+        self.free = free
+        self._static: dict[Any, list[str | None]] = {}
+        self._fits: dict[tuple[Any, tuple[tuple[str, int], ...]], _LiveFit] = {}
+        self._index: dict[str, int] | None = None
+
+    def _static_of(self, key: Any, request: GangRequest) -> list[str | None]:
+        out = self._static.get(key)
+        if out is None:
+            out = self._static[key] = [static_rejection(n, request) for n in self.nodes]
+        return out
+
+    def fit(self, request: GangRequest) -> _Fit:
+        if not self.unique:
+            return _Fit.of(self.topo, *feasible_nodes(self.nodes, self.free, request))
+        skey = _static_key(request)
+        key = (skey, tuple(request.requests.items()))
+        fit = self._fits.get(key)
+        if fit is None:
+            fit = self._fits[key] = _LiveFit(self, self._static_of(skey, request), request.requests)
+        return fit
+
+    def reserve(self, nodes: Iterable[str], requests: Mapping[str, int]) -> None:
+        nodes = list(nodes)
+        for node in nodes:
+            f = self.free[node]
+            for k, v in requests.items():
+                f[k] = f.get(k, 0) - v
+        if self._fits and self._index is None:
+            self._index = {n: i for i, n in enumerate(self.names)}
+        index = self._index or {}
+        for (skey, _), fit in self._fits.items():
+            static = self._static[skey]
+            for node in nodes:
+                fit.update(node, static[index[node]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,61 +559,20 @@ def plan_gang(
 ) -> Placement | Unschedulable:
     """Place ``request.count`` pods, one per node, or explain exactly why not.
 
-    ``topology``/``free`` may be passed pre-computed (``plan_queue`` does); otherwise they are
-    built from ``nodes``, ``usage``, ``reservations`` (own reservations ignored) and the levels.
+    ``topology``/``free`` may be passed pre-computed; otherwise they are built from ``nodes``,
+    ``usage``, ``reservations`` (own reservations ignored) and the levels.
     """
     if request.count < 1:
         return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
     topo = topology or Topology.build(nodes, levels_of(topology_config))
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
+    free_ = free
 
-    levels_checked = []
-    for which, lvl in (("required", request.required), ("preferred", request.preferred)):
-        if lvl:
-            try:
-                levels_checked.append((which, topo.level_index(lvl)))
-            except KeyError as e:
-                return Unschedulable(request.key, f"scheduling.topology.{which}: {e.args[0]}",
-                                     reason="InvalidRequest")
+    def fit() -> _Fit:
+        return _Fit.of(topo, *feasible_nodes(nodes, free_, request))
 
-    feas, excluded = feasible_nodes(nodes, free, request)
-    n = request.count
-    if len(feas) < n:
-        msg = f"needs {request.describe()}; {len(feas)} fit"
-        if excluded:
-            msg += f" ({sum(excluded.values())} excluded: {_format_excluded(excluded)})"
-        return Unschedulable(request.key, msg, fit=len(feas), excluded=excluded)
-
-    walk = _Walk(topo, feas)
-    notes: list[str] = []
-    chosen: list[str] | None = None
-    for which, r in levels_checked:
-        lvl_name = topo.levels[r].name
-        cands = [p for p, v in walk.count.items() if len(p) == r + 1 and not Topology.is_unknown(p)]
-        fitting = [p for p in cands if walk.count[p] >= n]
-        if fitting:
-            best = min(fitting, key=lambda p: (walk.cost(p, n)[0], walk.count[p]))
-            chosen = walk.materialise(best, n)
-            break
-        largest = max((walk.count[p] for p in cands), default=0)
-        msg = f"needs {request.describe()} under one {lvl_name}; the largest has {largest}"
-        if which == "required":
-            return Unschedulable(request.key, msg, reason="TopologyRequired", fit=len(feas),
-                                 excluded=excluded)
-        notes.append(f"preferred {lvl_name} not met: {msg.split('needs ', 1)[1]}")
-    if chosen is None:
-        chosen = walk.materialise((), n)
-
-    ranked = topo.order(chosen)
-    return Placement(
-        key=request.key,
-        nodes=ranked,
-        domains=[topo.describe(topo.paths[x]) for x in ranked],
-        span=topo.span(ranked),
-        requests=dict(request.requests),
-        notes=notes,
-    )
+    return _place(request, topo, fit)
 
 
 @dataclass
@@ -424,12 +605,17 @@ def plan_queue(
     ``reservations`` of a gang in ``gangs`` are released first (it is being re-planned).
     ``backfill=False`` stops at the first gang that does not fit (strict FIFO: later gangs wait
     behind it, so a big gang cannot be starved by a stream of small ones).
+
+    Incremental: each node's feasibility for a request shape (tolerations, nodeSelector,
+    requests) is computed once per queue and, after a gang is placed, re-checked only on that
+    gang's nodes (``Capacity``). The placements are those of ``plan_gang`` called
+    for each gang in turn on the capacity left by the gangs before it.
     """
     ordered = queue_order(gangs)
     keys = {g.key for g in ordered}
     kept = [r for r in reservations if r.gang not in keys]
     topo = Topology.build(nodes, levels_of(topology_config))
-    free = free_capacity(nodes, usage, kept)
+    cap = Capacity(nodes, topo, free_capacity(nodes, usage, kept))
     results: dict[str, Placement | Unschedulable] = {}
     out_res = list(kept)
     blocked_by: str | None = None
@@ -437,13 +623,10 @@ def plan_queue(
         if blocked_by is not None:
             results[g.key] = Unschedulable(g.key, f"queued behind {blocked_by}", reason="Queued")
             continue
-        res = plan_gang(g, nodes, topology=topo, free=free)
+        res = _place(g, topo, functools.partial(cap.fit, g))
         results[g.key] = res
         if isinstance(res, Placement):
-            for node in res.nodes:
-                f = free[node]
-                for k, v in res.requests.items():
-                    f[k] = f.get(k, 0) - v
+            cap.reserve(res.nodes, res.requests)
             out_res.extend(res.reservations())
         elif not backfill:
             blocked_by = g.key

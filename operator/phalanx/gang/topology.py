@@ -80,7 +80,8 @@ class Topology:
             k: sorted(v, key=lambda p: _sort_key(p[-1])) for k, v in child_sets.items()
         }
         for v in members.values():
-            v.sort(key=_sort_key)
+            if len(v) > 1:
+                v.sort(key=_sort_key)
         return cls(levels=levels, paths=paths, children=children, members=members)
 
     # ------------------------------------------------------------------------------------------

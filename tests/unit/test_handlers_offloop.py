@@ -1,0 +1,217 @@
+"""The job loop's decide() runs off the event loop (a huge job's render must not stall the watches,
+the other jobs and /healthz), the gang step still reads and books on the loop, and per-job
+bookkeeping (``memo.gangs``) is pruned when a job finishes or goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp import web
+
+from phalanx import constants as C
+from phalanx import handlers
+from phalanx.decision import Observed
+from phalanx.gang.inventory import Reservation
+from phalanx.lifecycle.reconcile import decide
+
+GPU = "nvidia.com/gpu"
+
+
+def job(name="huge", nodes=2048, status=None):
+    return {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1,
+                         "creationTimestamp": "2026-11-30T00:00:00Z"},
+            "spec": {"image": "phalanx/runtime:dev", "nodes": nodes, "procsPerNode": 8,
+                     "resources": {"gpus": 8, "cpu": "1", "memory": "1Gi"}, "model": {"preset": "debug"},
+                     "training": {"globalBatchSize": nodes * 8}},
+            "status": status or {}}
+
+
+def node(name):
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"taints": [], "unschedulable": False},
+            "status": {"allocatable": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def indexes(nodes=(), usage=()):
+    return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
+                            cluster_nodes={n["metadata"]["name"]: [n] for n in nodes}, usage={None: list(usage)},
+                            priority_classes={}, namespace_labels={})
+
+
+async def _healthz_server():
+    app = web.Application()
+    async def healthz(_):
+        return web.json_response({})
+
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]
+
+
+def _probe(port, stop, latencies):
+    """A kubelet: GET /healthz every 50 ms, each allowed 1 s."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1.0).read()
+            latencies.append(time.perf_counter() - t0)
+        except OSError:
+            latencies.append(float("inf"))
+        stop.wait(0.05)
+
+
+def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
+    """Rendering a 2,048-node gang takes seconds of CPU; on the loop it would stall everything (no
+    tick, /healthz unanswered) for all of it. Off the loop, the ticks and probes go on."""
+    async def main():
+        memo = handlers.new_memo()
+        runner, port = await _healthz_server()
+        loop_ = handlers.JobLoop(memo, "default", "huge", {}, indexes())
+        obj = job()
+        observed = Observed(pods=[], service_exists=False, config_map_exists=False, network_policy_exists=False)
+        gaps, stop, latencies = [], threading.Event(), []
+
+        async def ticker():
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.02)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        prober = threading.Thread(target=_probe, args=(port, stop, latencies), daemon=True)
+        prober.start()
+        t0 = time.perf_counter()
+        plan = await loop_.decide(obj, observed)
+        took = time.perf_counter() - t0
+        stop.set()
+        tick.cancel()
+        await asyncio.to_thread(prober.join)
+        await runner.cleanup()
+        memo.decider.shutdown()
+        return plan, took, gaps, latencies
+
+    plan, took, gaps, latencies = asyncio.run(main())
+    assert sum(1 for c in plan.create if c["kind"] == "Pod") == 2048
+    assert took > 0.25, took  # a render worth measuring (~0.6 s CPU on a quiet core)
+    assert len(gaps) >= 5, (took, gaps)  # the loop kept ticking during the render
+    assert max(gaps) < 1.0 and max(gaps) < took / 2, (max(gaps), took)
+    assert latencies and max(latencies) < 1.0, (took, latencies)
+
+
+def _gated_pods(obj):
+    """The first pass's pods as the index shows them: created, gated, nothing bound."""
+    plan = decide(obj, Observed(pods=[], service_exists=False, config_map_exists=False, network_policy_exists=False),
+                  datetime.now(UTC))
+    pods = [c for c in plan.create if c["kind"] == "Pod"]
+    return pods, plan.status
+
+
+def test_the_gang_step_plans_off_the_loop_and_books_on_it():
+    async def main():
+        memo = handlers.new_memo()
+        obj = job(name="small", nodes=4)
+        pods, status = _gated_pods(obj)
+        status = {**status, "attemptCreated": True}
+        ix = indexes(nodes=[node(f"n{i}") for i in range(6)])
+        loop_ = handlers.JobLoop(memo, "default", "small", {}, ix)
+        seen = []
+        step = loop_.gang
+
+        def spy(j, p):
+            seen.append(threading.current_thread() is threading.main_thread())
+            return step(j, p)
+
+        loop_.gang = spy
+        plan = await loop_.decide({**obj, "status": status}, Observed(pods=pods))
+        memo.decider.shutdown()
+        return memo, plan, seen
+
+    memo, plan, seen = asyncio.run(main())
+    assert seen == [False]  # planned on the decide thread
+    assert len(plan.release) == 4 and len(plan.pins) == 4
+    assert "default/small" not in memo.gangs.waiting and len(memo.gangs.pending["default/small"][0]) == 4
+
+
+def test_a_gang_of_a_deleted_job_is_never_queued():
+    """decide() still running when the job's loop stops (deleted): its gang step books nothing."""
+    async def main():
+        memo = handlers.new_memo()
+        ix = indexes(nodes=[node("n0")])
+        loop_ = handlers.JobLoop(memo, "default", "gone", {}, ix)
+        memo.gangs.forget("default", "gone")  # the daemon's finally ran
+        obj = job(name="gone", nodes=2)
+        pods, _ = _gated_pods(obj)
+        from phalanx.api.types import TrainingJob
+        tj = TrainingJob.model_validate(obj)
+        with pytest.raises(handlers.JobGone):
+            await asyncio.to_thread(loop_.gang, tj, pods)
+        memo.decider.shutdown()
+        return memo
+
+    memo = asyncio.run(main())
+    assert not memo.gangs.waiting and not memo.gangs.wakeups
+
+
+def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
+    async def main():
+        memo = handlers.new_memo()
+        gangs = memo.gangs
+        loop_ = handlers.JobLoop(memo, "default", "done", {}, indexes())
+        gangs.waiting["default/done"] = object()
+        gangs.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
+        obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
+        await loop_.decide(obj, Observed(pods=[]))
+        assert "default/done" not in gangs.waiting and "default/done" not in gangs.pending
+        assert gangs.alive("default", "done")  # the loop runs on until the job is deleted (TTL)
+        gangs.forget("default", "done")
+        memo.decider.shutdown()
+        return gangs
+
+    gangs = asyncio.run(main())
+    assert not gangs.wakeups and not gangs.waiting and not gangs.pending and not gangs.phases
+
+
+def test_pod_events_of_a_job_without_a_loop_make_no_entry():
+    memo = handlers.new_memo()
+    for i in range(100):  # pods of deleted jobs terminating, GC'd
+        handlers.pod_changed(type="DELETED", namespace="ns", labels={C.LABEL_JOB_NAME: f"old-{i}"},
+                             status={}, memo=memo)
+    assert not memo.gangs.wakeups
+    event = memo.gangs.wakeup("ns", "live")
+    handlers.pod_changed(type="MODIFIED", namespace="ns", labels={C.LABEL_JOB_NAME: "live"}, status={}, memo=memo)
+    assert event.is_set() and list(memo.gangs.wakeups) == [("ns", "live")]
+
+
+def test_expired_pins_are_dropped():
+    gangs = handlers.Gangs()
+    old = time.monotonic() - handlers.PIN_TTL_SECONDS - 1
+    gangs.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
+    gangs.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
+    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n1"]
+    assert list(gangs.pending) == ["a/new"]
+
+
+def test_a_booked_pin_holds_until_its_patch_is_written():
+    """At scale the release patches of many gangs queue for minutes: a pin must not expire before
+    the index can show it (seen: 46 pods of 9 gangs pinned to full nodes, 200 gangs at once)."""
+    gangs = handlers.Gangs()
+    gangs.pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
+    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]
+    gangs.pins_written("a", "slow")
+    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
+    gangs.pending["a/slow"] = (gangs.pending["a/slow"][0], time.monotonic() - handlers.PIN_TTL_SECONDS - 1)
+    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
+    gangs.pins_written("a", "gone")  # nothing booked: nothing made
+    assert not gangs.pending
