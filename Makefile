@@ -17,6 +17,7 @@ help: ## this list
 
 install: ## pip install -e '.[dev,runtime]'
 	$(PIP) install -q -e '.[dev,runtime]'
+	DS_BUILD_OPS=0 $(PIP) install -q -e '.[deepspeed]'
 
 # What `make crds` generates, under the root dir $(1): the CRD (crds/ and the chart's copy), the
 # API reference, the chart's ValidatingAdmissionPolicy and values schema, the chart's appVersion.

@@ -48,6 +48,8 @@ METRICS_PORT = 29601
 RUNTIME_CONFIG_DIR = "/etc/phalanx"
 RUNTIME_CONFIG_FILE = "config.json"
 RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
+# spec.framework deepspeed: the rendered DeepSpeed config, a second key of the job's ConfigMap.
+DEEPSPEED_CONFIG_FILE = "deepspeed.json"
 SHM_MOUNT_PATH = "/dev/shm"
 # Writable scratch (HOME, caches, TMPDIR) on an emptyDir: pods may run with a read-only image.
 PHALANX_MOUNT_ROOT = "/phalanx"
@@ -82,6 +84,7 @@ ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 # Users' env may not set PHALANX_* (the operator's contract with the runtime).
 ENV_RESERVED_PREFIX = "PHALANX_"
 ENV_CONFIG_PATH = "PHALANX_CONFIG"
+ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
 ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
 ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"

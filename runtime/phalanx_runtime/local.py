@@ -29,8 +29,10 @@ import time
 from pathlib import Path
 
 from phalanx.constants import (
+    DEEPSPEED_CONFIG_FILE,
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG_PATH,
+    ENV_DEEPSPEED_CONFIG,
     ENV_MASTER_ADDR,
     ENV_METRICS_PORT,
     ENV_PARENT_PID,
@@ -132,6 +134,8 @@ def pod_env(cfg: RuntimeConfig, node: int, *, master_port: int, config_path: str
     env.update({ENV_MASTER_ADDR: "127.0.0.1", ENV_PET_MASTER_ADDR: "127.0.0.1",
                 ENV_PET_RDZV_ENDPOINT: f"127.0.0.1:{master_port}", ENV_CONFIG_PATH: config_path,
                 ENV_CHECKPOINT_DIR: checkpoint_dir})
+    if ENV_DEEPSPEED_CONFIG in env:  # framework deepspeed: next to config.json, as in the pod
+        env[ENV_DEEPSPEED_CONFIG] = os.path.join(os.path.dirname(config_path), DEEPSPEED_CONFIG_FILE)
     env.pop(ENV_METRICS_PORT, None)
     env.pop(ENV_PROGRESS_PORT, None)
     if node == 0 and progress_port:
@@ -352,6 +356,7 @@ def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = Fal
     was_subreaper = lifetime.set_subreaper(True)
     try:
         Path(d, "config.json").write_text(_json.dumps(cfg.to_dict()))
+        _write_deepspeed_config(cfg, d)
         envs = _node_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
         argvs = [node_argv(cfg, e, os.path.join(d, "config.json")) for e in envs]
         before = set(lifetime.children(os.getpid()))
@@ -370,6 +375,14 @@ def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = Fal
         shutil.rmtree(d, ignore_errors=True)
     _print_summary(cfg, summary, json)
     return summary
+
+
+def _write_deepspeed_config(cfg: RuntimeConfig, d: str) -> None:
+    """framework deepspeed: the DeepSpeed config the ConfigMap carries, where $PHALANX_DEEPSPEED_CONFIG points."""
+    from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
+
+    if uses_deepspeed(cfg.spec):
+        Path(d, DEEPSPEED_CONFIG_FILE).write_text(_json.dumps(deepspeed_config(cfg.spec), indent=2, sort_keys=True))
 
 
 def _raise_for(reason: str, failure: tuple[int, int] | None, codes: list[int | None], timeout: float | None) -> None:

@@ -1,4 +1,5 @@
-"""ConfigMap with the resolved runtime config (the runtime reads it from PHALANX_CONFIG)."""
+"""ConfigMap with the resolved runtime config (the runtime reads it from PHALANX_CONFIG) and, for
+``framework: deepspeed`` jobs, the DeepSpeed config (PHALANX_DEEPSPEED_CONFIG)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
+from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
 from phalanx.render.names import config_map_name, metadata
 
 
@@ -21,9 +23,12 @@ def runtime_config(job: TrainingJob) -> dict[str, Any]:
 
 
 def build_config_map(job: TrainingJob) -> dict[str, Any]:
+    data = {C.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)}
+    if uses_deepspeed(job.spec):  # mounted next to config.json; $PHALANX_DEEPSPEED_CONFIG names it
+        data[C.DEEPSPEED_CONFIG_FILE] = json.dumps(deepspeed_config(job.spec), indent=2, sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(job, config_map_name(job.metadata.name), C.COMPONENT_CONFIG),
-        "data": {C.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)},
+        "data": data,
     }

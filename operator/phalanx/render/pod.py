@@ -7,6 +7,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
+from phalanx.render.deepspeed import uses_deepspeed
 from phalanx.render.names import (
     config_map_name,
     hostname,
@@ -54,7 +55,7 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
         {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-    ]
+    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else [])
 
 
 def build_resources(job: TrainingJob) -> dict[str, Any]:
