@@ -107,6 +107,15 @@ class Gangs:
         if entry is not None:
             self.pending[f"{namespace}/{name}"] = (entry[0], time.monotonic())
 
+    def released(self, namespace: str, name: str, all_new: bool) -> None:
+        """The job's release patches are done. If a pod had been released already (the pass
+        planned from a view the watch had not caught up with), the booking pins nothing: it goes
+        at once instead of holding other nodes for PIN_TTL_SECONDS."""
+        if all_new:
+            self.pins_written(namespace, name)
+        else:
+            self.pending.pop(f"{namespace}/{name}", None)
+
     def pending_pins(self, except_key: str) -> list[Reservation]:
         """Other gangs' pins that the pod index may not show yet (booked and not yet written, or
         written less than PIN_TTL_SECONDS ago); older ones are dropped."""
@@ -503,8 +512,6 @@ class JobLoop:
         if plan is None:
             return True
         refusals = await self.execute(obj, plan, started)
-        if refusals == [] and plan.release:
-            self.memo.gangs.pins_written(self.namespace, self.name)
         if refusals is None:
             return True
         if refusals:
@@ -569,7 +576,8 @@ class JobLoop:
     async def execute(self, obj: dict[str, Any], plan: Plan, started: float) -> list[Refusal] | None:
         """Carry out the plan: the API server's refusals, or None after API trouble (backed off)."""
         try:
-            refusals = await self.memo.kube.execute(self.namespace, plan, obj["status"], self.name)
+            refusals = await self.memo.kube.execute(self.namespace, plan, obj["status"], self.name,
+                                                    released=self.released)
             RECONCILES.labels("ok").inc()
         except Exception:  # noqa: BLE001 - API or transport trouble: back off and retry
             self.failures.api += 1
@@ -581,6 +589,9 @@ class JobLoop:
             RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self.failures.api = 0
         return refusals
+
+    def released(self, all_new: bool) -> None:
+        self.memo.gangs.released(self.namespace, self.name, all_new)
 
     async def refused(self, obj: dict[str, Any], plan: Plan, refusals: list[Refusal]) -> None:
         self.failures.refused += 1

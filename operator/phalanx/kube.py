@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -143,10 +144,11 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def release_pod(self, namespace: str, name: str, node: str | None) -> None:
+    async def release_pod(self, namespace: str, name: str, node: str | None) -> bool:
         """Pin to ``node`` and lift the gang gate in one patch. The pin is required node affinity
         on ``metadata.name`` (a gated pod may gain affinity): the scheduler's PreFilter then
-        narrows the pod to that one node instead of filtering every node."""
+        narrows the pod to that one node instead of filtering every node. False when the pod was
+        already released (422: its gate is gone, its pin is an earlier one) or is gone."""
         ops: list[dict[str, Any]] = []
         if node:
             ops.append({"op": "add", "path": "/spec/affinity", "value": pin_affinity(node)})
@@ -157,7 +159,9 @@ class Kube:
             if exc.status not in (404, 422):
                 raise
             if exc.status == 422:  # a gate was already lifted: still pin nothing further
-                log.warning("release of %s/%s refused: %s", namespace, name, exc.body)
+                log.info("%s/%s was already released; this pin is void", namespace, name)
+            return False
+        return True
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any], before: dict[str, Any] | None) -> None:
         removed = {k: None for k in (before or {}) if k not in status}
@@ -224,10 +228,13 @@ class Kube:
                 sample.append(obj)
         return await self._create_all(sample, dry_run=True)
 
-    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str) -> list[Refusal]:
+    async def execute(self, namespace: str, plan: Plan, before_status: dict[str, Any] | None, name: str,
+                      released: Callable[[bool], None] | None = None) -> list[Refusal]:
         """Deletes first (old attempts must go before new pods take their hostnames), then creates
         (Service and ConfigMap before pods), then releases the gang, then the status.
-        Returns the creations the API server refused (nothing is created after a refusal)."""
+        Returns the creations the API server refused (nothing is created after a refusal).
+        ``released(all_new)`` follows the release: False when a pod had been released already
+        (a pass that saw it gated before the watch caught up), so this plan's pins are not real."""
         if plan.delete_pods or plan.force_delete_pods:
             await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods),
                                  *(self.force_delete_pod(namespace, p) for p in plan.force_delete_pods))
@@ -246,7 +253,9 @@ class Kube:
             if refusals:
                 return refusals
         if plan.release:
-            await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
+            applied = await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
+            if released is not None:
+                released(all(applied))
         if plan.status is not None:
             await self.patch_status(namespace, name, plan.status, before_status)
         if plan.delete_job:

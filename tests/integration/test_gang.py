@@ -60,8 +60,8 @@ def test_gang_waits_then_starts_when_capacity_frees(cluster, jobs, pool):
     jobs.create(pooled(pool, "first", 12))
     first = wait_for(lambda: all_running(jobs, "first", 12), 90, "first gang Running")
     jobs.create(pooled(pool, "second", 8))
-    # "4 fit" may lag: a gang released twice books its nodes again until that booking expires
-    # (seen in CI under load; see the session-4 closing note) — the reason must settle on 4.
+    # A pass that re-plans "first" from a lagging watch books nodes until the API server refuses
+    # that second release (Gangs.released drops the booking then): the reason settles on 4 fit.
     cond = wait_for(lambda: (c := schedulable(jobs, "second")).get("status") == "False"
                     and "4 fit" in c.get("message", "") and c, 60, "second waits with 4 nodes fitting")
     assert "needs 8 nodes with 8 free nvidia.com/gpu" in cond["message"], cond["message"]

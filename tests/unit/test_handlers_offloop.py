@@ -215,3 +215,15 @@ def test_a_booked_pin_holds_until_its_patch_is_written():
     assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
     gangs.pins_written("a", "gone")  # nothing booked: nothing made
     assert not gangs.pending
+
+
+def test_a_release_of_pods_already_released_books_nothing():
+    """A pass that saw released pods still gated (watch lag) re-plans them; the API server refuses
+    the second release (422). Its booking must not hold other nodes (seen in CI: "2 fit", not 4)."""
+    gangs = handlers.Gangs()
+    gangs.pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
+    gangs.released("a", "twice", all_new=False)
+    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
+    gangs.pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
+    gangs.released("a", "once", all_new=True)  # written: held for the index's lag
+    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n6"]
