@@ -150,7 +150,7 @@ class Gangs:
 def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
     """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
-                     pod_reflector=None, gangs=Gangs(),
+                     pod_reflector=None, gangs=Gangs(), sweep_wakeups={},
                      decider=concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-decide"))
 
 
@@ -565,7 +565,7 @@ class JobLoop:
             RECONCILES.labels("error").inc()
             log.exception("deciding %s/%s failed (%d in a row)", self.namespace, self.name, self.failures.decide)
             await _report_error(self.memo.kube, self.body, obj, exc, self.failures.decide)
-            await _sleep_or_wake(self.wake, retry_delay(self.failures.decide))
+            await sleep_or_wake(self.wake, retry_delay(self.failures.decide))
             return None
         self.failures.decide = 0
         if (plan.status or obj["status"]).get("phase") in (*TERMINAL_PHASES, Phase.SUSPENDED):
@@ -583,7 +583,7 @@ class JobLoop:
             self.failures.api += 1
             RECONCILES.labels("error").inc()
             log.exception("reconcile of %s/%s failed (%d in a row); retrying", self.namespace, self.name, self.failures.api)
-            await _sleep_or_wake(self.wake, retry_delay(self.failures.api))
+            await sleep_or_wake(self.wake, retry_delay(self.failures.api))
             return None
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -598,7 +598,7 @@ class JobLoop:
         permanent, reported = await _report_refusals(self.memo, self.body, obj, plan, refusals)
         JOB_METRICS.observe({**obj, "status": reported}, self.progress)
         # permanent: the job is Failed now; the pause only guards against a stale body
-        await _sleep_or_wake(self.wake, 1.0 if permanent else retry_delay(self.failures.refused))
+        await sleep_or_wake(self.wake, 1.0 if permanent else retry_delay(self.failures.refused))
 
     async def announce(self, plan: Plan) -> None:
         """The plan's Events, and its status once the body shows it."""
@@ -623,9 +623,13 @@ class JobLoop:
             pass
 
 
-async def _sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
+async def sleep_or_wake(wake: asyncio.Event, seconds: float, coalesce: float = 0.0) -> None:
+    """Sleep ``seconds`` or until woken; ``coalesce``: after a wake, wait that long more so a
+    burst of events makes one pass."""
     try:
         await asyncio.wait_for(wake.wait(), timeout=seconds)
+        if coalesce:
+            await asyncio.sleep(coalesce)
     except TimeoutError:
         pass
 

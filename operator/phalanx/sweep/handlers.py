@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants as C
+from phalanx.handlers import sleep_or_wake
 from phalanx.sweep.check import Expansion, check_sweep
 from phalanx.sweep.decide import SweepPlan, decide, refused
 
@@ -29,21 +30,6 @@ RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 WAKE_COALESCE_SECONDS = 0.2
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
-
-_wakeups: dict[tuple[str, str], asyncio.Event] = {}
-_api: dict[str, Any] = {}
-
-
-def _wakeup(namespace: str, name: str) -> asyncio.Event:
-    return _wakeups.setdefault((namespace, name), asyncio.Event())
-
-
-def _custom() -> client.CustomObjectsApi:
-    if "custom" not in _api:
-        from phalanx.kube import load_client
-
-        _api["custom"] = client.CustomObjectsApi(load_client(pool_size=8))  # $KUBECONFIG or in-cluster
-    return _api["custom"]
 
 
 def _slim_trial(body: kopf.Body) -> dict[str, Any]:
@@ -67,15 +53,18 @@ def sweep_trials(namespace: str, labels: dict[str, str], body: kopf.Body, **_: A
 
 
 @kopf.on.event(C.GROUP, C.VERSION, C.PLURAL, labels={C.LABEL_SWEEP: kopf.PRESENT})
-def trial_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
-    _wakeup(namespace, labels[C.LABEL_SWEEP]).set()
+def trial_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+    """Wake the sweep's loop; no entry is made for a sweep without one (trials outlive sweeps)."""
+    wake = memo.sweep_wakeups.get((namespace, labels[C.LABEL_SWEEP]))
+    if wake is not None:
+        wake.set()
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SWEEP_PLURAL, cancellation_timeout=10.0)
 async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.DaemonStopped,
                      sweep_trials: kopf.Index, memo: kopf.Memo, **kwargs: Any) -> None:
     key = (namespace, name)
-    wake = _wakeup(namespace, name)
+    wake = memo.sweep_wakeups.setdefault(key, asyncio.Event())
     cache: dict[Any, Expansion] = {}
     errors = 0
     try:
@@ -96,24 +85,25 @@ async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.D
                     cache.clear()
                     cache[ck] = check_sweep(obj, config, ns_labels)
                 plan = decide(obj, trials, datetime.now(UTC), config, ns_labels, cache[ck])
-                await _execute(namespace, name, obj, plan, body)
+                await _execute(memo.kube.custom, namespace, name, obj, plan, body)
                 errors = 0
             except Exception:  # noqa: BLE001 - API trouble or a bug: logged, retried with backoff
                 errors += 1
                 log.exception("reconciling sweep %s/%s failed (%d in a row)", namespace, name, errors)
-                await _sleep_or_wake(wake, ERROR_BACKOFF[min(errors, len(ERROR_BACKOFF)) - 1])
+                await sleep_or_wake(wake, ERROR_BACKOFF[min(errors, len(ERROR_BACKOFF)) - 1])
                 continue
             await _await_trials(key, sweep_trials, plan)
             if plan.create or plan.suspend:
                 continue
-            await _sleep_or_wake(wake, RESYNC_SECONDS, coalesce=True)
+            await sleep_or_wake(wake, RESYNC_SECONDS, coalesce=WAKE_COALESCE_SECONDS)  # one pass per burst
     finally:
-        _wakeups.pop(key, None)
+        memo.sweep_wakeups.pop(key, None)
 
 
-async def _execute(namespace: str, name: str, obj: dict[str, Any], plan: SweepPlan, body: kopf.Body) -> None:
-    """Create trials, suspend stopped ones, write the status, post the Events."""
-    api = _custom()
+async def _execute(api: client.CustomObjectsApi, namespace: str, name: str, obj: dict[str, Any],
+                   plan: SweepPlan, body: kopf.Body) -> None:
+    """Create trials, suspend stopped ones, write the status, post the Events (with the
+    operator's one API client, ``memo.kube``)."""
     status = plan.status
     for job in plan.create:
         try:
@@ -170,13 +160,6 @@ async def _await_trials(key: tuple[str, str], index: kopf.Index, plan: SweepPlan
         await asyncio.sleep(0.05)
 
 
-async def _sleep_or_wake(wake: asyncio.Event, seconds: float, coalesce: bool = False) -> None:
-    try:
-        await asyncio.wait_for(wake.wait(), timeout=seconds)
-        if coalesce:
-            await asyncio.sleep(WAKE_COALESCE_SECONDS)  # one pass for a burst of trial events
-    except TimeoutError:
-        pass
 
 
 def _api_message(exc: ApiException) -> str:
