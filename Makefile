@@ -10,7 +10,7 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean
+.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
 
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
@@ -55,8 +55,11 @@ lint: ## ruff
 test-unit: ## unit tests
 	$(PYTEST) tests/unit -q
 
-test-runtime: ## runtime parity (real torch processes)
+test-runtime: tf-venv ## runtime parity (real torch processes; TensorFlow jobs from the TF venv)
 	$(PYTEST) tests/runtime -q
+
+tf-venv: ## tensorflow-cpu in its own cached venv, for framework: tensorflow's tests (hack/tensorflow/venv.sh)
+	PYTHON=$(PYTHON) hack/tensorflow/venv.sh >/dev/null
 
 test-integration: cluster-binaries kueue-binaries ## integration tests on a local control plane with kwok nodes
 	$(PYTEST) tests/integration -q
@@ -64,7 +67,7 @@ test-integration: cluster-binaries kueue-binaries ## integration tests on a loca
 # One pytest run over every suite so the closing line counts them all. The e2e suite (last)
 # brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
 # images it needs are built first (kind-images), so no cluster idles while the others run.
-test: lint cluster-binaries kueue-binaries kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
+test: lint cluster-binaries kueue-binaries tf-venv kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
 	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
 
 demo: ## kind cluster + chart + the demo job training on real pods (see README)

@@ -81,6 +81,14 @@ HAND: list[tuple[str, dict[str, Any]]] = [
     ("base", {"spec.checkpoint": {"keepLast": 3.0}}),
     ("base", {"spec.training": {"steps": 10.0, "lr": 1}}),
     ("base", {"spec.elastic": None, "spec.shmSize": None}),
+    # framework tensorflow: one worker per pod, TF_CONFIG rendered (the rules' CEL against the API server's)
+    ("command", {"spec.framework": "tensorflow", "spec.procsPerNode": 1, "spec.parallelism": {"data": 2}}),
+    ("command", {"spec.framework": "tensorflow"}),
+    ("command", {"spec.framework": "tensorflow", "spec.procsPerNode": 1,
+                 "spec.parallelism": {"tensor": 2, "pipelineSchedule": "GPipe"},
+                 "spec.env": [{"name": "TF_CONFIG", "value": "{}"}]}),
+    ("command", {"spec.framework": "tensorflow", "spec.procsPerNode": 1, "spec.elastic": {"minNodes": 1, "maxNodes": 2}}),
+    ("base", {"spec.framework": "tensorflow", "spec.procsPerNode": 1}),
 ]
 
 # What a careless user writes, by field: right values, wrong types, out of range, malformed.

@@ -85,6 +85,10 @@ ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 ENV_RESERVED_PREFIX = "PHALANX_"
 ENV_CONFIG_PATH = "PHALANX_CONFIG"
 ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
+# spec.framework tensorflow: the TensorFlow cluster spec and this pod's task, rendered per pod
+# ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
+ENV_TF_CONFIG = "TF_CONFIG"
+TF_TASK_WORKER = "worker"
 ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
 ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"

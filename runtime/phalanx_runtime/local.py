@@ -42,13 +42,14 @@ from phalanx.constants import (
     ENV_PET_RDZV_ENDPOINT,
     ENV_PROGRESS_PORT,
     ENV_STOP_GRACE_SECONDS,
+    ENV_TF_CONFIG,
     ENV_WORLD_SIZE,
     LOCAL_STOP_GRACE_SECONDS,
 )
 from phalanx_runtime import env as E
 from phalanx_runtime import lifetime
 from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.net import free_port
+from phalanx_runtime.net import free_port, free_ports
 
 EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED  # re-exported for callers of run_local
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -118,12 +119,15 @@ def _field_ref(cfg: RuntimeConfig, node: int, path: str) -> str | None:
 
 
 def pod_env(cfg: RuntimeConfig, node: int, *, master_port: int, config_path: str, checkpoint_dir: str,
-            progress_port: int | None = None) -> dict[str, str]:
+            progress_port: int | None = None, tf_workers: list[str] | None = None) -> dict[str, str]:
     """Node ``node``'s container env as the operator renders it (attempt 0), then ``spec.env``;
     local differences: the rendezvous host is 127.0.0.1, config and checkpoints are local paths,
-    no metrics port (the nodes share this host), a progress port only when asked for."""
+    no metrics port (the nodes share this host), a progress port only when asked for, and a
+    tensorflow job's TF_CONFIG lists ``tf_workers`` (127.0.0.1:<port of each node>) instead of
+    the pods' DNS names."""
     from phalanx.api.types import ObjectMeta, TrainingJob
     from phalanx.render.pod import rendezvous_env
+    from phalanx.render.tensorflow import tf_config_json
 
     job = TrainingJob(metadata=ObjectMeta(name=cfg.name, namespace=cfg.namespace), spec=cfg.spec)
     env: dict[str, str] = {}
@@ -136,6 +140,8 @@ def pod_env(cfg: RuntimeConfig, node: int, *, master_port: int, config_path: str
                 ENV_CHECKPOINT_DIR: checkpoint_dir})
     if ENV_DEEPSPEED_CONFIG in env:  # framework deepspeed: next to config.json, as in the pod
         env[ENV_DEEPSPEED_CONFIG] = os.path.join(os.path.dirname(config_path), DEEPSPEED_CONFIG_FILE)
+    if ENV_TF_CONFIG in env and tf_workers:  # framework tensorflow: the same cluster, on this host
+        env[ENV_TF_CONFIG] = tf_config_json(tf_workers, node)
     env.pop(ENV_METRICS_PORT, None)
     env.pop(ENV_PROGRESS_PORT, None)
     if node == 0 and progress_port:
@@ -330,10 +336,17 @@ def _node_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port
     base.update({ENV_PARENT_PID: str(os.getpid()), ENV_STOP_GRACE_SECONDS: f"{grace:g}",
                  E.ENV_RESULT_FILE: os.path.join(d, "result.json")})
     master_port = free_port()
+    tf_workers = [f"127.0.0.1:{p}" for p in free_ports(spec.nodes)] if _uses_tensorflow(spec) else None
     ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
     return [{**base, **pod_env(cfg, node, master_port=master_port, config_path=os.path.join(d, "config.json"),
-                               checkpoint_dir=ckpt, progress_port=progress_port)}
+                               checkpoint_dir=ckpt, progress_port=progress_port, tf_workers=tf_workers)}
             for node in range(spec.nodes)]
+
+
+def _uses_tensorflow(spec) -> bool:
+    from phalanx.render.tensorflow import uses_tensorflow
+
+    return uses_tensorflow(spec)
 
 
 def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = False, *, timeout: float | None = None,

@@ -83,6 +83,7 @@ class LrDecay(StrEnum):
 class Framework(StrEnum):
     NONE = "none"
     DEEPSPEED = "deepspeed"
+    TENSORFLOW = "tensorflow"
 
 
 class DataSource(StrEnum):
@@ -464,6 +465,57 @@ DEEPSPEED_RULES = (
 )
 
 
+# --- framework: tensorflow (command jobs) -----------------------------------------------------
+# One TensorFlow worker per pod with TF_CONFIG rendered per pod (phalanx.render.tensorflow): the
+# script's MultiWorkerMirroredStrategy is synchronous data parallelism over the pods, so the
+# fields that split the world otherwise are refused unless at their defaults, each by its field.
+_TF = "!has(self.framework) || self.framework != 'tensorflow' || "
+
+
+def _tf(holds):
+    return lambda s: s.framework != Framework.TENSORFLOW or holds(s)
+
+
+def _tf_default(field: str, attr: str, default: Any, cel_default: str, why: str) -> Rule:
+    return Rule(_TF + f"self.parallelism.{field} == {cel_default}",
+                f"framework tensorflow: spec.parallelism.{field} must be {cel_default} ({why})",
+                _tf(lambda s: getattr(s.parallelism, attr) == default), f".parallelism.{field}")
+
+
+_TF_MWMS = "MultiWorkerMirroredStrategy keeps a full replica of the variables in every worker"
+TENSORFLOW_RULES = (
+    Rule(_TF + "has(self.command)",
+         "framework tensorflow runs your own TensorFlow script: set spec.command (e.g. [python, train.py])",
+         _tf(lambda s: s.command is not None), ".command"),
+    Rule(_TF + "!has(self.model)",
+         "framework tensorflow: spec.model must not be set (the built-in runtime is torch; the job runs spec.command)",
+         _tf(lambda s: s.model is None), ".model"),
+    Rule(_TF + "self.procsPerNode == 1",
+         "framework tensorflow: spec.procsPerNode must be 1 (one TensorFlow worker per pod, one TF_CONFIG task; "
+         "it uses every GPU of its pod)",
+         _tf(lambda s: s.procs_per_node == 1), ".procsPerNode"),
+    Rule(_TF + "!has(self.parallelism.data) || self.parallelism.data == self.nodes",
+         "framework tensorflow: spec.parallelism.data must be unset or equal nodes (one data-parallel worker per pod)",
+         _tf(lambda s: s.parallelism.data is None or s.parallelism.data == s.nodes), ".parallelism.data"),
+    _tf_default("zero", "zero", 0, "0", f"no ZeRO sharding: {_TF_MWMS}"),
+    _tf_default("replicate", "replicate", 1, "1", "no HSDP replica groups"),
+    _tf_default("cpuOffload", "cpu_offload", False, "false", f"no CPU offload: {_TF_MWMS}"),
+    _tf_default("tensor", "tensor", 1, "1", f"no tensor parallelism: {_TF_MWMS}"),
+    _tf_default("sequenceParallel", "sequence_parallel", False, "false", "no tensor parallelism"),
+    _tf_default("pipeline", "pipeline", 1, "1", "no pipeline parallelism"),
+    _tf_default("pipelineSchedule", "pipeline_schedule", PipelineSchedule.ONE_F_ONE_B, "'1F1B'", "no pipeline parallelism"),
+    _tf_default("microbatches", "microbatches", 1, "1", "no pipeline parallelism"),
+    _tf_default("virtualStages", "virtual_stages", 1, "1", "no pipeline parallelism"),
+    Rule(_TF + "!has(self.elastic)",
+         "framework tensorflow: spec.elastic is not supported (TF_CONFIG lists spec.nodes workers; "
+         "MultiWorkerMirroredStrategy cannot change its cluster)",
+         _tf(lambda s: s.elastic is None), ".elastic"),
+    Rule(_TF + f"!has(self.env) || !self.env.exists(e, e.name == '{C.ENV_TF_CONFIG}')",
+         f"framework tensorflow: spec.env must not set {C.ENV_TF_CONFIG} (the operator renders it per pod)",
+         _tf(lambda s: all(e.name != C.ENV_TF_CONFIG for e in s.env)), ".env"),
+)
+
+
 class TrainingJobSpec(Model):
     image: str = bounded_str(P.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -472,7 +524,8 @@ class TrainingJobSpec(Model):
     args: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=256)
     framework: Framework = Field(
         Framework.NONE, description="Command jobs: deepspeed renders the parallelism and training fields into a "
-        "DeepSpeed config at $PHALANX_DEEPSPEED_CONFIG (/etc/phalanx/deepspeed.json); none: the script splits its world itself.")
+        "DeepSpeed config at $PHALANX_DEEPSPEED_CONFIG (/etc/phalanx/deepspeed.json); tensorflow renders TF_CONFIG "
+        "(every pod one worker) for MultiWorkerMirroredStrategy; none: the script splits its world itself.")
     nodes: int = Field(1, ge=1, le=16384, description="Pods (one per node).")
     procs_per_node: int = Field(1, ge=1, le=64, description="Worker processes per pod (usually GPUs per node).")
     resources: Resources = Field(default_factory=Resources)
@@ -501,7 +554,7 @@ class TrainingJobSpec(Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
 
-    checks = SPEC_RULES + DEEPSPEED_RULES
+    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES
 
     @field_validator("env")
     @classmethod

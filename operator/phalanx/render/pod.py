@@ -17,6 +17,7 @@ from phalanx.render.names import (
     service_name,
 )
 from phalanx.render.network import NetworkWiring, apply_network
+from phalanx.render.tensorflow import tf_env
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
 TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
@@ -55,7 +56,8 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
         {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else [])
+    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else []) \
+        + tf_env(job, rank, master_port)  # framework tensorflow: this pod's TF_CONFIG (on the rendezvous port)
 
 
 def build_resources(job: TrainingJob) -> dict[str, Any]:

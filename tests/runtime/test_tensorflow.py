@@ -1,0 +1,118 @@
+"""framework: tensorflow command jobs (issue 16, item 4) through `phalanx local`: a 2-node job whose
+pods the operator renders with TF_CONFIG (the same job's pods, from the real renderer, are checked
+against what each local worker saw), run as 2 local processes with tensorflow-cpu's
+MultiWorkerMirroredStrategy (tensorflow_user_script.py). The two workers train in sync (the same
+loss every step and the same final weights, bit for bit) and match one worker trained on the same
+global batches without TF_CONFIG.
+
+TensorFlow runs from its own cached venv (`make tf-venv`, hack/tensorflow/venv.sh), never from the
+project's Python environment; `make test` builds it first. Without it this test fails, naming
+`make tf-venv` (it does not skip: CI must run it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from phalanx import constants as C
+from phalanx.api.types import TrainingJob
+from phalanx.render.job import render_children
+
+pytestmark = pytest.mark.runtime
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SCRIPT = HERE / "tensorflow_user_script.py"
+STEPS, GLOBAL_BATCH, LR = 20, 32, 0.05
+
+
+def tf_python() -> str:
+    """The TF venv's python, or a failure naming how to make it."""
+    venv = Path(subprocess.run([str(ROOT / "hack/tensorflow/venv.sh"), "--print-dir"], capture_output=True,
+                               text=True, check=True).stdout.strip())
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").is_file() or not python.is_file():
+        pytest.fail(f"no TensorFlow venv at {venv}: run `make tf-venv` (hack/tensorflow/venv.sh)", pytrace=False)
+    return str(python)
+
+
+def script_env(out: Path) -> dict[str, str]:
+    return {"OUT_DIR": str(out), "STEPS": str(STEPS), "GLOBAL_BATCH": str(GLOBAL_BATCH), "LR": str(LR)}
+
+
+def tf_job(python: str, out: Path, nodes: int = 2) -> dict:
+    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "tf-mwms", "namespace": "ml"},
+            "spec": {"image": "x", "framework": "tensorflow", "nodes": nodes, "command": [python, str(SCRIPT)],
+                     "env": [{"name": k, "value": v} for k, v in script_env(out).items()]}}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """One worker (no TF_CONFIG) on the same global batches."""
+    python = tf_python()
+    out = tmp_path_factory.mktemp("tf-reference")
+    env = {k: v for k, v in os.environ.items() if k != C.ENV_TF_CONFIG}
+    p = subprocess.run([python, str(SCRIPT)], env={**env, **script_env(out)}, capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads((out / "worker-0.json").read_text())
+
+
+def rendered_tf_configs(doc: dict) -> list[dict]:
+    """TF_CONFIG of each pod the operator renders for ``doc``, in node-rank order."""
+    pods = [c for c in render_children(TrainingJob.model_validate(doc)) if c["kind"] == "Pod"]
+    pods.sort(key=lambda p: int(p["metadata"]["labels"][C.LABEL_NODE_RANK]))
+    return [json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"] if e["name"] == C.ENV_TF_CONFIG))
+            for p in pods]
+
+
+def flat(weights: list) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(w, dtype=np.float64)) for w in weights])
+
+
+def test_mwms_two_workers_through_phalanx_local(tmp_path, reference):
+    python = tf_python()
+    out = tmp_path / "out"
+    out.mkdir()
+    doc = tf_job(python, out)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "phalanx", "local", str(path), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1])["exit_codes"] == [0, 0]
+    got = [json.loads((out / f"worker-{i}.json").read_text()) for i in range(2)]
+
+    # What each worker saw is the pod's rendered TF_CONFIG, its addresses moved to 127.0.0.1.
+    rendered = rendered_tf_configs(doc)
+    assert [r["cluster"]["worker"] for r in rendered] == [[f"tf-mwms-node-{i}.tf-mwms.ml.svc:29500" for i in range(2)]] * 2
+    local = got[0]["tf_config"]["cluster"]["worker"]
+    assert all(a.startswith("127.0.0.1:") for a in local) and len(set(local)) == 2
+    for rank, (g, r) in enumerate(zip(got, rendered, strict=True)):
+        assert g["tf_config"]["task"] == r["task"] == {"type": "worker", "index": rank}
+        assert g["tf_config"]["cluster"] == {"worker": local}
+        assert (g["task_type"], g["task_id"], g["workers"], g["replicas_in_sync"]) == ("worker", rank, 2, 2)
+
+    # In sync: the same global loss every step and the same weights, bit for bit.
+    assert got[0]["losses"] == got[1]["losses"]
+    assert np.array_equal(flat(got[0]["weights"]), flat(got[1]["weights"]))
+    # …and the same training as one worker on the whole global batch.
+    assert reference["workers"] == 1 and len(got[0]["losses"]) == STEPS
+    loss_dev = max(abs(a - b) / abs(b) for a, b in zip(got[0]["losses"], reference["losses"], strict=True))
+    weight_dev = float(np.abs(flat(got[0]["weights"]) - flat(reference["weights"])).max())
+    print(f"\nTensorFlow {got[0]['tf_version']} MWMS, 2 workers via phalanx local: {seconds:.1f}s, max relative loss "
+          f"deviation from 1 worker {loss_dev:.1e}, max weight deviation {weight_dev:.1e}")
+    assert loss_dev < 1e-5, (got[0]["losses"], reference["losses"])
+    assert weight_dev < 1e-5
+    assert reference["losses"][-1] < 0.75 * reference["losses"][0]  # it trains
