@@ -31,6 +31,7 @@ until the certs appear under /tmp/k8s-webhook-server/serving-certs (hard-coded),
 kubelet's secret volume would do; this script copies them there itself.
 
     python bench/operator_scale.py [--order phalanx,kubeflow,kubeflow,phalanx] [--json out.json] [--profile]
+    python bench/operator_scale.py --jobs 64 --pods 8 --order direct,phalanx,kubeflow   # many jobs at once
     bench/operator_scale.sh ...        # same, and builds the binaries first
 
 Needs the cluster binaries (hack/cluster/build.sh) and the training-operator
@@ -73,6 +74,7 @@ TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # hard-coded in tra
 TO_NAMESPACE = "kubeflow"
 TO_SECRET = "training-operator-webhook-cert"
 IMAGE = "phalanx/runtime:test"
+JOB_LABELS = ("phalanx.dev/job-name", "training.kubeflow.org/job-name", "job")  # Phalanx, Kubeflow, direct
 
 TOPOLOGY = {
     "name": "scale-512",
@@ -141,6 +143,7 @@ class PodWatch(threading.Thread):
         self.core = client.CoreV1Api(api)
         self.ns = namespace
         self.seen: dict[str, float] = {}
+        self.job_of: dict[str, str] = {}  # pod → its job (from the operator's job label)
         self.ungated: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
@@ -161,6 +164,8 @@ class PodWatch(threading.Thread):
             self.gone.setdefault(name, now)
             return
         self.seen.setdefault(name, now)
+        labels = pod["metadata"].get("labels") or {}
+        self.job_of.setdefault(name, next((labels[k] for k in JOB_LABELS if k in labels), "?"))
         spec, status = pod.get("spec", {}), pod.get("status", {})
         if not spec.get("schedulingGates"):
             self.ungated.setdefault(name, now)
@@ -259,6 +264,13 @@ class Operator(abc.ABC):
         client.CustomObjectsApi(api).delete_namespaced_custom_object(
             self.group, self.api_version, ns, self.plural, name, body={"propagationPolicy": "Background"})
 
+    def create_jobs(self, api: client.ApiClient, ns: str, names: list[str], pods: int) -> None:
+        """All jobs at once, as a CI system or a team's scripts would submit them."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(names), 16)) as ex:
+            list(ex.map(lambda n: self.create_job(api, ns, n, pods), names))
+
 
 class Direct(Operator):
     """Baseline, no operator: the bench itself creates the pods already pinned (nodeSelector
@@ -272,17 +284,24 @@ class Direct(Operator):
     def start(self, tag: str) -> None:
         pass
 
+    def manifest(self, name: str, pods: int) -> dict[str, Any]:
+        return {}  # no job object: the pods themselves (create_jobs)
+
     def create_job(self, api: client.ApiClient, ns: str, name: str, pods: int) -> None:
+        self.create_jobs(api, ns, [name], pods)
+
+    def create_jobs(self, api: client.ApiClient, ns: str, names: list[str], pods: int) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         core = client.CoreV1Api(api)
         nodes = sorted(n["metadata"]["name"] for n in json.loads(core.list_node(
-            label_selector="type=kwok", _preload_content=False).data)["items"])[:pods]
+            label_selector="type=kwok", _preload_content=False).data)["items"])
         res = {"nvidia.com/gpu": "8", "cpu": "1", "memory": "1Gi"}
 
         def one(i: int) -> None:
+            name = names[i // pods]
             r = core.create_namespaced_pod(ns, {
-                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i}", "labels": {"job": name}},
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i % pods}", "labels": {"job": name}},
                 "spec": {"nodeSelector": {"kubernetes.io/hostname": nodes[i]}, "containers": [
                     {"name": "trainer", "image": IMAGE, "resources": {"requests": res, "limits": res}}]},
             }, _preload_content=False)
@@ -290,7 +309,7 @@ class Direct(Operator):
             r.release_conn()
 
         with ThreadPoolExecutor(32) as ex:
-            list(ex.map(one, range(pods)))
+            list(ex.map(one, range(len(names) * pods)))
 
     def delete_job(self, api: client.ApiClient, ns: str, name: str) -> None:
         client.CoreV1Api(api).delete_collection_namespaced_pod(ns, label_selector=f"job={name}")
@@ -435,7 +454,7 @@ def wait_quiet(path: Path, prefixes: tuple[str, ...], t0: float, quiet_s: float,
 
 
 def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, settle: float,
-              timeout: float, profile: bool = False) -> dict[str, Any]:
+              timeout: float, profile: bool = False, jobs: int = 1) -> dict[str, Any]:
     core = client.CoreV1Api(api)
     ns = f"bench-{tag}"
     core.create_namespace({"metadata": {"name": ns}})
@@ -449,7 +468,8 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
     m0 = op.metrics() if isinstance(op, Phalanx) else {}
     watch = PodWatch(api, ns)
     watch.start()
-    name = "scale"
+    names = ["scale"] if jobs == 1 else [f"scale-{j:02d}" for j in range(jobs)]
+    total = pods * jobs
     time.sleep(1.0)  # watch connected
     spy = None
     if profile and isinstance(op, Phalanx):  # sampled stacks of the operator, create → all Running
@@ -458,9 +478,9 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
     t0 = time.time()
-    op.create_job(api, ns, name, pods)
+    op.create_jobs(api, ns, names, pods)
     t_created = time.time()
-    watch.wait(lambda: len(watch.running) >= pods, timeout, f"{pods} pods Running")
+    watch.wait(lambda: len(watch.running) >= total, timeout, f"{total} pods Running")
     t_run = max(watch.running.values())
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -482,10 +502,11 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
                 "n": len(v)}
 
     res: dict[str, Any] = {
-        "operator": op.kind, "tag": tag, "pods": pods,
+        "operator": op.kind, "tag": tag, "pods": total, "jobs": jobs, "pods_per_job": pods,
         "create_call_s": round(t_created - t0, 3),
         "all_running_s": round(t_run - t0, 3),
-        "pods_per_s": round(pods / (t_run - t0), 1),
+        "pods_per_s": round(total / (t_run - t0), 1),
+        "job_running_s": job_spans(watch, t0),
         "seen": span(watch.seen), "ungated": span(watch.ungated), "bound": span(watch.bound),
         "running": span(watch.running), "watch_events": watch.events,
         "operator_cpu_s_to_running": round(cpu1 - cpu0, 2),
@@ -496,11 +517,12 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
     if m0 or m1:
         res["phalanx_metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in sorted(set(m0) | set(m1))
                                   if m1.get(k, 0) - m0.get(k, 0)}
-    log(f"{tag}: all {pods} Running after {res['all_running_s']} s ({res['pods_per_s']} pods/s); "
+    log(f"{tag}: all {total} Running after {res['all_running_s']} s ({res['pods_per_s']} pods/s); "
         f"seen last {res['seen']['last']} s, bound last {res['bound']['last']} s")
 
     # Tear down: job, its pods, the namespace, then the operator.
-    op.delete_job(api, ns, name)
+    for name in names:
+        op.delete_job(api, ns, name)
     td = time.time()
     try:
         watch.wait(lambda: watch.live() == 0, 300, "pods deleted")
@@ -539,6 +561,17 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
     return res
 
 
+def job_spans(watch: PodWatch, t0: float) -> dict[str, float]:
+    """Each job's create → all its pods Running: first, median and last job (a starved job shows
+    as a last far behind the median)."""
+    done: dict[str, float] = collections.defaultdict(float)
+    for pod, t in watch.running.items():
+        job = watch.job_of.get(pod, "?")
+        done[job] = max(done[job], t - t0)
+    v = sorted(done.values())
+    return {"first": round(v[0], 3), "p50": round(v[len(v) // 2], 3), "last": round(v[-1], 3), "n": len(v)}
+
+
 def _exists(fn) -> bool:
     try:
         fn()
@@ -555,10 +588,13 @@ def kubectl(c: LocalCluster, *args: str) -> str:
 
 
 def summarize(results: list[dict[str, Any]]) -> str:
-    lines = ["| trial | operator | all Running (s) | pods/s | last pod created (s) | last bound (s) | "
-             "operator API requests to all-Running / until idle | operator CPU (s) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| trial | operator | all Running (s) | jobs Running first / median / last (s) | pods/s | "
+             "last pod created (s) | last bound (s) | "
+             "operator API requests to all-Running / until idle | operator CPU (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['tag']} | {r['operator']} | {r['all_running_s']:.2f} | {r['pods_per_s']:.0f} | "
+        js = r["job_running_s"]
+        lines.append(f"| {r['tag']} | {r['operator']} | {r['all_running_s']:.2f} | "
+                     f"{js['first']:.1f} / {js['p50']:.1f} / {js['last']:.1f} ({js['n']} jobs) | {r['pods_per_s']:.0f} | "
                      f"{r['seen']['last']:.2f} | {r['bound']['last']:.2f} | {r['operator_requests']} / "
                      f"{r['operator_requests_until_quiet']} | "
                      f"{r['operator_cpu_s_to_running']:.1f} |")
@@ -572,6 +608,9 @@ def summarize(results: list[dict[str, Any]]) -> str:
         lines.append(f"median {k}: {v:.2f} s ({results[0]['pods'] / v:.0f} pods/s) over {len(by[k])} runs")
     if "phalanx" in med and "kubeflow" in med:
         lines.append(f"ratio kubeflow/phalanx (median): {med['kubeflow'] / med['phalanx']:.2f}x")
+    for k in ("phalanx", "kubeflow"):
+        if k in med and "direct" in med:
+            lines.append(f"ratio {k}/floor (median): {med[k] / med['direct']:.2f}x")
     return "\n".join(lines)
 
 
@@ -580,7 +619,9 @@ def main() -> int:
     ap.add_argument("--order", default="phalanx,kubeflow,kubeflow,phalanx",
                     help="comma-separated trials, each phalanx, kubeflow or direct (no operator: the bench "
                          "creates pre-pinned pods; the cluster's floor) (default: %(default)s)")
-    ap.add_argument("--pods", type=int, default=512, help="gang size (≤ nodes; one 8-GPU pod per node)")
+    ap.add_argument("--pods", type=int, default=512, help="gang size (one 8-GPU pod per node; jobs × pods ≤ nodes)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="jobs created together per trial, each of --pods pods (e.g. --jobs 64 --pods 8)")
     ap.add_argument("--work-dir", type=Path, help="default: $PHALANX_CACHE/operator-scale/<timestamp>")
     ap.add_argument("--pod-create-concurrency", type=int, help="Phalanx OperatorConfig.podCreateConcurrency")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds after all-Running still counted as the job's")
@@ -652,7 +693,7 @@ def main() -> int:
             op = {"phalanx": ph, "kubeflow": kf, "direct": Direct()}[kind]
             try:
                 results.append(run_trial(op, f"{kind}-{i}", args.pods, api, audit_log, args.settle, args.timeout,
-                                         args.profile))
+                                         args.profile, args.jobs))
             except BaseException:
                 if getattr(op, "p", None) is not None:
                     op.p.stop()

@@ -19,6 +19,7 @@ from phalanx.gang.pins import pin_affinity
 from phalanx.lifecycle.progress import MAX_BYTES, http_body
 from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS, PODS_CREATED
+from phalanx.pending import as_sendable
 
 log = logging.getLogger("phalanx.kube")
 
@@ -55,7 +56,9 @@ class Kube:
         pool (keep-alive: no new TLS handshake per request); no model deserialisation."""
 
         def call() -> bytes:
-            response = fn(*args, _preload_content=False, **kwargs)
+            # a pending body is decoded here, in the pool and past the gate: never more at once
+            # than there are requests in flight (phalanx.pending)
+            response = fn(*map(as_sendable, args), _preload_content=False, **kwargs)
             try:
                 return response.data
             finally:

@@ -227,3 +227,24 @@ def test_a_release_of_pods_already_released_books_nothing():
     gangs.pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
     gangs.released("a", "once", all_new=True)  # written: held for the index's lag
     assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n6"]
+
+
+def test_the_next_pass_waits_until_released_pods_show_ungated():
+    """Expectations cover releases: a pass on a view that still shows them gated would plan and
+    release them again (a 422 per pod, and a booking of nodes the gang already holds)."""
+    from phalanx.decision import Plan
+
+    gated = {"metadata": {"name": "p-0"}, "spec": {"schedulingGates": [{"name": C.GANG_SCHEDULING_GATE}]}}
+    index = {("default", "j"): [gated]}
+    plan = Plan(release=["p-0"])
+
+    async def main():
+        waiter = asyncio.ensure_future(handlers._await_expectations(("default", "j"), index, plan))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()  # still gated in the index
+        index[("default", "j")] = [{"metadata": {"name": "p-0"}, "spec": {"schedulingGates": []}}]
+        t0 = time.monotonic()
+        await asyncio.wait_for(waiter, 2.0)
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < 1.0
