@@ -89,6 +89,12 @@ HAND: list[tuple[str, dict[str, Any]]] = [
                  "spec.env": [{"name": "TF_CONFIG", "value": "{}"}]}),
     ("command", {"spec.framework": "tensorflow", "spec.procsPerNode": 1, "spec.elastic": {"minNodes": 1, "maxNodes": 2}}),
     ("base", {"spec.framework": "tensorflow", "spec.procsPerNode": 1}),
+    # parallelism.parameterServer: built-in model only, no layout that splits the model, one worker at least
+    ("base", {"spec.parallelism": {"parameterServer": {"servers": 2, "mode": "async", "staleness": 2}}}),
+    ("base", {"spec.parallelism": {"parameterServer": {"servers": 8}}}),
+    ("base", {"spec.parallelism": {"zero": 1, "tensor": 2, "data": 4, "parameterServer": {"mode": "sync", "staleness": 1}}}),
+    ("command", {"spec.parallelism": {"parameterServer": {"servers": 1}}}),
+    ("base", {"spec.parallelism": {"parameterServer": {"servers": 0, "mode": "eventually"}}}),
 ]
 
 # What a careless user writes, by field: right values, wrong types, out of range, malformed.

@@ -56,6 +56,10 @@ def sigterm_flag():
 
 
 def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port: int | None = None) -> TrainResult:
+    if cfg.spec.parallelism.parameter_server is not None:
+        from phalanx_runtime.ps.run import run_parameter_server
+
+        return run_parameter_server(cfg)
     with sigterm_flag():
         trainer = Trainer(cfg, stop_requested=_stop.is_set, progress_port=progress_port, metrics_port=metrics_port)
         return trainer.run()

@@ -62,6 +62,7 @@ class TrainResult:
     last_checkpoint: dict | None = None
     checkpoint_stall_s: list[float] = field(default_factory=list)  # training blocked per save
     checkpoint_save_s: list[float] = field(default_factory=list)  # start of save → committed
+    extra: dict = field(default_factory=dict)  # mode-specific (parameter servers: bytes, staleness)
 
     @property
     def final_loss(self) -> float:

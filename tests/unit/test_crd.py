@@ -61,7 +61,8 @@ def test_defaults_enums_bounds_and_cel():
     assert any("self.parallelism.microbatches >= self.parallelism.pipeline" in r for r in rules)
     # runtime-only, or framework deepspeed/tensorflow only (a plain command job's script splits its world itself)
     assert all(r.startswith(("!has(self.model) || ", "!has(self.framework) || self.framework != 'deepspeed' || ",
-                             "!has(self.framework) || self.framework != 'tensorflow' || "))
+                             "!has(self.framework) || self.framework != 'tensorflow' || ",
+                             "!has(self.parallelism.parameterServer) || "))
                for r in rules if "self.parallelism." in r)
     assert spec["required"] == ["image"]
     assert spec["properties"]["checkpoint"]["properties"]["async"]["default"] is True

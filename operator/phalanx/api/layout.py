@@ -89,6 +89,8 @@ def check_layout(spec: TrainingJobSpec, *, cuda_available: bool | None = None, c
     p = spec.parallelism
     world = spec.nodes * spec.procs_per_node
     dp = p.data if p.data is not None else max(world // (p.tensor * p.pipeline), 1)
+    if p.parameter_server is not None:
+        dp = max(world - p.parameter_server.servers, 1)  # the workers
     has_gpu = spec.resources.gpus > 0 if cuda_available is None else cuda_available
     return (_mesh_errors(spec, world) + _data_parallel_errors(spec, dp, has_gpu) + _batch_errors(spec, dp)
             + _pipeline_errors(spec, checkpointing) + _model_errors(spec))

@@ -147,6 +147,24 @@ class Resources(Model):
     )
 
 
+class ParameterServer(Model):
+    """Parameter-server training in the built-in runtime (torch.distributed.rpc): the first
+    ``servers`` ranks hold the parameters (dense tensors whole, embedding tables by rows) and the
+    optimizer; the other ranks are workers that pull, compute and push gradients."""
+
+    servers: int = Field(1, ge=1, le=1024, description="Parameter-server ranks (the first ranks of the job).")
+    mode: Literal["sync", "async"] = Field(
+        "sync", description="sync: every step averages all workers' gradients (a barrier per step); "
+        "async: each push is applied at once, workers run ahead of the slowest by at most staleness steps.")
+    staleness: int = Field(0, ge=0, le=1 << 20, description="async: how many steps a worker may run ahead of the slowest.")
+
+    checks = (
+        Rule("self.mode == 'async' || self.staleness == 0",
+             "parallelism.parameterServer.staleness applies to mode async only (sync waits for every worker each step)",
+             lambda m: m.mode == "async" or m.staleness == 0, ".staleness"),
+    )
+
+
 class Parallelism(Model):
     """How the world (nodes × procsPerNode) is split. Mesh order: pp → dp_replicate → dp_shard → tp.
     Used by the built-in runtime (spec.model); a command job's own script splits its world itself."""
@@ -165,6 +183,8 @@ class Parallelism(Model):
     pipeline_schedule: PipelineSchedule = Field(PipelineSchedule.ONE_F_ONE_B, description="Pipeline schedule.")
     microbatches: int = Field(1, ge=1, le=65536, description="Pipeline microbatches per step per data-parallel rank.")
     virtual_stages: int = Field(1, ge=1, le=8, description="Pipeline stages per rank (interleaved schedules).")
+    parameter_server: ParameterServer | None = Field(
+        None, description="Parameter-server mode (built-in model only): servers + workers instead of all-reduce.")
 
 
 class ModelOverrides(Model):
@@ -516,6 +536,44 @@ TENSORFLOW_RULES = (
 )
 
 
+# --- parallelism.parameterServer (built-in runtime) -------------------------------------------
+# The first `servers` ranks hold parameters and optimizer (phalanx_runtime.ps); the rest are
+# workers that each see the whole model: none of the layouts that split a model or its state.
+_PS = "!has(self.parallelism.parameterServer) || "
+
+
+def _ps(holds):
+    return lambda s: s.parallelism.parameter_server is None or holds(s)
+
+
+def _ps_default(field: str, attr: str, default: Any, cel_default: str, why: str) -> Rule:
+    return Rule(_PS + f"self.parallelism.{field} == {cel_default}",
+                f"parallelism.parameterServer: spec.parallelism.{field} must be {cel_default} ({why})",
+                _ps(lambda s: getattr(s.parallelism, attr) == default), f".parallelism.{field}")
+
+
+PARAMETER_SERVER_RULES = (
+    Rule(_PS + "(has(self.model) && !has(self.command))",
+         "parallelism.parameterServer runs the built-in runtime: set spec.model, not command",
+         _ps(lambda s: s.model is not None and s.command is None), ".parallelism.parameterServer"),
+    Rule(_PS + "self.nodes * self.procsPerNode > self.parallelism.parameterServer.servers",
+         "parallelism.parameterServer.servers must be less than nodes × procsPerNode (at least one worker)",
+         _ps(lambda s: s.world_size > s.parallelism.parameter_server.servers), ".parallelism.parameterServer.servers"),
+    _ps_default("zero", "zero", 0, "0", "the servers hold the optimizer state"),
+    _ps_default("tensor", "tensor", 1, "1", "every worker computes the whole model"),
+    _ps_default("pipeline", "pipeline", 1, "1", "every worker computes the whole model"),
+    Rule(_PS + "!has(self.parallelism.data)",
+         "parallelism.parameterServer: spec.parallelism.data must be unset (the workers, nodes × procsPerNode − servers, are the data-parallel ranks)",
+         _ps(lambda s: s.parallelism.data is None), ".parallelism.data"),
+    Rule(_PS + "self.training.gradCompression == 'none'",
+         "parallelism.parameterServer: spec.training.gradCompression must be none (a DDP hook; workers push to servers)",
+         _ps(lambda s: s.training.grad_compression == GradCompression.NONE), ".training.gradCompression"),
+    Rule(_PS + "!has(self.elastic)",
+         "parallelism.parameterServer: spec.elastic is not supported (servers and workers are fixed ranks)",
+         _ps(lambda s: s.elastic is None), ".elastic"),
+)
+
+
 class TrainingJobSpec(Model):
     image: str = bounded_str(P.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -554,7 +612,7 @@ class TrainingJobSpec(Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
 
-    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES
+    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES
 
     @field_validator("env")
     @classmethod
@@ -579,6 +637,8 @@ class TrainingJobSpec(Model):
     @property
     def data_degree(self) -> int:
         p = self.parallelism
+        if p.parameter_server is not None:
+            return self.world_size - p.parameter_server.servers  # the workers
         return p.data if p.data is not None else self.world_size // (p.tensor * p.pipeline)
 
     @property
