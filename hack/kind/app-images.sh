@@ -33,6 +33,38 @@ wheelhouse() {
     mapfile -t deps < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"], sep="\n")' "$ROOT/pyproject.toml")
     python3 -m pip download -q -d "$WHEELS" "torch==$torch" numpy "${deps[@]}"
   fi
+  deepspeed_wheels
+}
+
+# DeepSpeed (pyproject's `deepspeed` extra, for `framework: deepspeed` jobs) and the pure-Python
+# wheels it needs that the wheelhouse lacks, at the versions installed here where they are. PyPI
+# has only its sdist: the wheel is built once, without compiled ops (DS_BUILD_OPS=0, as .ci/run).
+deepspeed_wheels() {
+  local pin built missing
+  pin="$(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["deepspeed"])' "$ROOT/pyproject.toml")"
+  ls "$WHEELS"/deepspeed-"${pin#deepspeed==}"-*.whl >/dev/null 2>&1 && return
+  log "building the $pin wheel into $WHEELS"
+  built="$(mktemp -d)"
+  DS_BUILD_OPS=0 python3 -m pip wheel -q --no-deps -w "$built" "$pin"
+  mapfile -t missing < <(python3 - "$WHEELS" "$built"/deepspeed-*.whl <<'PY'
+import glob, importlib.metadata as md, re, sys, zipfile
+from packaging.requirements import Requirement
+norm = lambda n: re.sub(r"[-_.]+", "_", n).lower()
+have = {norm(p.split("/")[-1].split("-")[0]) for p in glob.glob(sys.argv[1] + "/*.whl")}
+whl = zipfile.ZipFile(sys.argv[2])
+meta = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+for line in meta.splitlines():
+    if line.startswith("Requires-Dist:"):
+        r = Requirement(line.split(":", 1)[1])
+        if r.marker is None and norm(r.name) not in have:
+            try:
+                print(f"{r.name}=={md.version(r.name)}")
+            except md.PackageNotFoundError:
+                print(str(r))
+PY
+)
+  if ((${#missing[@]})); then python3 -m pip download -q --no-deps -d "$WHEELS" "${missing[@]}"; fi
+  mv "$built"/deepspeed-*.whl "$WHEELS"/ && rm -rf "$built"  # last: its presence means all is there
 }
 
 # Run a shell script in a container of $1 (wheelhouse and /src mounted read-only) and commit
@@ -54,6 +86,10 @@ labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.
 # torch and its libraries, from the wheelhouse, in a layer of their own (rebuilt only when the
 # wheels change). These images train on CPUs (the kind route): no triton (torch.compile on GPUs),
 # static libraries, C++ headers or lazily loaded GPU-only libraries. runtime/Dockerfile keeps all.
+# DeepSpeed and its small wheels go in this layer too, not in the runtime layer above it: like
+# torch they are pinned third-party code that changes only with the wheelhouse, while the runtime
+# layer is rebuilt on every change to Phalanx's code (reinstalling DeepSpeed there each time would
+# cost ~15 MB and seconds per build for nothing). Adding them rebuilt this layer once.
 runtime_deps() {
   local tag="phalanx/runtime-deps:$VERSION" inputs
   inputs="$( (echo "$BASE"; ls "$WHEELS"; code_of "${BASH_SOURCE[0]}" runtime_deps) | key_of 16)"
@@ -71,6 +107,7 @@ runtime_deps() {
       nvidia/cudnn/lib/libcudnn_heuristic* nvidia/cudnn/lib/libcudnn_ops* nvidia/cudnn/lib/libcudnn_ext* \
       nvidia/nvshmem/lib/*.bc nvidia/cu13/lib/libnvperf*
     /opt/phalanx/bin/python -c 'import torch; torch.nn.Linear(8, 8)(torch.randn(2, 8)).sum().backward()'
+    HOME=/tmp DS_ACCELERATOR=cpu /opt/phalanx/bin/python -c 'import deepspeed, deepspeed.runtime.zero.stage_1_and_2'
     find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +"
   log "built $tag in $((SECONDS - start))s"
   echo "$tag"
