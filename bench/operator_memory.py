@@ -8,7 +8,8 @@
 2. Churn (``--churn-minutes``, 0 to skip): every ``--churn-every`` seconds the oldest job is
    deleted and a new one created (the count stays ``--jobs``), RSS sampled throughout. Reports
    RSS at the start and end of the churn and the slope over its second half (MB/min): per-job
-   state that is never pruned shows as a steady climb.
+   state that is never pruned shows as a steady climb. ``--reap`` force-deletes each deleted
+   job's pods (grace 0) so that the indexed pod count stays put while jobs churn.
 
 RSS is /proc/<pid>/status VmRSS, sampled every ``--sample-every`` s; peak is VmHWM.
 ``--tracemalloc N``: tracemalloc (N frames; slower, RSS inflated) starts in the operator once it
@@ -189,13 +190,27 @@ def fill(api: Any, ns: str, args: argparse.Namespace, sampler: Sampler) -> dict[
             "complete": counts[0] >= want and counts[1] >= want}
 
 
+def reap_pods(api: Any, ns: str, job: str) -> None:
+    """Play a kubelet that stops its containers at once: the deleted job's pods go with grace
+    period 0. kwok's own delete stage falls behind on a loaded machine, and the pods it leaves
+    Terminating stay indexed: RSS would follow their count, not show what the operator keeps."""
+    from kubernetes import client
+
+    client.CoreV1Api(api).delete_collection_namespaced_pod(ns, label_selector=f"phalanx.dev/job-name={job}",
+                                                           grace_period_seconds=0)
+
+
 def churn(api: Any, ns: str, args: argparse.Namespace, sampler: Sampler) -> dict[str, Any]:
     live = [f"job-{i:04d}" for i in range(args.jobs)]
     start, end = sampler.now(), sampler.now() + args.churn_minutes * 60
     made = 0
+    pods_start = pod_counts(api, ns)[0]
     while sampler.now() < end:
         t = time.monotonic()
-        delete_job(api, ns, live.pop(0))
+        gone = live.pop(0)
+        delete_job(api, ns, gone)
+        if args.reap:
+            reap_pods(api, ns, gone)
         name = f"churn-{made:05d}"
         create_jobs(api, ns, [name], args.pods_per_job, 1)
         live.append(name)
@@ -212,7 +227,8 @@ def churn(api: Any, ns: str, args: argparse.Namespace, sampler: Sampler) -> dict
         mx, my = sum(s[0] for s in half) / n, sum(s[1] for s in half) / n
         var = sum((s[0] - mx) ** 2 for s in half)
         slope = sum((s[0] - mx) * (s[1] - my) for s in half) / var * 60 if var else 0.0
-    return {"minutes": args.churn_minutes, "replaced": made, "rss_start_mib": round(window[0][1], 1),
+    return {"minutes": args.churn_minutes, "replaced": made, "reaped": args.reap,
+            "pods_start": pods_start, "pods_end": pod_counts(api, ns)[0], "rss_start_mib": round(window[0][1], 1),
             "rss_end_mib": round(window[-1][1], 1), "rss_max_mib": round(max(s[1] for s in window), 1),
             "slope_second_half_mib_per_min": round(slope, 2)}
 
@@ -227,6 +243,8 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=30.0)
     ap.add_argument("--churn-minutes", type=float, default=0.0)
     ap.add_argument("--churn-every", type=float, default=3.0, help="seconds per job replaced")
+    ap.add_argument("--reap", action="store_true",
+                    help="churn: force-delete a deleted job's pods (grace 0), as a fast kubelet would")
     ap.add_argument("--sample-every", type=float, default=2.0)
     ap.add_argument("--work-dir", type=Path, help="default: a new temp dir")
     ap.add_argument("--json", type=Path)
