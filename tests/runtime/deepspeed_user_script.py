@@ -121,6 +121,11 @@ def finish(dist, engine, cfg, losses, rank, world, micro, accumulation) -> None:
                "zero": engine.zero_optimization_stage(), "config": cfg}
         with open(os.path.join(os.environ["OUT_DIR"], "losses.json"), "w") as f:
             json.dump(out, f)
+    # A clean end, as a DeepSpeed script should: release the engine (ZeRO-3's parameter hooks and
+    # partitions), let every rank arrive, then tear the group down. A rank that destroyed its gloo
+    # group while ZeRO-3 work was still in flight could std::terminate (seen once in CI).
+    engine.destroy()
+    dist.barrier()
     dist.destroy_process_group()
 
 
