@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import PHALANX_CRD, Phalanx, Proc, free_port, http_ok, kubectl, log, wait_for  # noqa: E402
 
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
+from phalanx import constants as C  # noqa: E402
 
-GROUP, VERSION, PLURAL = "phalanx.dev", "v1alpha1", "trainingjobs"
-JOB_LABEL = "phalanx.dev/job-name"
+GROUP, VERSION, PLURAL, JOB_LABEL = C.GROUP, C.VERSION, C.PLURAL, C.LABEL_JOB_NAME
 
 
 def topology(nodes: int) -> dict[str, Any]:
@@ -196,7 +196,7 @@ def reap_pods(api: Any, ns: str, job: str) -> None:
     Terminating stay indexed: RSS would follow their count, not show what the operator keeps."""
     from kubernetes import client
 
-    client.CoreV1Api(api).delete_collection_namespaced_pod(ns, label_selector=f"phalanx.dev/job-name={job}",
+    client.CoreV1Api(api).delete_collection_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={job}",
                                                            grace_period_seconds=0)
 
 
