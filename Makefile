@@ -10,7 +10,7 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
+.PHONY: help install test test-unit test-runtime test-horovod horovod-venv test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
 
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
@@ -55,8 +55,16 @@ lint: ## ruff
 test-unit: ## unit tests
 	$(PYTEST) tests/unit -q
 
-test-runtime: tf-venv ## runtime parity (real torch processes; TensorFlow jobs from the TF venv)
+test-runtime: tf-venv horovod-venv ## runtime parity (real torch processes; TensorFlow and Horovod jobs from their venvs)
 	$(PYTEST) tests/runtime -q
+
+# Compiling Horovod takes 17-30 min on 2 cores, once per torch version (docs/horovod.md): the venv
+# is cached, `make test` builds or reuses it, and its tests fail rather than skip without it.
+horovod-venv: ## horovod 0.28.1 (gloo) compiled against our torch in its own cached venv (hack/horovod/venv.sh)
+	PYTHON=$(PYTHON) hack/horovod/venv.sh >/dev/null
+
+test-horovod: horovod-venv ## framework: horovod on real processes (render, launcher, training vs one process)
+	PHALANX_HOROVOD_REQUIRED=1 $(PYTEST) tests/unit/test_horovod_render.py tests/runtime/test_horovod.py -q
 
 tf-venv: ## tensorflow-cpu in its own cached venv, for framework: tensorflow's tests (hack/tensorflow/venv.sh)
 	PYTHON=$(PYTHON) hack/tensorflow/venv.sh >/dev/null
@@ -67,7 +75,7 @@ test-integration: cluster-binaries kueue-binaries ## integration tests on a loca
 # One pytest run over every suite so the closing line counts them all. The e2e suite (last)
 # brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
 # images it needs are built first (kind-images), so no cluster idles while the others run.
-test: lint cluster-binaries kueue-binaries tf-venv kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
+test: lint cluster-binaries kueue-binaries tf-venv horovod-venv kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
 	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
 
 demo: ## kind cluster + chart + the demo job training on real pods (see README)

@@ -125,7 +125,8 @@ async def main_async(args: argparse.Namespace) -> None:
     port = site._server.sockets[0].getsockname()[1]
     memo = handlers.new_memo()
     ix = handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
-                          cluster_nodes=node_index(args.nodes), usage={None: []}, priority_classes={}, namespace_labels={})
+                          cluster_nodes=node_index(args.nodes), usage={None: []}, priority_classes={}, namespace_labels={},
+                          resource_quotas={})
     loop_ = handlers.JobLoop(memo, "default", "huge", {}, ix)
     base = vm("VmRSS")
     print(f"nodes={args.nodes} decide {'ON the loop' if args.on_loop else 'off the loop'}; "

@@ -320,13 +320,13 @@ class Phalanx(Operator):
     kind = "phalanx"
     ua_prefixes = ("kopf/", "OpenAPI-Generator/")  # kopf's aiohttp + the kubernetes client in phalanx.kube
 
-    def __init__(self, kubeconfig: Path, work: Path, config: dict[str, Any]) -> None:
-        self.kubeconfig, self.work, self.config = kubeconfig, work, config
+    def __init__(self, kubeconfig: Path, work: Path, config: dict[str, Any], kind: str = "phalanx") -> None:
+        self.kubeconfig, self.work, self.config, self.kind = kubeconfig, work, config, kind
         self.version = subprocess.run([sys.executable, "-m", "phalanx", "--version"], capture_output=True,
                                       text=True).stdout.strip()
 
     def start(self, tag: str) -> None:
-        cfg = self.work / "phalanx-config.yaml"
+        cfg = self.work / f"phalanx-config-{tag}.yaml"
         cfg.write_text(yaml.safe_dump(self.config))
         self.live, self.mport = free_port(), free_port()
         self.p = Proc("phalanx", [sys.executable, "-m", "phalanx", "operator", f"--kubeconfig={self.kubeconfig}", "-A",
@@ -609,7 +609,7 @@ def summarize(results: list[dict[str, Any]]) -> str:
         lines.append(f"median {k}: {v:.2f} s ({results[0]['pods'] / v:.0f} pods/s) over {len(by[k])} runs")
     if "phalanx" in med and "kubeflow" in med:
         lines.append(f"ratio kubeflow/phalanx (median): {med['kubeflow'] / med['phalanx']:.2f}x")
-    for k in ("phalanx", "kubeflow"):
+    for k in ("phalanx", "phalanx-gated", "kubeflow"):
         if k in med and "direct" in med:
             lines.append(f"ratio {k}/floor (median): {med[k] / med['direct']:.2f}x")
     return "\n".join(lines)
@@ -618,8 +618,8 @@ def summarize(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--order", default="phalanx,kubeflow,kubeflow,phalanx",
-                    help="comma-separated trials, each phalanx, kubeflow or direct (no operator: the bench "
-                         "creates pre-pinned pods; the cluster's floor) (default: %(default)s)")
+                    help="comma-separated trials, each phalanx, phalanx-gated (createPinned: false), kubeflow or "
+                         "direct (no operator: the bench creates pre-pinned pods; the cluster's floor) (default: %(default)s)")
     ap.add_argument("--pods", type=int, default=512, help="gang size (one 8-GPU pod per node; jobs × pods ≤ nodes)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="jobs created together per trial, each of --pods pods (e.g. --jobs 64 --pods 8)")
@@ -635,8 +635,8 @@ def main() -> int:
                     help="py-spy the Phalanx operator from create to all Running (profile-<trial>.txt, raw stacks)")
     args = ap.parse_args()
     order = [o.strip() for o in args.order.split(",") if o.strip()]
-    if any(o not in ("phalanx", "kubeflow", "direct") for o in order):
-        ap.error("--order takes phalanx, kubeflow and direct")
+    if any(o not in ("phalanx", "phalanx-gated", "kubeflow", "direct") for o in order):
+        ap.error("--order takes phalanx, phalanx-gated, kubeflow and direct")
 
     work = args.work_dir or CACHE / "operator-scale" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True, exist_ok=True)
@@ -688,10 +688,11 @@ def main() -> int:
         if args.pod_create_concurrency:
             cfg["podCreateConcurrency"] = args.pod_create_concurrency
         ph = Phalanx(cluster.kubeconfig, work, cfg)
+        gated = Phalanx(cluster.kubeconfig, work, {**cfg, "createPinned": False}, kind="phalanx-gated")  # all gated
         api = api_client(cluster.kubeconfig, pool_size=8)
         api.user_agent = BENCH_UA
         for i, kind in enumerate(order):
-            op = {"phalanx": ph, "kubeflow": kf, "direct": Direct()}[kind]
+            op = {"phalanx": ph, "phalanx-gated": gated, "kubeflow": kf, "direct": Direct()}[kind]
             try:
                 results.append(run_trial(op, f"{kind}-{i}", args.pods, api, audit_log, args.settle, args.timeout,
                                          args.profile, args.jobs))

@@ -3,11 +3,13 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from phalanx import proc
 from phalanx_runtime import lifetime
 
 # Operator/cluster fixtures (crd, operator, api, pool) for the integration suites.
@@ -44,6 +46,7 @@ def job_obj() -> dict:
 LONG_LIVED_DAEMONS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "docker-proxy")
 # Python's per-process helpers: they exit with pytest (their pipe to it closes).
 PYTEST_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+EXIT_GRACE_SECONDS = 15.0  # for processes signalled by the last teardowns to finish exiting
 _before_session: set[tuple[int, int | None]] = set()
 _first_seen: dict[tuple[int, int | None], str] = {}
 
@@ -53,15 +56,12 @@ def _our_processes() -> set[tuple[int, int | None]]:
     return {(p, lifetime.start_time(p)) for p in lifetime.descendants(os.getpid()) if lifetime.alive(p)}
 
 
-def _under_daemon(pid: int) -> bool:
+def _under_daemon(pid: int | None) -> bool:
     me = os.getpid()
     while pid and pid != me:
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() in LONG_LIVED_DAEMONS:
-                return True
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
+        if proc.comm(pid) in LONG_LIVED_DAEMONS:
+            return True
+        pid = proc.parent(pid)
     return False
 
 
@@ -78,14 +78,27 @@ def pytest_runtest_protocol(item, nextitem):
         _first_seen.setdefault(key, item.nodeid)
 
 
+def _left_behind() -> list[tuple[int, int | None]]:
+    return sorted(k for k in _our_processes() - _before_session
+                  if not _under_daemon(k[0]) and not any(h in lifetime.cmdline(k[0]) for h in PYTEST_HELPERS))
+
+
+def _describe(pid: int) -> str:
+    """The command line, and its name and state (a process that is exiting has no command line)."""
+    return f"{lifetime.cmdline(pid)[:200] or '(no command line)'} [{proc.comm(pid)}, state {proc.state(pid)}]"
+
+
 def pytest_sessionfinish(session, exitstatus):
     if not lifetime.LINUX:
         return
-    left = sorted(k for k in _our_processes() - _before_session
-                  if not _under_daemon(k[0]) and not any(h in lifetime.cmdline(k[0]) for h in PYTEST_HELPERS))
+    left = _left_behind()
+    deadline = time.monotonic() + EXIT_GRACE_SECONDS
+    while left and time.monotonic() < deadline:  # a process a teardown just signalled may still be exiting
+        time.sleep(0.2)
+        left = _left_behind()
     if not left:
         return
-    lines = [f"pid {pid}: {lifetime.cmdline(pid)[:200]} (alive after {_first_seen.get((pid, st), 'a fixture')})"
+    lines = [f"pid {pid}: {_describe(pid)} (alive after {_first_seen.get((pid, st), 'a fixture')})"
              for pid, st in left]
     lifetime.kill_pids([pid for pid, _ in left], signal.SIGKILL)
     tr = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -50,12 +50,12 @@ if [[ -x "$DIR/bin/python" && -f "$DIR/.complete" && "$(cat "$DIR/.complete")" =
   exit 0
 fi
 
-for tool in cmake g++ make; do
+for tool in g++ make; do  # cmake: pip's, below, when there is none
   if ! command -v "$tool" >/dev/null; then
-    if [[ "$tool" != cmake && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
       log "installing g++/make with apt-get"
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ make >/dev/null
-    elif [[ "$tool" != cmake ]]; then
+    else
       log "need $tool"; exit 1
     fi
   fi

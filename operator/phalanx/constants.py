@@ -18,6 +18,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_RESTART_ATTEMPT = f"{GROUP}/restart-attempt"
+LABEL_ROLE = f"{GROUP}/role"  # spec.roles jobs: worker, or the role of spec.roles
+LABEL_ROLE_INDEX = f"{GROUP}/role-index"  # the pod's index within its role
 LABEL_COMPONENT = f"{GROUP}/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "phalanx-operator"
@@ -89,6 +91,45 @@ ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
 # ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
 ENV_TF_CONFIG = "TF_CONFIG"
 TF_TASK_WORKER = "worker"
+TF_TASK_CHIEF = "chief"
+TF_TASK_PS = "ps"
+TF_TASK_EVALUATOR = "evaluator"  # not in the cluster spec: it only reads checkpoints
+# spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
+# HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared
+# by every horovod pod and published by the headless Service; the env horovodrun would have set.
+HOROVOD_RENDEZVOUS_PORT = 29502
+HOROVOD_GLOO_TIMEOUT_SECONDS = 600  # a peer may reach hvd.init() this much later than the first
+PORT_NAME_HOROVOD = "horovod"
+ENV_HOROVOD_RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+ENV_HOROVOD_RENDEZVOUS_PORT = "HOROVOD_GLOO_RENDEZVOUS_PORT"
+ENV_HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
+ENV_HOROVOD_CPU_OPERATIONS = "HOROVOD_CPU_OPERATIONS"
+ENV_HOROVOD_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
+ENV_HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
+ENV_HOROVOD_RANK = "HOROVOD_RANK"  # per process: rendered for procsPerNode 1, else set by the launcher
+ENV_HOROVOD_SIZE = "HOROVOD_SIZE"
+ENV_HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"  # per process, like HOROVOD_RANK
+ENV_HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
+ENV_HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
+ENV_HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"
+HOROVOD_GLOO = "gloo"
+# Every HOROVOD_* variable the operator or the launcher sets (spec.env may not set them).
+HOROVOD_RENDERED_ENV = (
+    ENV_HOROVOD_RENDEZVOUS_ADDR, ENV_HOROVOD_RENDEZVOUS_PORT, ENV_HOROVOD_CONTROLLER, ENV_HOROVOD_CPU_OPERATIONS,
+    ENV_HOROVOD_GLOO_TIMEOUT, ENV_HOROVOD_HOSTNAME, ENV_HOROVOD_RANK, ENV_HOROVOD_SIZE, ENV_HOROVOD_LOCAL_RANK,
+    ENV_HOROVOD_LOCAL_SIZE, ENV_HOROVOD_CROSS_RANK, ENV_HOROVOD_CROSS_SIZE,
+)
+# Heterogeneous gangs (spec.roles): the workers' role name, and each pod's role env
+ROLE_WORKER = "worker"
+# A pod that requests no GPU sees none, even on a GPU node whose runtime would show it all (the
+# NVIDIA container toolkit's default for images that set NVIDIA_VISIBLE_DEVICES=all).
+ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NVIDIA_NO_DEVICES = "void"
+ENV_ROLE = "PHALANX_ROLE"
+ENV_ROLE_INDEX = "PHALANX_ROLE_INDEX"
+ENV_ROLE_REPLICAS = "PHALANX_ROLE_REPLICAS"
+ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its replicas
+ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
 ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
 ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
@@ -153,6 +194,7 @@ class Reason(StrEnum):
     GATES_LIFTED = "GatesLifted"
     GANG_TIMEOUT = "GangTimeout"
     REPLANNING = "Replanning"
+    CREATE_INTERRUPTED = "PinnedCreateInterrupted"  # part of a pinned gang exists: recreated behind the gate
     RESIZING = "Resizing"
     # failures and restarts
     RESTARTING = "Restarting"  # a whole-gang restart (counted by phalanx_gang_restarts_total)

@@ -49,6 +49,9 @@ class Observed:
     # An external admitter took the gang's admission back (kueue backend: Kueue evicted its Workload,
     # backends.kueue.Admission.eviction): (reason, message); decide starts a new queued attempt.
     backend_evicted: tuple[str, str] | None = None
+    # The namespace's ResourceQuotas (gang.quota.quota_entry each): a gang is created pinned only
+    # when all of its pods fit them together.
+    quotas: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass

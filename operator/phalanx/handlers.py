@@ -36,6 +36,7 @@ from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
 from phalanx.gang.admission import admit, decision_for, gang_request
 from phalanx.gang.inventory import Reservation
 from phalanx.gang.planner import GangRequest, Placement
+from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
 from phalanx.lifecycle.pods import is_gated
@@ -177,6 +178,12 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], _T]) -> _T
     return result.result(timeout=LOOP_HOP_TIMEOUT)
 
 
+def _gang_pods(spec: dict[str, Any]) -> int:
+    """Pods of the gang as the raw spec says (workers and spec.roles), 0 where it is malformed."""
+    counts = [spec.get("nodes")] + [r.get("replicas", 1) for r in spec.get("roles") or [] if isinstance(r, dict)]
+    return sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool))
+
+
 def _decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
     """decide() on the decide thread; for a big gang with the cyclic GC paused: a 16k-pod render
     allocates millions of containers, and every full collection meanwhile (one per 25 % of heap
@@ -184,8 +191,7 @@ def _decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
     stalled for 1-1.5 s each on the shared dev VM. Only big gangs: decides run back to back, and
     a collector paused for all of them would let cyclic garbage pile up. Reference counting frees
     what the render drops; the collector runs on its thresholds again as soon as it returns."""
-    nodes = (obj.get("spec") or {}).get("nodes")
-    paused = isinstance(nodes, int) and nodes >= GC_PAUSE_MIN_NODES and gc.isenabled()
+    paused = _gang_pods(obj.get("spec") or {}) >= GC_PAUSE_MIN_NODES and gc.isenabled()
     if paused:
         gc.disable()
     try:
@@ -293,6 +299,7 @@ def _slim_pod(body: kopf.Body) -> dict[str, Any]:
     return {
         "metadata": {
             "name": body["metadata"]["name"],
+            "creationTimestamp": body["metadata"].get("creationTimestamp"),
             "labels": dict(body["metadata"].get("labels", {})),
             "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
             "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
@@ -357,6 +364,12 @@ def namespace_labels(name: str, labels: dict[str, str], **_: Any) -> dict:
     return {name: dict(labels)}
 
 
+@kopf.index("resourcequotas")
+def resource_quotas(namespace: str, body: kopf.Body, **_: Any) -> dict:
+    """Each namespace's quotas: a gang is created pinned only when all of it fits them."""
+    return {namespace: quota_entry(body)}
+
+
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses")
 def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
     return {name: int(body.get("value", 0))}
@@ -389,6 +402,7 @@ class Indexes:
     usage: Any
     priority_classes: kopf.Index
     namespace_labels: kopf.Index
+    resource_quotas: kopf.Index
 
 
 def _values(index: kopf.Index) -> list[Any]:
@@ -485,11 +499,12 @@ async def job_loop(
     cluster_pods: kopf.Index,
     priority_classes: kopf.Index,
     namespace_labels: kopf.Index,
+    resource_quotas: kopf.Index,
     **_: Any,
 ) -> None:
     usage = cluster_pods if memo.pod_reflector is None else memo.pod_reflector
     ix = Indexes(job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, usage,
-                 priority_classes, namespace_labels)
+                 priority_classes, namespace_labels, resource_quotas)
     loop = JobLoop(memo, namespace, name, body, ix)
     try:
         while not stopped:
@@ -568,6 +583,7 @@ class JobLoop:
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec)
             or (kueued.condition() if kueued else None),
             backend_evicted=kueued.eviction() if kueued else None,
+            quotas=tuple(ix.resource_quotas.get(ns, ())),
         )
         obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                "spec": spec, "status": status}
@@ -718,7 +734,9 @@ async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]]) -> dict[
 async def _await_status(body: kopf.Body, written: dict[str, Any]) -> None:
     """Wait until the live body shows what we wrote, so the next pass never decides on stale status."""
     deadline = time.monotonic() + EXPECTATION_TIMEOUT
-    keys = ("phase", "restartAttempt", "restarts", "attemptCreated")
+    # placement: a gang created pinned is placed in a pass that may change none of the others,
+    # and a next pass on the stale body would write the earlier attempt's placement back
+    keys = ("phase", "restartAttempt", "restarts", "attemptCreated", "placement")
     while time.monotonic() < deadline:
         now = body.get("status") or {}
         if all(now.get(k) == written.get(k) for k in keys):

@@ -46,6 +46,9 @@ STATUS_CONDITION = Family(f"{PREFIX}status_condition", "gauge", "1 per status co
                           ("condition", "status", "reason"))
 NODES_DESIRED = Family(f"{PREFIX}nodes_desired", "gauge", "Nodes (pods) in the job's current gang")
 NODES_READY = Family(f"{PREFIX}nodes_ready", "gauge", "Nodes (pods) of the current gang that are Ready")
+ROLE_PODS_DESIRED = Family(f"{PREFIX}role_pods_desired", "gauge", "Jobs with spec.roles: pods of each role (worker too)",
+                           ("role",))
+ROLE_PODS_READY = Family(f"{PREFIX}role_pods_ready", "gauge", "Jobs with spec.roles: Ready pods of each role", ("role",))
 STEP = Family(f"{PREFIX}step", "gauge", "Last optimizer step reported by rank 0")
 PROGRESS_RATIO = Family(f"{PREFIX}progress_ratio", "gauge", "step / training.steps (0-1)")
 ESTIMATED_REMAINING = Family(f"{PREFIX}estimated_remaining_seconds", "gauge", "Steps left times the last step time")
@@ -65,7 +68,7 @@ PENDING_SINCE = Family(f"{PREFIX}pending_since_timestamp_seconds", "gauge",
                        ("reason",))
 
 FAMILIES: tuple[Family, ...] = (
-    STATUS_PHASE, STATUS_CONDITION, NODES_DESIRED, NODES_READY, STEP, PROGRESS_RATIO, ESTIMATED_REMAINING,
+    STATUS_PHASE, STATUS_CONDITION, NODES_DESIRED, NODES_READY, ROLE_PODS_DESIRED, ROLE_PODS_READY, STEP, PROGRESS_RATIO, ESTIMATED_REMAINING,
     LOSS, TOKENS_PER_SECOND, MFU, STEP_DURATION, RESTARTS, LAST_PROGRESS, LAST_CHECKPOINT,
     LAST_CHECKPOINT_STEP, CHECKPOINT_INTERVAL, PENDING_SINCE,
 )
@@ -98,6 +101,10 @@ def job_samples(job: dict[str, Any], progress: dict[str, Any] | None = None) -> 
         add(STATUS_CONDITION, 1, cond.get("type", ""), str(cond.get("status", "Unknown")).lower(), cond.get("reason") or "")
     add(NODES_DESIRED, status.get("totalNodes") or spec.get("nodes"))
     add(NODES_READY, status.get("readyNodes", 0))
+    for role in status.get("roles") or []:  # untrusted shape: the status is the API server's copy
+        if isinstance(role, dict) and isinstance(role.get("name"), str):
+            add(ROLE_PODS_DESIRED, role.get("replicas"), role["name"])
+            add(ROLE_PODS_READY, role.get("ready"), role["name"])
     step, total = status.get("step"), status.get("totalSteps")
     add(STEP, step)
     add(PROGRESS_RATIO, min(1.0, step / total) if step is not None and total else None)

@@ -237,24 +237,22 @@ class Kube:
         (Service and ConfigMap before pods), then releases the gang, then the status.
         Returns the creations the API server refused (nothing is created after a refusal).
         ``released(all_new)`` follows the release: False when a pod had been released already
-        (a pass that saw it gated before the watch caught up), so this plan's pins are not real."""
+        (a pass that saw it gated before the watch caught up), so this plan's pins are not real.
+        It also follows a pinned creation (pods created with their pins): False when anything
+        stopped it — what was created shows in the pod index and holds its nodes from there."""
         if plan.delete_pods or plan.force_delete_pods:
             await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods),
                                  *(self.force_delete_pod(namespace, p) for p in plan.force_delete_pods))
-        if plan.dry_run and plan.create:
-            refusals = await self._dry_run(plan)
-            if refusals:
-                return refusals
-        if plan.update:  # before new pods read it
-            await asyncio.gather(*(self.update_config_map(o) for o in plan.update))
-        if plan.create:
-            refusals = []
-            for obj in [o for o in plan.create if o["kind"] in CUSTOM_PLURALS]:  # in render order: a PodGroup
-                refusals = refusals or await self._create_all([obj])            # names its Workload
-            refusals = refusals or await self._create_all([o for o in plan.create if o["kind"] not in ("Pod", *CUSTOM_PLURALS)])
-            refusals = refusals or await self._create_pods([o for o in plan.create if o["kind"] == "Pod"])
-            if refusals:
-                return refusals
+        pinned = bool(plan.pins) and not plan.release and any(o["kind"] == "Pod" for o in plan.create)
+        written = False
+        try:
+            refusals = await self._create(plan)
+            written = pinned and not refusals
+        finally:
+            if pinned and released is not None:
+                released(written)  # the pinned creation's booking: written (its TTL runs), or void
+        if refusals:
+            return refusals
         if plan.release:
             applied = await asyncio.gather(*(self.release_pod(namespace, p, plan.pins.get(p)) for p in plan.release))
             if released is not None:
@@ -264,6 +262,21 @@ class Kube:
         if plan.delete_job:
             await self.delete_job(namespace, name)
         return []
+
+    async def _create(self, plan: Plan) -> list[Refusal]:
+        """The plan's dry run, ConfigMap updates and creates, in order; stops at the first refusal."""
+        if plan.dry_run and plan.create:
+            refusals = await self._dry_run(plan)
+            if refusals:
+                return refusals
+        if plan.update:  # before new pods read it
+            await asyncio.gather(*(self.update_config_map(o) for o in plan.update))
+        refusals: list[Refusal] = []
+        for obj in [o for o in plan.create if o["kind"] in CUSTOM_PLURALS]:  # in render order: a PodGroup
+            refusals = refusals or await self._create_all([obj])            # names its Workload
+        refusals = refusals or await self._create_all([o for o in plan.create if o["kind"] not in ("Pod", *CUSTOM_PLURALS)])
+        return refusals or await self._create_pods([o for o in plan.create if o["kind"] == "Pod"])
+
 
 async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 4096) -> bytes | None:
     """One HTTP/1.0 GET, read to EOF (at most ``limit`` bytes with the headers). A single read()

@@ -100,7 +100,7 @@ def _json_report(key: str, result: Placement, report: Any) -> str:
         "job": key, "schedulable": True,
         "placement": [{"rank": i, "node": n, "domain": d}
                       for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
-        "span": result.span, "notes": result.notes,
+        "roles": result.role_nodes, "span": result.span, "notes": result.notes,
         "params": report.params, "gradientBytes": report.gradient_bytes,
         "lowerBoundSpan": report.lower_bound_span, "zeroBytesPerGpu": report.zero_bytes_per_gpu,
     }
@@ -118,6 +118,8 @@ def _text_report(key: str, job: TrainingJob, request: GangRequest, result: Place
     lines.append(f"  {'rank':>4}  {'node':<{width}}  domain")
     for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True)):
         lines.append(f"  {i:>4}  {n:<{width}}  {d}")
+    for role, role_nodes in result.role_nodes.items():
+        lines.append(f"role {role}: " + ", ".join(f"{i} {n}" for i, n in enumerate(role_nodes)))
     span = ", ".join(f"{k} {v}" for k, v in result.span.items())
     lines.append(f"span: {span}")
     if report.lower_bound_span:

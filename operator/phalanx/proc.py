@@ -61,6 +61,25 @@ def alive(pid: int) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
+def state(pid: int) -> str | None:
+    """The one-letter state (R, S, D, Z, ...), None when gone."""
+    st = _stat(pid)
+    return st[0] if st else None
+
+
+def parent(pid: int) -> int | None:
+    st = _stat(pid)
+    return int(st[1]) if st else None
+
+
+def comm(pid: int) -> str | None:
+    """The process's name (kept after exec and while exiting, unlike its command line)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """Clock ticks after boot: with the pid, identifies a process across pid reuse."""
     st = _stat(pid)

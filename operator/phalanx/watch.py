@@ -20,6 +20,8 @@ ERASE_LINES_UP = "\x1b[{n}F\x1b[J"  # cursor to the start of the line n up, clea
 def progress_line(status: dict[str, Any]) -> str:
     """One human line from a TrainingJob status: phase, nodes, step, loss, tokens/s, checkpoint."""
     parts = [f"{status.get('phase') or 'Pending':<10}", f"nodes {status.get('nodes', '0/0')}"]
+    if isinstance(status.get("rolesReady"), str):
+        parts.append(f"roles {status['rolesReady']}")
     if status.get("step") is not None:
         total = status.get("totalSteps")
         parts.append(f"step {status['step']}" + (f"/{total}" if total else ""))

@@ -53,6 +53,7 @@ from phalanx_runtime.lifetime import (
     descendants,
     die_with_parent,
     escalation,
+    exit_preempted,
     kill_pids,
     parent_pid_from_env,
     stop_grace,
@@ -168,10 +169,6 @@ def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available:
     return errors
 
 
-def _preempted(signum, frame):  # noqa: ARG001
-    raise SystemExit(EXIT_PREEMPTED)
-
-
 def _sigint_as_sigterm(signum, frame):  # noqa: ARG001
     """Ctrl-C is a preemption too: torchrun forwards the signal it got, and workers checkpoint on
     SIGTERM only (SIGINT would raise KeyboardInterrupt in them)."""
@@ -198,7 +195,7 @@ def _arm_early_stop() -> StopWatchdog:
     if parent is not None:
         die_with_parent(signal.SIGTERM, parent)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _preempted)
+        signal.signal(sig, exit_preempted)
     watchdog = StopWatchdog(0, name="launcher", signals=(signal.SIGTERM, signal.SIGINT),
                             on_expire=lambda: kill_pids(descendants(os.getpid())), plan=_stop_plan(stop_grace()))
     watchdog.start()

@@ -160,6 +160,17 @@ class StopWatchdog:
 # Trampoline: exec a command that dies with its parent
 
 
+def trampoline(cmd: list[str], parent_pid: int | None = None) -> list[str]:
+    """``cmd`` run through :func:`main`: it gets SIGTERM when its parent (``parent_pid``, else
+    ``$PHALANX_PARENT_PID``) dies."""
+    pid = ["--parent-pid", str(parent_pid)] if parent_pid is not None else []
+    return [sys.executable, "-m", "phalanx_runtime.lifetime", *pid, "--", *cmd]
+
+
+def exit_preempted(signum, frame):  # noqa: ARG001 - a signal handler: SIGTERM/SIGINT end as a preemption
+    raise SystemExit(EXIT_PREEMPTED)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

@@ -1,10 +1,16 @@
-"""Run a TrainingJob as local processes, without Kubernetes: one process per node-rank with the
-environment the operator gives that node's pod (``phalanx.render.pod.rendezvous_env`` and
-``spec.env``, with the rendezvous on 127.0.0.1). Built-in jobs run the pod's entrypoint
-(``phalanx-runtime``: torchrun, ``procsPerNode`` workers); command jobs (``spec.command``) run
-the user's command and args (``$(VAR)`` expanded as the kubelet does), so a script can be tried
-before it is submitted. ``phalanx local JOB.yaml [--json]`` calls :func:`run_local`; with
-``json=True`` the last stdout line is a JSON summary.
+"""Run a TrainingJob as local processes, without Kubernetes: one process per pod of the gang — each
+node-rank, and with ``spec.roles`` each role's replica (parameter servers, a chief, …) — with the
+environment and command the operator gives that pod (``phalanx_runtime.local_env``: the pod's
+``rendezvous_env``, ``spec.env`` and the role's env, with the rendezvous and TF_CONFIG on
+127.0.0.1). Built-in jobs run the pod's entrypoint (``phalanx-runtime``: torchrun,
+``procsPerNode`` workers); command jobs (``spec.command``) run the user's command and args (a
+role's own, ``$(VAR)`` expanded as the kubelet does), so a script can be tried before it is
+submitted. ``phalanx local JOB.yaml [--json]`` calls :func:`run_local`; with ``json=True`` the last
+stdout line is a JSON summary.
+
+The run succeeds as the job does (``spec.success_roles``): once every process of those roles
+exited 0, the others (e.g. parameter servers, which serve until stopped) get SIGTERM and are
+killed after the grace period. Any process failing fails the run and stops the others.
 
 ``phalanx local`` owns its processes: SIGINT/SIGTERM asks every node to checkpoint and stop (one
 SIGTERM each, as the kubelet sends a pod), a second signal or the end of the grace period kills
@@ -17,10 +23,8 @@ from __future__ import annotations
 
 import json as _json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,36 +32,15 @@ import threading
 import time
 from pathlib import Path
 
-from phalanx.constants import (
-    DEEPSPEED_CONFIG_FILE,
-    ENV_CHECKPOINT_DIR,
-    ENV_CONFIG_PATH,
-    ENV_DEEPSPEED_CONFIG,
-    ENV_MASTER_ADDR,
-    ENV_METRICS_PORT,
-    ENV_PARENT_PID,
-    ENV_PET_MASTER_ADDR,
-    ENV_PET_NNODES,
-    ENV_PET_NODE_RANK,
-    ENV_PET_RDZV_ENDPOINT,
-    ENV_PROGRESS_PORT,
-    ENV_STOP_GRACE_SECONDS,
-    ENV_TF_CONFIG,
-    ENV_WORLD_SIZE,
-    LOCAL_STOP_GRACE_SECONDS,
-)
-from phalanx_runtime import env as E
+from phalanx.constants import DEEPSPEED_CONFIG_FILE, LOCAL_STOP_GRACE_SECONDS
 from phalanx_runtime import lifetime
 from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.net import free_port, free_ports
+from phalanx_runtime.local_env import node_argv, slot_envs, slot_label
 
 EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED  # re-exported for callers of run_local
 EXIT_TIMEOUT = 124  # as timeout(1)
 TMP_PREFIX = "phalanx-local-"
 OWNER_FILE = "owner"  # "<pid> <start time>" of the phalanx local that made the temp dir
-# Never inherited from the caller's environment: they would mislead the launcher or torchrun.
-SCRUBBED_ENV = (E.ENV_RANK, ENV_WORLD_SIZE, E.ENV_LOCAL_RANK, E.ENV_LOCAL_WORLD_SIZE, E.ENV_GROUP_RANK,
-                E.SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
 
 
 class LayoutError(ValueError):
@@ -101,72 +84,6 @@ def _fd(stream):
 
 
 # --------------------------------------------------------------------------------------------
-# The pod's environment, on this machine
-
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand_refs(text: str, env: dict[str, str]) -> str:
-    """Kubernetes ``$(VAR)`` expansion: defined references replaced, others kept, ``$$`` → ``$``."""
-    return _VAR_REF.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
-
-
-def _field_ref(cfg: RuntimeConfig, node: int, path: str) -> str | None:
-    from phalanx.render.names import pod_name
-
-    return {"metadata.name": pod_name(cfg.name, node, 0), "metadata.namespace": cfg.namespace,
-            "spec.nodeName": socket.gethostname()}.get(path)
-
-
-def pod_env(cfg: RuntimeConfig, node: int, *, master_port: int, config_path: str, checkpoint_dir: str,
-            progress_port: int | None = None, tf_workers: list[str] | None = None) -> dict[str, str]:
-    """Node ``node``'s container env as the operator renders it (attempt 0), then ``spec.env``;
-    local differences: the rendezvous host is 127.0.0.1, config and checkpoints are local paths,
-    no metrics port (the nodes share this host), a progress port only when asked for, and a
-    tensorflow job's TF_CONFIG lists ``tf_workers`` (127.0.0.1:<port of each node>) instead of
-    the pods' DNS names."""
-    from phalanx.api.types import ObjectMeta, TrainingJob
-    from phalanx.render.pod import rendezvous_env
-    from phalanx.render.tensorflow import tf_config_json
-
-    job = TrainingJob(metadata=ObjectMeta(name=cfg.name, namespace=cfg.namespace), spec=cfg.spec)
-    env: dict[str, str] = {}
-    for e in rendezvous_env(job, node, 0, master_port):
-        value = e.get("value", _field_ref(cfg, node, e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")))
-        if value is not None:
-            env[e["name"]] = str(value)
-    env.update({ENV_MASTER_ADDR: "127.0.0.1", ENV_PET_MASTER_ADDR: "127.0.0.1",
-                ENV_PET_RDZV_ENDPOINT: f"127.0.0.1:{master_port}", ENV_CONFIG_PATH: config_path,
-                ENV_CHECKPOINT_DIR: checkpoint_dir})
-    if ENV_DEEPSPEED_CONFIG in env:  # framework deepspeed: next to config.json, as in the pod
-        env[ENV_DEEPSPEED_CONFIG] = os.path.join(os.path.dirname(config_path), DEEPSPEED_CONFIG_FILE)
-    if ENV_TF_CONFIG in env and tf_workers:  # framework tensorflow: the same cluster, on this host
-        env[ENV_TF_CONFIG] = tf_config_json(tf_workers, node)
-    env.pop(ENV_METRICS_PORT, None)
-    env.pop(ENV_PROGRESS_PORT, None)
-    if node == 0 and progress_port:
-        env[ENV_PROGRESS_PORT] = str(progress_port)
-    for item in cfg.spec.env:
-        e = item.to_kube() if hasattr(item, "to_kube") else dict(item)
-        if e.get("value") is not None:
-            env[e["name"]] = expand_refs(str(e["value"]), env)
-        elif "valueFrom" in e:
-            print(f"phalanx local: env {e['name']}: valueFrom is not available locally; not set", file=sys.stderr)
-        else:
-            env[e["name"]] = ""
-    return env
-
-
-def node_argv(cfg: RuntimeConfig, env: dict[str, str], config_path: str) -> list[str]:
-    """The pod's command: the user's (command jobs; with the parent-death trampoline) or the launcher."""
-    spec = cfg.spec
-    if spec.command:
-        user = [expand_refs(a, env) for a in [*spec.command, *(spec.args or [])]]
-        return [sys.executable, "-m", "phalanx_runtime.lifetime", "--", *user]
-    return [sys.executable, "-m", "phalanx_runtime.launch", "--config", config_path]
-
-
-# --------------------------------------------------------------------------------------------
 # The run's processes
 
 
@@ -201,8 +118,9 @@ class StopSignals:
 
 
 class LocalRun:
-    """One process per node-rank, each in its own process group (a terminal's Ctrl-C reaches
-    only ``phalanx local``, which turns it into one SIGTERM per node, as the kubelet would)."""
+    """One process per pod of the gang (node-ranks, then role pods), each in its own process group
+    (a terminal's Ctrl-C reaches only ``phalanx local``, which turns it into one SIGTERM per pod,
+    as the kubelet would)."""
 
     def __init__(self, argvs: list[list[str]], envs: list[dict[str, str]], stdout, stderr):
         self.procs: list[subprocess.Popen] = []
@@ -244,23 +162,40 @@ def _first_failure(codes: list[int | None]) -> tuple[int, int] | None:
     return next(((i, c) for i, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)), None)
 
 
+def succeeded(codes: list[int | None], required: list[int]) -> bool:
+    """Every process the job's success needs (``required``: indexes into ``codes``) exited 0."""
+    return bool(required) and all(codes[i] == 0 for i in required)
+
+
+def verdict(codes: list[int | None], required: list[int], *, stopping: bool = False,
+            timed_out: bool = False) -> str | None:
+    """Why the run ends now, or None while it goes on (pure; ``codes``: each process's exit code,
+    None while it runs): "stopped" on a stop signal or a process stopped by one (143), "failed"
+    when a process exited with any other non-zero code, "done" once every ``required`` process
+    exited 0 (the others are then stopped; checked first, as the operator does), "timeout"."""
+    if stopping:
+        return "stopped"
+    if succeeded(codes, required):  # as the operator: success is decided before failures
+        return "done"
+    if any(c not in (None, 0) for c in codes):
+        return "failed" if _first_failure(codes) else "stopped"
+    return "timeout" if timed_out else None
+
+
 def _supervise(run: LocalRun, stop: StopSignals, *, grace: float, timeout: float | None,
-               before: set[int]) -> tuple[str, tuple[int, int] | None]:
-    """Wait for every node; on a stop signal, a failed or stopped node, or the timeout, SIGTERM the
-    rest and SIGKILL the run's process tree after the grace period. Returns why it ended ("done",
-    "failed", "stopped", "timeout") and the first failure (node, exit code) seen before any stop;
-    nothing of the run is alive when it returns."""
+               before: set[int], required: list[int] | None = None) -> tuple[str, tuple[int, int] | None]:
+    """Wait until the run ends (:func:`verdict`; ``required`` defaults to every process); then
+    SIGTERM whatever still runs and SIGKILL the run's process tree after the grace period. Returns
+    why it ended ("done", "failed", "stopped", "timeout") and the first failure (process index,
+    exit code) seen before any stop; nothing of the run is alive when it returns."""
+    required = list(range(len(run.procs))) if required is None else required
     reason, failure, kill_at = None, None, None
     while any(c is None for c in run.codes()):
         codes = run.codes()
         if reason is None:
             failure = _first_failure(codes)
-            if stop.signum is not None:
-                reason = "stopped"
-            elif any(c not in (None, 0) for c in codes):
-                reason = "failed" if failure else "stopped"
-            elif timeout and time.monotonic() - run.t0 > timeout:
-                reason = "timeout"
+            reason = verdict(codes, required, stopping=stop.signum is not None,
+                             timed_out=bool(timeout) and time.monotonic() - run.t0 > timeout)
             if reason is not None:
                 run.terminate()
                 kill_at = time.monotonic() + lifetime.escalation(3, grace)
@@ -272,11 +207,11 @@ def _supervise(run: LocalRun, stop: StopSignals, *, grace: float, timeout: float
     lifetime.kill_pids(run.tree(), signal.SIGKILL)  # e.g. a command job's workers whose agent is gone
     lifetime.reap(run.adopted)
     codes = run.codes()
-    if all(c == 0 for c in codes):
-        return "done", None  # finished before a stop could take effect
+    if reason == "done" or all(c == 0 for c in codes):
+        return "done", None  # succeeded (the rest stopped), or finished before a stop could take effect
     if reason is None:
         failure = _first_failure(codes)
-        reason = "failed" if failure else "stopped"
+        reason = verdict(codes, required) or "stopped"
     return reason, failure
 
 
@@ -327,28 +262,6 @@ def _check(cfg: RuntimeConfig) -> None:
         raise LayoutError(errors)
 
 
-def _node_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port, grace) -> list[dict[str, str]]:
-    spec = cfg.spec
-    world = spec.nodes * spec.procs_per_node
-    base = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
-    base[E.ENV_OMP_NUM_THREADS] = str(max(1, (os.cpu_count() or 1) // world))
-    base.update(env or {})
-    base.update({ENV_PARENT_PID: str(os.getpid()), ENV_STOP_GRACE_SECONDS: f"{grace:g}",
-                 E.ENV_RESULT_FILE: os.path.join(d, "result.json")})
-    master_port = free_port()
-    tf_workers = [f"127.0.0.1:{p}" for p in free_ports(spec.nodes)] if _uses_tensorflow(spec) else None
-    ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
-    return [{**base, **pod_env(cfg, node, master_port=master_port, config_path=os.path.join(d, "config.json"),
-                               checkpoint_dir=ckpt, progress_port=progress_port, tf_workers=tf_workers)}
-            for node in range(spec.nodes)]
-
-
-def _uses_tensorflow(spec) -> bool:
-    from phalanx.render.tensorflow import uses_tensorflow
-
-    return uses_tensorflow(spec)
-
-
 def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = False, *, timeout: float | None = None,
               progress_port: int | None = None, env: dict[str, str] | None = None,
               checkpoint_dir: str | os.PathLike | None = None) -> dict:
@@ -370,24 +283,33 @@ def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = Fal
     try:
         Path(d, "config.json").write_text(_json.dumps(cfg.to_dict()))
         _write_deepspeed_config(cfg, d)
-        envs = _node_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
-        argvs = [node_argv(cfg, e, os.path.join(d, "config.json")) for e in envs]
+        gang = slot_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
+        envs = [e for _, e in gang]
+        argvs = [node_argv(cfg, e, os.path.join(d, "config.json"), slot) for slot, e in gang]
         before = set(lifetime.children(os.getpid()))
         with StopSignals() as stop:
             run = LocalRun(argvs, envs, out_stream, _fd(sys.stderr))
             try:
-                reason, failure = _supervise(run, stop, grace=grace, timeout=timeout, before=before)
+                reason, failure = _supervise(run, stop, grace=grace, timeout=timeout, before=before,
+                                             required=required_processes(cfg, [s for s, _ in gang]))
             except BaseException:  # never leave the run behind
                 run.kill()
                 raise
         seconds = time.monotonic() - run.t0
-        _raise_for(reason, failure, run.codes(), timeout)
-        summary = _summary(cfg, d, run.codes(), seconds)
+        _raise_for(reason, failure, run.codes(), timeout, [s for s, _ in gang])
+        summary = _summary(cfg, d, run.codes(), seconds, [s for s, _ in gang])
     finally:
         lifetime.set_subreaper(was_subreaper)
         shutil.rmtree(d, ignore_errors=True)
     _print_summary(cfg, summary, json)
     return summary
+
+
+def required_processes(cfg: RuntimeConfig, gang: list) -> list[int]:
+    """Indexes (into the gang's slots) of the processes whose exit 0 is the job's success:
+    every pod of ``spec.success_roles`` (default every role; tensorflow with a chief: the chief)."""
+    roles = set(cfg.spec.success_roles)
+    return [i for i, slot in enumerate(gang) if slot.role in roles]
 
 
 def _write_deepspeed_config(cfg: RuntimeConfig, d: str) -> None:
@@ -398,20 +320,33 @@ def _write_deepspeed_config(cfg: RuntimeConfig, d: str) -> None:
         Path(d, DEEPSPEED_CONFIG_FILE).write_text(_json.dumps(deepspeed_config(cfg.spec), indent=2, sort_keys=True))
 
 
-def _raise_for(reason: str, failure: tuple[int, int] | None, codes: list[int | None], timeout: float | None) -> None:
+def _raise_for(reason: str, failure: tuple[int, int] | None, codes: list[int | None], timeout: float | None,
+               gang: list) -> None:
     if reason == "timeout":
         raise RunTimeout(f"local run exceeded {timeout}s; stopped (node exit codes {codes})")
     if reason == "stopped":
         raise Stopped(f"stopped; node exit codes {codes} (143: stopped after SIGTERM)")
     if reason == "failed":
-        raise RuntimeError(f"node {failure[0]} exited with code {failure[1]}")
+        raise RuntimeError(f"{slot_label(gang[failure[0]])} exited with code {failure[1]}")
 
 
-def _summary(cfg: RuntimeConfig, d: str, codes: list[int | None], seconds: float) -> dict:
+def role_exit_codes(gang: list, codes: list[int | None]) -> dict[str, list[int | None]]:
+    """Exit codes per role (workers first), in index order (pure)."""
+    out: dict[str, list[int | None]] = {}
+    for slot, code in zip(gang, codes, strict=True):
+        out.setdefault(slot.role, []).append(code)
+    return out
+
+
+def _summary(cfg: RuntimeConfig, d: str, codes: list[int | None], seconds: float, gang: list) -> dict:
     world = cfg.spec.nodes * cfg.spec.procs_per_node
     if cfg.spec.command:
-        return {"mode": "command", "world_size": world, "nodes": cfg.spec.nodes, "exit_codes": codes,
-                "seconds": round(seconds, 3)}
+        s = {"mode": "command", "world_size": world, "nodes": cfg.spec.nodes, "exit_codes": codes,
+             "seconds": round(seconds, 3)}
+        if cfg.spec.roles:  # the success roles exited 0; the others may have been stopped after it
+            s["roles"] = role_exit_codes(gang, codes)
+            s["success_roles"] = list(cfg.spec.success_roles)
+        return s
     full = _json.loads(Path(d, "result.json").read_text())
     return {"final_loss": full["final_loss"], "steps": full["steps"], "tokens_per_s": full["tokens_per_s"],
             "world_size": full["world_size"], "losses": full.get("losses", []),
@@ -422,11 +357,12 @@ def _summary(cfg: RuntimeConfig, d: str, codes: list[int | None], seconds: float
 def _print_summary(cfg: RuntimeConfig, s: dict, json: bool) -> None:
     sys.stdout.flush()
     if json:
-        keys = (("mode", "world_size", "nodes", "exit_codes", "seconds") if cfg.spec.command
-                else ("final_loss", "steps", "tokens_per_s", "world_size"))
-        print(_json.dumps({k: s[k] for k in keys}), flush=True)
+        keys = (("mode", "world_size", "nodes", "exit_codes", "seconds", "roles", "success_roles")
+                if cfg.spec.command else ("final_loss", "steps", "tokens_per_s", "world_size"))
+        print(_json.dumps({k: s[k] for k in keys if k in s}), flush=True)
     elif cfg.spec.command:
-        print(f"job {cfg.name}: command finished on {s['nodes']} nodes ({s['world_size']} ranks) in "
+        roles = "".join(f", {r} {codes}" for r, codes in s.get("roles", {}).items() if r != "worker")
+        print(f"job {cfg.name}: command finished on {s['nodes']} nodes ({s['world_size']} ranks{roles}) in "
               f"{s['seconds']:.1f}s", flush=True)
     else:
         print(f"job {cfg.name}: {s['steps']} steps on {s['world_size']} ranks, final loss {s['final_loss']:.4f}, "

@@ -18,6 +18,8 @@ NEEDED = [
     ("patch", "phalanx.dev", "trainingsweeps", "status"),
     # the kueue backend mirrors Kueue's Workload of the pod group into Schedulable
     ("get", "kueue.x-k8s.io", "workloads", ""),
+    # a gang is created pinned only when all of it fits the namespace's ResourceQuotas
+    ("watch", "", "resourcequotas", ""),
 ]
 # … and minimal: nothing it does not use.
 NOT_NEEDED = [
@@ -27,6 +29,7 @@ NOT_NEEDED = [
     ("update", "phalanx.dev", "trainingjobs", ""), ("create", "phalanx.dev", "trainingsweeps", ""),
     ("delete", "phalanx.dev", "trainingsweeps", ""), ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
     ("patch", "", "namespaces", ""), ("delete", "networking.k8s.io", "networkpolicies", ""),
+    ("update", "", "resourcequotas", ""), ("create", "", "resourcequotas", ""),
 ]
 
 

@@ -42,6 +42,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed integration test's report carries the tail of every running operator's log: the
+    decisions behind a timeout, which a rerun of a rare race may not show again."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        from tests.integration.harness import OperatorProcess
+
+        for op in sorted(OperatorProcess.running, key=lambda o: o.name):
+            report.sections.append((f"operator log ({op.name}, last 80 lines)", op.tail(80)))
+
+
 @dataclass
 class ClusterHandle:
     kubeconfig: Path

@@ -131,6 +131,7 @@ def test_rbac_is_least_privilege():
     assert flat[("phalanx.dev", "trainingjobs/status")] == {"get", "patch"}
     assert flat[("", "nodes")] == {"list", "watch"}
     assert flat[("", "namespaces")] == {"list", "watch"}
+    assert flat[("", "resourcequotas")] == {"list", "watch"}  # read only: is there room for a whole gang
     assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "list", "watch", "create"}
     # the workload backend creates its Workload and PodGroup and reads the PodGroup's status
     assert flat[("scheduling.k8s.io", "workloads")] == flat[("scheduling.k8s.io", "podgroups")] == {"get", "create"}

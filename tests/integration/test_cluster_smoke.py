@@ -166,3 +166,20 @@ def test_service_gets_cluster_ip_and_endpoints(core, namespace, kwok_nodes):
             return None
 
         wait_for(ready_endpoint, timeout=60, what="EndpointSlice with a ready endpoint")
+
+
+def test_stop_returns_once_every_component_has_exited(tmp_path):
+    """`LocalCluster.stop()` is synchronous: kwokctl delete only signals the components, and a
+    component still exiting would hold its port (and, under pytest, count as a leaked process)."""
+    from localcluster.binaries import default_bin_dir, missing_binaries
+    from localcluster.cluster import LocalCluster
+    from phalanx.proc import alive, start_time
+
+    if missing_binaries(default_bin_dir()):
+        pytest.skip("control-plane binaries missing; run `make cluster-binaries`")
+    local = LocalCluster(work_dir=tmp_path, bin_dir=default_bin_dir()).start()
+    components = local._component_processes()
+    assert len(components) == 5  # etcd, apiserver, controller-manager, scheduler, kwok
+    local.stop()
+    assert [pid for pid, st in components if alive(pid) and start_time(pid) == st] == []
+    assert not local.running()

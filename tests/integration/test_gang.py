@@ -47,6 +47,19 @@ def test_pods_bind_exactly_where_the_plan_says(jobs, pool):
     assert schedulable(jobs, "placed")["reason"] == "Placed"
 
 
+def test_a_gang_placed_at_once_is_created_pinned(jobs, pool):
+    """Placed before its pods exist: each pod created pinned and ungated, never patched
+    (generation 1). A first job proves the operator's node index already shows the new pool."""
+    jobs.create(pooled(pool, "warm", 1))
+    wait_for(lambda: all_running(jobs, "warm", 1), 60, "a first gang Running on the pool")
+    jobs.create(pooled(pool, "pinned", 4))
+    pods = wait_for(lambda: all_running(jobs, "pinned", 4), 60, "gang Running")
+    assert {p.metadata.generation for p in pods} == {1} and not any(p.spec.scheduling_gates for p in pods)
+    assert [p.spec.node_name for p in sorted(pods, key=lambda p: int(p.metadata.labels["phalanx.dev/node-rank"]))] \
+        == jobs.status("pinned")["placement"]["nodes"]
+    assert any("pinned to their nodes" in e.message for e in jobs.events("pinned") if e.reason == "Creating")
+
+
 def test_required_topology_that_cannot_fit_waits_with_reason(jobs, pool):
     jobs.create(pooled(pool, "toobig", 6, scheduling={"topology": {"required": "subblock"}}))
     cond = wait_for(lambda: (c := schedulable(jobs, "toobig")).get("status") == "False" and c, 30, "Schedulable=False")
@@ -69,7 +82,9 @@ def test_gang_waits_then_starts_when_capacity_frees(cluster, jobs, pool):
     for p in first:
         finish_pod(cluster.kubeconfig, jobs.ns, p.metadata.name, 0)
     jobs.wait_phase("first", "Succeeded", 60)
-    wait_for(lambda: all_running(jobs, "second", 8), 90, "second gang Running after capacity frees")
+    second = wait_for(lambda: all_running(jobs, "second", 8), 90, "second gang Running after capacity frees")
+    # created gated (no room then), pinned and released by one patch each when capacity freed
+    assert {p.metadata.generation for p in second} == {2}
 
 
 def test_two_competing_gangs_never_deadlock(cluster, jobs, pool):
@@ -106,3 +121,33 @@ def test_higher_priority_gang_goes_first(cluster, jobs, pool):
         assert not bound(jobs, "low")
     finally:
         sched.delete_priority_class(high)
+
+
+def test_a_pinned_creation_cut_short_is_recreated_behind_the_gate(jobs, operator, pool):
+    """The operator stopped after creating one pod of a placed gang (pinned, ungated): the
+    restarted operator waits for the rest to show, then deletes that pod — it would start without
+    its peers — and creates the gang again behind the gate, which is then placed and released."""
+    from phalanx.api.config import OperatorConfig
+    from phalanx.gang.pins import pin_pod
+    from phalanx.render.job import render_children
+    from phalanx.validate import validate_job
+
+    operator.stop()
+    try:
+        obj = jobs.create(pooled(pool, "cut", 2))
+        job, problems = validate_job(obj)
+        assert job is not None, problems
+        first = next(c for c in render_children(job, OperatorConfig(), 0) if c["kind"] == "Pod")
+        pin_pod(first, pool["nodes"][0])
+        jobs.core.create_namespaced_pod(jobs.ns, first)
+    finally:
+        operator.start()
+    event = wait_for(lambda: next((e for e in jobs.events("cut") if e.reason == "PinnedCreateInterrupted"), None),
+                     90, "the cut-short creation noticed")
+    assert "1/2 pods of a pinned creation exist" in event.message
+    pods = wait_for(lambda: (p := jobs.pods("cut", 1)) and len(p) == 2 and all(x.status.phase == "Running" for x in p) and p,
+                    90, "the gang of attempt 1 Running")
+    assert {p.metadata.generation for p in pods} == {2}  # created gated, released by a patch
+    assert jobs.pods("cut", 0) == [] or all(p.metadata.deletion_timestamp for p in jobs.pods("cut", 0))
+    status = jobs.status("cut")
+    assert status["restartAttempt"] == 1 and status.get("restarts", 0) == 0

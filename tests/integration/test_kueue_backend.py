@@ -223,3 +223,19 @@ def test_tas_required_topology_is_honoured(jobs, kq, pool):
     cond = wait_for(lambda: (c := schedulable(jobs, "toobig")).get("status") == "False" and c, 60, "toobig Pending")
     assert cond["reason"] == "Pending" and "topology" in cond["message"], cond
     assert not any(p.spec.node_name for p in jobs.pods("toobig"))
+
+
+def test_a_gang_with_roles_is_one_kueue_workload_of_every_pod(jobs, kq, pool):
+    """Workers (8 GPUs each) and a CPU parameter-server role: one pod group, admitted and
+    released together; Kueue's Workload holds a pod set per pod shape, counting every pod."""
+    lq = kq.queue(jobs.ns, gpus=16)
+    job = kueue_job(pool, "mixed", 2, lq)
+    job["spec"].pop("model")
+    job["spec"].update(command=["python", "train.py"], procsPerNode=1,
+                       roles=[{"name": "ps", "replicas": 2, "resources": {"cpu": "1", "memory": "1Gi"}}])
+    jobs.create(job)
+    pods = wait_for(lambda: running(jobs, "mixed", 4), 90, "all 4 pods admitted, bound, Running")
+    assert sorted(p.metadata.labels.get("phalanx.dev/role", "worker") for p in pods) == ["ps", "ps", "worker", "worker"]
+    wl = kq.workload(jobs.ns, "mixed")
+    assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 4 and len(wl["spec"]["podSets"]) == 2, wl["spec"]["podSets"]
+    wait_for(lambda: schedulable(jobs, "mixed").get("reason") == "Admitted", 30, "Schedulable=Admitted")

@@ -31,7 +31,7 @@ def test_crd_short_name_and_printer_columns(cluster, jobs):
     jobs.create(job_manifest("cols", nodes=1, procs=1, gpus=1, suspend=True))
     out = cluster.kubectl("get", "tj", "-n", jobs.ns).stdout
     header = out.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "NODES", "STEP", "RESTARTS", "AGE"]
+    assert header == ["NAME", "PHASE", "NODES", "ROLES", "STEP", "RESTARTS", "AGE"]
     assert "cols" in out
 
 
@@ -88,7 +88,8 @@ def test_apply_each_example_creates_children(cluster, jobs, path):
         ensure_priority_class(jobs, spec["scheduling"]["priorityClassName"])
     cluster.kubectl("apply", "-n", jobs.ns, "-f", str(path))
     name = obj["metadata"]["name"]
-    pods = wait_for(lambda: len(p := jobs.pods(name)) == spec["nodes"] and p, 60, f"{spec['nodes']} pods")
+    gang = spec["nodes"] + sum(r.get("replicas", 1) for r in spec.get("roles", []))  # workers and role pods
+    pods = wait_for(lambda: len(p := jobs.pods(name)) == gang and p, 60, f"{gang} pods")
     svc = jobs.core.read_namespaced_service(name, jobs.ns)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses
     cm = jobs.core.read_namespaced_config_map(f"{name}-config", jobs.ns)
@@ -97,6 +98,8 @@ def test_apply_each_example_creates_children(cluster, jobs, path):
     for pod in pods:
         owner = pod.metadata.owner_references[0]
         assert (owner.kind, owner.uid, owner.controller) == ("TrainingJob", uid, True)
+        if pod.metadata.labels.get("phalanx.dev/role", "worker") != "worker":
+            continue  # a role pod: not a rank of the workers' world
         env = {e.name: e.value for e in pod.spec.containers[0].env}
         assert env["NNODES"] == str(spec["nodes"]) and env["MASTER_ADDR"] == f"{name}-node-0.{name}"
         assert env["NODE_RANK"] == pod.metadata.labels["phalanx.dev/node-rank"]
@@ -124,7 +127,8 @@ def test_refused_creation_is_reported_then_recovers(jobs):
     ensure_priority_class(jobs, prio)
     try:
         wait_for(lambda: running_pods(jobs, "noprio"), 60, "pods Running once the PriorityClass exists")
-        assert jobs.condition("noprio", "Created")["status"] == "True"
+        # created pinned, the pods may run before the pass that sees them all writes Created=True
+        wait_for(lambda: jobs.condition("noprio", "Created")["status"] == "True", 30, "Created=True")
     finally:
         from kubernetes import client
 

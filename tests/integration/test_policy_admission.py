@@ -27,6 +27,9 @@ HOSTILE = {
     "socket": ({"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd/containerd.sock"}}]}, "spec.volumes: a volume type"),
     "secret": ({"volumes": [{"name": "s", "secret": {"secretName": "db"}}]}, "spec.volumes: a volume type"),
     "secretEnv": ({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}, "spec.env: Secret references"),
+    "roleSecretEnv": ({"roles": [{"name": "ps", "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]},
+                      "spec.roles[].env: Secret references"),
+    "rolePods": ({"roles": [{"name": "ps", "replicas": 6}, {"name": "chief"}]}, "spec.nodes: at most 8 pods per job"),
     "foreignSA": ({"serviceAccountName": "kube-admin"}, "spec.serviceAccountName: not allowed"),
     "tolerateAll": ({"tolerations": [{"operator": "Exists"}]}, "spec.tolerations: a toleration without a key"),
     "controlPlane": ({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}, "spec.nodeSelector: these node label keys"),
@@ -38,15 +41,20 @@ def hostile(name: str) -> dict:
     obj = copy.deepcopy(BASE)
     obj["metadata"]["name"] = name.lower()
     obj["spec"].update(HOSTILE[name][0])
+    if "roles" in obj["spec"]:  # roles are for command jobs
+        obj["spec"].pop("model")
+        obj["spec"]["command"] = ["python", "train.py"]
     return obj
 
 
 @pytest.fixture(scope="module")
 def policy(cluster):
     """The chart's policy, bound (through a policy entry) only to namespaces with this label."""
-    key, value = "phalanx.dev/policy-test", uuid.uuid4().hex[:8]
+    # A letter first and --set-string: an all-digit hex value would reach helm as a number.
+    key, value = "phalanx.dev/policy-test", "t" + uuid.uuid4().hex[:8]
     out = subprocess.run([helm(), "template", "pol", str(CHART), "-n", "phalanx-system",
-                          "--set", "policy.namespaces[0].matchLabels.phalanx\\.dev/policy-test=" + value],
+                          "--set-string", "policy.namespaces[0].matchLabels.phalanx\\.dev/policy-test=" + value,
+                          "--set", "policy.namespaces[0].rules.maxNodes=8"],
                          check=True, capture_output=True, text=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d and d["metadata"]["name"].endswith("-policy-0")]
     assert {d["kind"] for d in docs} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

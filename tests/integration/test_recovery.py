@@ -24,7 +24,9 @@ def test_node_loss_restarts_gang_on_other_nodes(api, namespace, operator, pool):
     assert cond["reason"] in ("NodeLost", "PodLost"), cond
     if cond["reason"] == "NodeLost":
         assert f"node {lost} is gone or NotReady" in cond["message"]
-    new = wait_for(lambda: running(jobs, "survivor", 1, 2), 90, "re-placed gang Running")
+    # The new gang waits for the lost node's pod to be gone (its hostname is reused): the pod GC
+    # deletes it after its 40 s quarantine — ~53 s to new pods on a quiet machine, more under load.
+    new = wait_for(lambda: running(jobs, "survivor", 1, 2), 180, "re-placed gang Running")
     assert lost not in {p.spec.node_name for p in new}
     assert lost not in jobs.status("survivor")["placement"]["nodes"]
     jobs.wait_phase("survivor", "Running")

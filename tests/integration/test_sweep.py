@@ -108,7 +108,9 @@ def test_trials_owned_max_parallel_early_stop_and_best(cluster, sweeps):
     sweeps.finish("lr-0", 100, 3.0)
     wait_for(lambda: "lr-2" in sweeps.trials("lr"), 60, "lr-2 created after lr-0 finished")
     assert len(sweeps.trials("lr")) == 3
-    assert sweeps.sweep_status("lr")["bestTrial"]["name"] == "lr-0"
+    # the sweep creates lr-2 before it writes its status (the best trial): wait for the write
+    best = wait_for(lambda: sweeps.sweep_status("lr").get("bestTrial"), 30, "the best trial in status")
+    assert best["name"] == "lr-0"
 
     # lr-2 ahead at step 10, then lr-1 far behind: the median rule stops lr-1 (suspended).
     wait_for(lambda: sweeps.jobs_running("lr-2"), 60, "lr-2 Running")

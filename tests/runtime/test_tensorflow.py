@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import yaml
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
+from tests.runtime.test_local_command import phalanx_local
 
 pytestmark = pytest.mark.runtime
 
@@ -32,6 +32,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCRIPT = HERE / "tensorflow_user_script.py"
 STEPS, GLOBAL_BATCH, LR = 20, 32, 0.05
+
+
+def run_local(tmp_path: Path, doc: dict, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """``phalanx local --json`` on ``doc`` (written to tmp_path/job.yaml): the process and its seconds."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    t0 = time.monotonic()
+    p = phalanx_local(path, "--json", timeout=timeout)
+    return p, time.monotonic() - t0
 
 
 def tf_python() -> str:
@@ -84,12 +93,7 @@ def test_mwms_two_workers_through_phalanx_local(tmp_path, reference):
     out = tmp_path / "out"
     out.mkdir()
     doc = tf_job(python, out)
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "phalanx", "local", str(path), "--json"],
-                       capture_output=True, text=True, timeout=300)
-    seconds = time.monotonic() - t0
+    p, seconds = run_local(tmp_path, doc, timeout=300)
     assert p.returncode == 0, p.stderr[-4000:]
     assert json.loads(p.stdout.strip().splitlines()[-1])["exit_codes"] == [0, 0]
     got = [json.loads((out / f"worker-{i}.json").read_text()) for i in range(2)]

@@ -59,9 +59,11 @@ def test_defaults_enums_bounds_and_cel():
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert any("self.parallelism.data * self.parallelism.tensor * self.parallelism.pipeline" in r for r in rules)
     assert any("self.parallelism.microbatches >= self.parallelism.pipeline" in r for r in rules)
-    # runtime-only, or framework deepspeed/tensorflow only (a plain command job's script splits its world itself)
+    # runtime-only, or framework deepspeed/tensorflow/horovod only (a plain command job's script splits its world itself)
     assert all(r.startswith(("!has(self.model) || ", "!has(self.framework) || self.framework != 'deepspeed' || ",
                              "!has(self.framework) || self.framework != 'tensorflow' || ",
+                             "!has(self.framework) || self.framework != 'horovod' || ",
+                             "!has(self.framework) || self.framework != 'horovod' || ",
                              "!has(self.parallelism.parameterServer) || "))
                for r in rules if "self.parallelism." in r)
     assert spec["required"] == ["image"]

@@ -42,7 +42,7 @@ def node(name):
 def indexes(nodes=(), usage=()):
     return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                             cluster_nodes={n["metadata"]["name"]: [n] for n in nodes}, usage={None: list(usage)},
-                            priority_classes={}, namespace_labels={})
+                            priority_classes={}, namespace_labels={}, resource_quotas={})
 
 
 async def _healthz_server():

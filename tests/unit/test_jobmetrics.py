@@ -170,3 +170,12 @@ def test_garbage_from_the_runtime_is_no_sample_and_never_an_exception():
     jm = JobMetrics()
     jm.observe({"metadata": {"name": "x"}, "status": {"conditions": "not a list"}})  # logged, not raised
     assert jm.jobs() == []
+
+
+def test_role_pods_per_role_and_nothing_for_a_malformed_entry():
+    status = {**RUNNING, "roles": [{"name": "worker", "replicas": 4, "ready": 3}, {"name": "ps", "replicas": 2, "ready": 2},
+                                   {"replicas": 9}, "junk"]}
+    v = values(job_samples(job(status=status)))
+    assert v[("phalanx_trainingjob_role_pods_desired", ("ps",))] == 2 and v[("phalanx_trainingjob_role_pods_ready", ("worker",))] == 3
+    assert len([k for k in v if k[0] == "phalanx_trainingjob_role_pods_ready"]) == 2
+    assert not [k for k in values(job_samples(job(status=RUNNING))) if k[0].startswith("phalanx_trainingjob_role_pods")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from phalanx.api.config import OperatorConfig
+from phalanx.api.slots import worker
 from phalanx.api.types import TrainingJob
 from phalanx.pending import Pending, as_sendable, compact_pods
 from phalanx.render.job import render_children
@@ -16,7 +17,7 @@ def _children(nodes: int = 4) -> list[dict]:
         "metadata": {"name": "pend", "namespace": "ns", "uid": "u-1"},
         "spec": {"image": "img", "nodes": nodes, "procsPerNode": 2, "resources": {"gpus": 2}, "model": {"preset": "debug"}},
     })
-    return render_children(job, OperatorConfig(), 0, ranks=list(range(nodes)))
+    return render_children(job, OperatorConfig(), 0, only=[worker(r) for r in range(nodes)])
 
 
 def test_only_pods_are_compacted_and_they_round_trip_exactly():

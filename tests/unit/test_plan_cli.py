@@ -81,3 +81,27 @@ def test_input_errors():
     assert run_plan(JOB, "kind: List\nitems: []\n") == (EXIT_INPUT_ERROR, "error: no Node objects in the nodes file")
     multi = "\n---\n".join(yaml.safe_dump(n) for n in yaml.safe_load(Path(NODES).read_text())["items"][:4])
     assert run_plan(JOB, multi)[0] == EXIT_PLACED
+
+
+ROLES_JOB = """
+apiVersion: phalanx.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: rec, namespace: team-a}
+spec:
+  image: x
+  nodes: 2
+  resources: {gpus: 8}
+  command: [python, train.py]
+  roles: [{name: ps, replicas: 2, resources: {cpu: "4"}}]
+"""
+
+
+def test_roles_are_planned_and_reported_with_the_workers():
+    code, text = run_plan(ROLES_JOB, NODES)
+    assert code == EXIT_PLACED, text
+    assert any(line.startswith("role ps: 0 ") and ", 1 " in line for line in text.splitlines())
+    out = json.loads(run_plan(ROLES_JOB, NODES, json_out=True)[1])
+    assert len(out["roles"]["ps"]) == 2 and len(out["placement"]) == 2
+    too_many = ROLES_JOB.replace("replicas: 2", "replicas: 200")
+    code, text = run_plan(too_many, NODES)
+    assert code == EXIT_UNSCHEDULABLE and "role ps: needs 200 nodes" in text

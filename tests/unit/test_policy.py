@@ -85,7 +85,7 @@ def test_policy_limits():
     rules = PolicyRules(max_nodes=4, max_restarts=5, min_restart_backoff_seconds=30, allowed_network_profiles=["default"],
                         allowed_priority_classes=["low"])
     config = OperatorConfig(policy=ClusterPolicy(default=rules))
-    refused(job(nodes=8, procsPerNode=1), "spec.nodes", "at most 4 per job", config)
+    refused(job(nodes=8, procsPerNode=1), "spec.nodes", "at most 4 pods per job", config)
     refused(job(failurePolicy={"maxRestarts": 9}), "spec.failurePolicy.maxRestarts", "at most 5", config)
     refused(job(failurePolicy={"backoffSeconds": 1}), "spec.failurePolicy.backoffSeconds", "at least 30", config)
     refused(job(scheduling={"priorityClassName": "high"}), "spec.scheduling.priorityClassName", "allowed: low", config)

@@ -79,9 +79,9 @@ def test_host_network_moves_the_port_with_the_rendezvous():
 
 
 def test_tf_config_helpers():
-    assert tf_config(["a:1", "b:2"], 1) == {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+    assert tf_config({"worker": ["a:1", "b:2"]}, 1) == {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
     with pytest.raises(ValueError):
-        tf_config(["a:1"], 1)
+        tf_config({"worker": ["a:1"]}, 1)
     assert worker_address(job(name="j", namespace="default"), 4, 29500) == "j-node-4.j.default.svc:29500"
 
 
@@ -164,7 +164,7 @@ def test_every_rule_is_in_the_crd_with_its_field_path():
 
 def test_local_pod_env_points_tf_config_at_local_ports():
     from phalanx_runtime.config import RuntimeConfig
-    from phalanx_runtime.local import pod_env
+    from phalanx_runtime.local_env import pod_env
     from phalanx_runtime.net import free_ports
 
     j = job(nodes=2)
@@ -173,6 +173,6 @@ def test_local_pod_env_points_tf_config_at_local_ports():
     assert len(set(ports)) == 2
     workers = [f"127.0.0.1:{p}" for p in ports]
     envs = [pod_env(cfg, n, master_port=1, config_path="/tmp/x/config.json", checkpoint_dir="/tmp/x",
-                    tf_workers=workers) for n in range(2)]
+                    tf_cluster={"worker": workers}) for n in range(2)]
     for node, env in enumerate(envs):
-        assert json.loads(env[C.ENV_TF_CONFIG]) == tf_config(workers, node)
+        assert json.loads(env[C.ENV_TF_CONFIG]) == tf_config({"worker": workers}, node)

@@ -106,3 +106,8 @@ def test_watch_no_chart():
     statuses = [running(s, 5.0 - s) for s in range(1, 4)] + [{**running(4, 0.5), "phase": "Succeeded"}]
     watch(FakeApi(statuses), "j", "ns", timeout=10, out=out, every=0, charts=False)
     assert "\x1b[" not in out.getvalue() and "tokens/s\n" not in out.getvalue()
+
+
+def test_progress_line_shows_each_roles_readiness():
+    line = progress_line({"phase": "Running", "nodes": "2/2", "rolesReady": "worker:2/2 ps:1/2"})
+    assert "nodes 2/2  roles worker:2/2 ps:1/2" in line

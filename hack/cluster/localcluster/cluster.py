@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from phalanx.proc import cmdline
+from phalanx.proc import alive, cmdline, kill_pids, start_time
 from phalanx_runtime.net import free_port  # the one home; re-exported for callers
 
 from .binaries import default_bin_dir, missing_binaries
@@ -34,6 +34,7 @@ from .topology import KWOK_NODE_SELECTOR
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 STATE_FILE = "cluster.json"
+COMPONENT_EXIT_SECONDS = 30.0  # kwokctl delete signals the components; we wait for them to exit
 KWOKCTL_CONFIG = "config.kwok.x-k8s.io/v1alpha1"
 
 # What our clusters need beyond kwokctl's defaults, per component.
@@ -204,10 +205,13 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every component and delete the cluster's data (etcd included)."""
+        """Stop every component and delete the cluster's data (etcd included). Returns once every
+        component process is gone: ``kwokctl delete`` signals them and returns while they still exit."""
+        components = self._component_processes()
         if (self.kwok_workdir / "clusters" / self.name).exists():
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 self._kwokctl("delete", "cluster", timeout=60)
+        _wait_gone(components, COMPONENT_EXIT_SECONDS)
         shutil.rmtree(self.kwok_workdir / "clusters" / self.name, ignore_errors=True)
         if self.etcd_data is not None:
             shutil.rmtree(self.etcd_data, ignore_errors=True)
@@ -239,6 +243,16 @@ class LocalCluster:
         c.ports = {k: int(v) for k, v in st.get("ports", {}).items()}
         c.etcd_data = Path(st["etcd_data"]) if st.get("etcd_data") else None
         return c
+
+    def _component_processes(self) -> set[tuple[int, int | None]]:
+        """(pid, start time) of each live component, from kwokctl's pid files."""
+        found = set()
+        for f in (self.kwok_workdir / "clusters" / self.name / "pids").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(f.read_text().strip())
+                if alive(pid):
+                    found.add((pid, start_time(pid)))
+        return found
 
     # ---- kwokctl -------------------------------------------------------------------------
     def _kwokctl(self, *args: str, timeout: float) -> None:
@@ -301,6 +315,17 @@ class LocalCluster:
                 return
             time.sleep(0.3)
         raise ClusterError("timed out waiting for serviceaccount default/default")
+
+
+def _wait_gone(processes: set[tuple[int, int | None]], timeout: float) -> None:
+    """Wait until none of ``processes`` (pid, start time) lives; SIGKILL what is left at the end."""
+    def left() -> list[int]:
+        return [pid for pid, st in processes if alive(pid) and start_time(pid) == st]
+
+    deadline = time.monotonic() + timeout
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kill_pids(left())
 
 
 def _etcd_data_dir() -> Path:

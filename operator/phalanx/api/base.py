@@ -39,6 +39,22 @@ def _quantity(value: Any) -> int | str:
 Quantity = Annotated[int | str, PlainValidator(_quantity), WithJsonSchema(QUANTITY_SCHEMA)]
 
 
+def unique_by(items: list[Any], key: str, what: str) -> list[Any]:
+    """``items`` unchanged, or ValueError naming the first repeated ``key`` value (list validators)."""
+    seen: set[Any] = set()
+    for item in items:
+        value = getattr(item, key)
+        if value in seen:
+            raise ValueError(f"duplicate {what} {value!r}")
+        seen.add(value)
+    return items
+
+
+def keys_match(mapping: dict[str, Any], pattern: str, max_length: int) -> bool:
+    """Every key of ``mapping`` matches ``pattern`` and is at most ``max_length`` long."""
+    return all(re.fullmatch(pattern, k) and len(k) <= max_length for k in mapping)
+
+
 def bounded_str(pattern: str | None = None, max_length: int = 253, **kw: Any) -> Any:
     """A string field with a format and a length bound (CEL cost estimates need the bound)."""
     return Field(pattern=pattern, max_length=max_length, **kw)

@@ -62,6 +62,7 @@ def values_schema() -> dict[str, Any]:
                                     "renewDeadlineSeconds": INT, "retryPeriodSeconds": INT}),
             "resources": MAP,
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
+            "createPinned": BOOL,
             "livenessPort": PORT,
             "metricsPort": PORT,
             "metrics": _obj({"service": BOOL, "serviceMonitor": MONITOR, "podMonitor": MONITOR}),

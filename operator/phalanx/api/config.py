@@ -118,6 +118,10 @@ class OperatorConfig(Model):
     network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     pod_create_concurrency: int = Field(32, ge=1, le=1024)
+    create_pinned: bool = Field(
+        True, description="Native gangs: plan a new gang before creating it and, when it is placed, create each pod "
+        "pinned to its node and without the gate (one request per pod). False, or a gang not placed yet: pods are "
+        "created behind the gate and released together with one patch each once the gang is placed.")
     bind_timeout_seconds: int = Field(
         120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
     )

@@ -122,6 +122,7 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Nodes", "type": "string", "jsonPath": ".status.nodes", "description": "ready/total"},
+    {"name": "Roles", "type": "string", "jsonPath": ".status.rolesReady", "description": "ready/total pods per role (jobs with spec.roles)"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.loss", "priority": 1},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},

@@ -35,6 +35,45 @@ class Rule:
         return out
 
 
+def script_framework_rules(name: str, script: str, example: str, model_why: str) -> tuple[Rule, Rule]:
+    """``framework: <name>`` runs the user's own script: spec.command set, spec.model unset."""
+    guard = f"!has(self.framework) || self.framework != '{name}' || "
+    return (
+        Rule(guard + "has(self.command)", f"framework {name} runs your own {script} script: set spec.command (e.g. {example})",
+             lambda s: s.framework != name or s.command is not None, ".command"),
+        Rule(guard + "!has(self.model)",
+             f"framework {name}: spec.model must not be set (the built-in runtime is {model_why}; the job runs spec.command)",
+             lambda s: s.framework != name or s.model is None, ".model"),
+    )
+
+
+def parallelism_default(guard: str, applies: Callable[[Any], bool], who: str, field: str, attr: str,
+                        default: Any, cel_default: str, why: str) -> Rule:
+    """``spec.parallelism.<field>`` must keep its default where a mode does not honour it: ``guard``
+    is the mode's CEL prefix (``!<mode> || ``), ``applies`` its Python twin, ``who`` names it."""
+    return Rule(guard + f"self.parallelism.{field} == {cel_default}",
+                f"{who}: spec.parallelism.{field} must be {cel_default} ({why})",
+                lambda s: not applies(s) or getattr(s.parallelism, attr) == default, f".parallelism.{field}")
+
+
+def full_replica_rules(default: Callable[..., Rule], why: str) -> tuple[Rule, ...]:
+    """The parallelism fields left at their defaults by a mode where every rank holds a full
+    replica (MWMS, Horovod): ``default`` is the mode's :func:`parallelism_default` partial, ``why``
+    says so in the messages of the sharding fields."""
+    pipeline = "no pipeline parallelism"
+    return (
+        default("zero", "zero", 0, "0", f"no ZeRO sharding: {why}"),
+        default("replicate", "replicate", 1, "1", "no HSDP replica groups"),
+        default("cpuOffload", "cpu_offload", False, "false", f"no CPU offload: {why}"),
+        default("tensor", "tensor", 1, "1", f"no tensor parallelism: {why}"),
+        default("sequenceParallel", "sequence_parallel", False, "false", "no tensor parallelism"),
+        default("pipeline", "pipeline", 1, "1", pipeline),
+        default("pipelineSchedule", "pipeline_schedule", "1F1B", "'1F1B'", pipeline),  # PipelineSchedule is a StrEnum
+        default("microbatches", "microbatches", 1, "1", pipeline),
+        default("virtualStages", "virtual_stages", 1, "1", pipeline),
+    )
+
+
 def add_cel(schema: dict[str, Any], cls: type) -> None:
     """pydantic ``json_schema_extra`` hook: the class's rules become x-kubernetes-validations."""
     rules = [r for r in getattr(cls, "checks", ()) if r.cel is not None]

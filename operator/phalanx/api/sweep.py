@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from phalanx import constants as C
 from phalanx.api import patterns as P
-from phalanx.api.base import Model
+from phalanx.api.base import Model, unique_by
 from phalanx.api.crd import custom_resource_definition, openapi_schema, unchanged_checks
 from phalanx.api.rules import Rule
 from phalanx.api.types import MAX_JOB_NAME, Condition, ObjectMeta, TrainingJobSpec
@@ -157,12 +157,7 @@ class TrainingSweepSpec(Model):
     @field_validator("parameters")
     @classmethod
     def _unique_paths(cls, v: list[SweepParameter]) -> list[SweepParameter]:
-        seen: set[str] = set()
-        for p in v:
-            if p.path in seen:
-                raise ValueError(f"duplicate parameter path {p.path!r}")
-            seen.add(p.path)
-        return v
+        return unique_by(v, "path", "parameter path")
 
 
 # Rules on the free-form values (parameter values, list trials): CEL cannot see fields whose

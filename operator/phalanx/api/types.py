@@ -6,7 +6,7 @@ them; the runtime reads the same spec from its ConfigMap. Field names are camelC
 
 from __future__ import annotations
 
-import re
+import functools
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from phalanx import constants as C
 from phalanx.api import patterns as P
-from phalanx.api.base import KubeObject, Model, Quantity, bounded_str
+from phalanx.api.base import KubeObject, Model, Quantity, bounded_str, keys_match, unique_by
+from phalanx.api.horovod import HOROVOD_RULES
 from phalanx.api.kubetypes import (
     PER_NODE_SOURCES,
     RESERVED_PATH_RULE,
@@ -24,26 +25,14 @@ from phalanx.api.kubetypes import (
     VolumeMount,
     VolumeSource,
 )
-from phalanx.api.rules import Rule
+from phalanx.api.resources import Resources
+from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
+from phalanx.api.rules import Rule, full_replica_rules, parallelism_default, script_framework_rules
 
-__all__ = ["KubeObject", "Model", "Quantity"]  # re-exported for the operator config
+__all__ = ["KubeObject", "Model", "Quantity", "Resources", "Role", "SuccessPolicy"]  # re-exported
 
 # Pod hostnames are "<job>-node-<rank>" and must stay a DNS label (63 chars).
 MAX_JOB_NAME = 45
-
-
-def _unique(items: list[Any], key: str, what: str) -> list[Any]:
-    seen: set[str] = set()
-    for item in items:
-        value = getattr(item, key)
-        if value in seen:
-            raise ValueError(f"duplicate {what} {value!r}")
-        seen.add(value)
-    return items
-
-
-def _keys_match(mapping: dict[str, Any], pattern: str, max_length: int) -> bool:
-    return all(re.fullmatch(pattern, k) and len(k) <= max_length for k in mapping)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,6 +73,7 @@ class Framework(StrEnum):
     NONE = "none"
     DEEPSPEED = "deepspeed"
     TENSORFLOW = "tensorflow"
+    HOROVOD = "horovod"
 
 
 class DataSource(StrEnum):
@@ -125,26 +115,6 @@ TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 # ---------------------------------------------------------------------------------------------
 # Spec
-
-
-class Resources(Model):
-    """Per-node (per-pod) resources. GPUs become ``nvidia.com/gpu`` requests and limits."""
-
-    gpus: int = Field(0, ge=0, le=64, description="GPUs per node (nvidia.com/gpu).")
-    cpu: Quantity | None = Field(None, description="CPU request and limit per node, e.g. '8'.")
-    memory: Quantity | None = Field(None, description="Memory request and limit per node, e.g. '64Gi'.")
-    extra: dict[str, Quantity] = Field(
-        default_factory=dict, max_length=32,
-        description="Extra extended resources per node, e.g. rdma/rdma_shared_device_a: 1.",
-    )
-
-    checks = (
-        Rule(None,
-             "extra resource names are extended resources (domain/name), hugepages-<size> or ephemeral-storage",
-             lambda r: _keys_match(r.extra, P.RESOURCE_NAME, P.MAX_QUALIFIED_NAME), ".extra"),
-        Rule(f"!has(self.extra) || !('{C.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{C.RESOURCE_GPU}']",
-             lambda r: C.RESOURCE_GPU not in r.extra, ".extra"),
-    )
 
 
 class ParameterServer(Model):
@@ -297,7 +267,7 @@ class NetworkSpec(Model):
 
     checks = (
         Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*)",
-             lambda n: _keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
+             lambda n: keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
              and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
     )
 
@@ -422,7 +392,7 @@ SPEC_RULES = (
          lambda s: s.checkpoint.volume is None or all(m.mount_path != s.checkpoint.mount_path for m in s.volume_mounts),
          ".volumeMounts"),
     Rule(None, "nodeSelector keys must be label keys ([prefix/]name, name at most 63 characters)",
-         lambda s: _keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME),
+         lambda s: keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME),
          ".nodeSelector"),
 )
 
@@ -496,20 +466,13 @@ def _tf(holds):
     return lambda s: s.framework != Framework.TENSORFLOW or holds(s)
 
 
-def _tf_default(field: str, attr: str, default: Any, cel_default: str, why: str) -> Rule:
-    return Rule(_TF + f"self.parallelism.{field} == {cel_default}",
-                f"framework tensorflow: spec.parallelism.{field} must be {cel_default} ({why})",
-                _tf(lambda s: getattr(s.parallelism, attr) == default), f".parallelism.{field}")
+_tf_default = functools.partial(parallelism_default, _TF, lambda s: s.framework == Framework.TENSORFLOW,
+                                "framework tensorflow")
 
 
 _TF_MWMS = "MultiWorkerMirroredStrategy keeps a full replica of the variables in every worker"
 TENSORFLOW_RULES = (
-    Rule(_TF + "has(self.command)",
-         "framework tensorflow runs your own TensorFlow script: set spec.command (e.g. [python, train.py])",
-         _tf(lambda s: s.command is not None), ".command"),
-    Rule(_TF + "!has(self.model)",
-         "framework tensorflow: spec.model must not be set (the built-in runtime is torch; the job runs spec.command)",
-         _tf(lambda s: s.model is None), ".model"),
+    *script_framework_rules("tensorflow", "TensorFlow", "[python, train.py]", "torch"),
     Rule(_TF + "self.procsPerNode == 1",
          "framework tensorflow: spec.procsPerNode must be 1 (one TensorFlow worker per pod, one TF_CONFIG task; "
          "it uses every GPU of its pod)",
@@ -517,15 +480,7 @@ TENSORFLOW_RULES = (
     Rule(_TF + "!has(self.parallelism.data) || self.parallelism.data == self.nodes",
          "framework tensorflow: spec.parallelism.data must be unset or equal nodes (one data-parallel worker per pod)",
          _tf(lambda s: s.parallelism.data is None or s.parallelism.data == s.nodes), ".parallelism.data"),
-    _tf_default("zero", "zero", 0, "0", f"no ZeRO sharding: {_TF_MWMS}"),
-    _tf_default("replicate", "replicate", 1, "1", "no HSDP replica groups"),
-    _tf_default("cpuOffload", "cpu_offload", False, "false", f"no CPU offload: {_TF_MWMS}"),
-    _tf_default("tensor", "tensor", 1, "1", f"no tensor parallelism: {_TF_MWMS}"),
-    _tf_default("sequenceParallel", "sequence_parallel", False, "false", "no tensor parallelism"),
-    _tf_default("pipeline", "pipeline", 1, "1", "no pipeline parallelism"),
-    _tf_default("pipelineSchedule", "pipeline_schedule", PipelineSchedule.ONE_F_ONE_B, "'1F1B'", "no pipeline parallelism"),
-    _tf_default("microbatches", "microbatches", 1, "1", "no pipeline parallelism"),
-    _tf_default("virtualStages", "virtual_stages", 1, "1", "no pipeline parallelism"),
+    *full_replica_rules(_tf_default, _TF_MWMS),
     Rule(_TF + "!has(self.elastic)",
          "framework tensorflow: spec.elastic is not supported (TF_CONFIG lists spec.nodes workers; "
          "MultiWorkerMirroredStrategy cannot change its cluster)",
@@ -546,10 +501,8 @@ def _ps(holds):
     return lambda s: s.parallelism.parameter_server is None or holds(s)
 
 
-def _ps_default(field: str, attr: str, default: Any, cel_default: str, why: str) -> Rule:
-    return Rule(_PS + f"self.parallelism.{field} == {cel_default}",
-                f"parallelism.parameterServer: spec.parallelism.{field} must be {cel_default} ({why})",
-                _ps(lambda s: getattr(s.parallelism, attr) == default), f".parallelism.{field}")
+_ps_default = functools.partial(parallelism_default, _PS, lambda s: s.parallelism.parameter_server is not None,
+                                "parallelism.parameterServer")
 
 
 PARAMETER_SERVER_RULES = (
@@ -583,7 +536,9 @@ class TrainingJobSpec(Model):
     framework: Framework = Field(
         Framework.NONE, description="Command jobs: deepspeed renders the parallelism and training fields into a "
         "DeepSpeed config at $PHALANX_DEEPSPEED_CONFIG (/etc/phalanx/deepspeed.json); tensorflow renders TF_CONFIG "
-        "(every pod one worker) for MultiWorkerMirroredStrategy; none: the script splits its world itself.")
+        "(every pod one worker; with roles chief/ps/evaluator, ParameterServerStrategy); horovod renders Horovod's "
+        "gloo rendezvous env (run the script under python -m phalanx_runtime.horovod_launch); none: the script "
+        "splits its world itself.")
     nodes: int = Field(1, ge=1, le=16384, description="Pods (one per node).")
     procs_per_node: int = Field(1, ge=1, le=64, description="Worker processes per pod (usually GPUs per node).")
     resources: Resources = Field(default_factory=Resources)
@@ -611,23 +566,36 @@ class TrainingJobSpec(Model):
         default_factory=list, max_length=64, description="Extra core/v1 VolumeMounts for the trainer.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
     shm_size: Quantity | None = Field(None, description="Size of the memory-backed /dev/shm (default 2Gi, NCCL needs it).")
+    roles: list[Role] = Field(
+        default_factory=list, max_length=MAX_ROLES,
+        description="Command jobs: groups of pods besides the workers (parameter servers, chief, evaluator), "
+        "each with its own replicas, resources and command; one gang with the workers, all or nothing.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    success_policy: SuccessPolicy | None = Field(
+        None, description="Which roles' pods must all exit 0 for the job to succeed (default: all; "
+        "chief for framework tensorflow with a chief role).")
 
-    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES
+    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES + HOROVOD_RULES
+
+    @field_validator("roles")
+    @classmethod
+    def _roles_unique(cls, v: list[Role]) -> list[Role]:
+        return unique_by(v, "name", "role name")
 
     @field_validator("env")
     @classmethod
     def _env_unique(cls, v: list[EnvVar]) -> list[EnvVar]:
-        return _unique(v, "name", "env name")
+        return unique_by(v, "name", "env name")
 
     @field_validator("volumes")
     @classmethod
     def _volumes_unique(cls, v: list[Volume]) -> list[Volume]:
-        return _unique(v, "name", "volume name")
+        return unique_by(v, "name", "volume name")
 
     @field_validator("volume_mounts")
     @classmethod
     def _mounts_unique(cls, v: list[VolumeMount]) -> list[VolumeMount]:
-        return _unique(v, "mount_path", "mountPath")
+        return unique_by(v, "mount_path", "mountPath")
 
     # --- derived, not on the wire -------------------------------------------------------
     @property
@@ -640,6 +608,22 @@ class TrainingJobSpec(Model):
         if p.parameter_server is not None:
             return self.world_size - p.parameter_server.servers  # the workers
         return p.data if p.data is not None else self.world_size // (p.tensor * p.pipeline)
+
+    @property
+    def gang_size(self) -> int:
+        """Pods of the gang: the workers and every role's replicas."""
+        return self.nodes + sum(r.replicas for r in self.roles)
+
+    @property
+    def success_roles(self) -> tuple[str, ...]:
+        """Roles whose pods must all succeed: successPolicy's; for tensorflow the chief (else the
+        workers: an evaluator never decides); else every role."""
+        if self.success_policy is not None:
+            return tuple(self.success_policy.roles)
+        names = [r.name for r in self.roles]
+        if self.framework == Framework.TENSORFLOW:  # Kubeflow's TFJob: the chief, else the workers
+            return (C.TF_TASK_CHIEF,) if C.TF_TASK_CHIEF in names else (C.ROLE_WORKER,)
+        return (C.ROLE_WORKER, *names)
 
     @property
     def uses_runtime(self) -> bool:
@@ -669,8 +653,15 @@ class CheckpointStatus(Model):
 class PlacementStatus(Model):
     nodes: list[str] = Field(default_factory=list, description="Node of each node-rank.")
     span: dict[str, int] = Field(default_factory=dict, description="Domains used per topology level.")
+    roles: dict[str, list[str]] | None = Field(None, description="Jobs with spec.roles: node of each pod of each role.")
     predicted_allreduce_seconds: float | None = None
     message: str | None = None
+
+
+class RoleStatus(Model):
+    name: str
+    replicas: int = 0
+    ready: int = 0
 
 
 class TrainingJobStatus(Model):
@@ -682,6 +673,8 @@ class TrainingJobStatus(Model):
     nodes: str = Field("0/0", description="ready/total, for the printer column.")
     world_size: int | None = None
     active_nodes: int | None = Field(None, description="Nodes in the current gang (elastic jobs shrink and grow it).")
+    roles: list[RoleStatus] | None = Field(None, description="Jobs with spec.roles: ready pods of each role, workers first.")
+    roles_ready: str | None = Field(None, description="'worker:4/4 ps:2/2', for the printer column.")
     restarts: int = 0
     restart_attempt: int = Field(0, description="Generation of the pod set (bumped by restarts and resume).")
     attempt_created: bool = Field(False, description="Every pod of the current attempt was created once.")

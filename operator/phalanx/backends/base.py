@@ -49,8 +49,14 @@ def pod_requests(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str,
 
 
 def min_resources(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Whole-gang requests (per pod × nodes) as Kubernetes quantity strings."""
-    return {k: format_amount(k, v * spec.nodes) for k, v in pod_requests(spec, extra).items()}
+    """Whole-gang requests (per pod × pods, of the workers and of every role) as quantity strings."""
+    gang = GangRequest.from_spec(spec, "", extra_requests=extra)
+    total: dict[str, int] = {}
+    for part in (gang, *gang.roles):
+        for k, v in part.requests.items():
+            if k != C.RESOURCE_PODS:
+                total[k] = total.get(k, 0) + v * part.count
+    return {k: format_amount(k, v) for k, v in total.items()}
 
 
 def apply_mutation(pod: dict[str, Any], m: PodMutation) -> dict[str, Any]:

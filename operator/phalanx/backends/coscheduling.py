@@ -20,7 +20,7 @@ def render(
 ) -> BackendRender:
     spec = job.spec
     sched = spec.scheduling
-    pg_spec: dict[str, Any] = {"minMember": spec.nodes, "minResources": min_resources(spec, extra_requests)}
+    pg_spec: dict[str, Any] = {"minMember": spec.gang_size, "minResources": min_resources(spec, extra_requests)}
     if sched.gang_timeout_seconds > 0:
         pg_spec["scheduleTimeoutSeconds"] = sched.gang_timeout_seconds
     pg = {"apiVersion": C.COSCHEDULING_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job),

@@ -43,7 +43,7 @@ def render(
     labels = {C.LABEL_KUEUE_POD_GROUP_NAME: group_name or job.metadata.name}
     if sched.queue:
         labels[C.LABEL_KUEUE_QUEUE_NAME] = sched.queue
-    annotations = {C.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT: str(spec.nodes)}
+    annotations = {C.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT: str(spec.gang_size)}
     if sched.topology.required:
         annotations[C.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = level_label(sched.topology.required, levels)
     elif sched.topology.preferred:

@@ -32,7 +32,7 @@ def render(
     spec = job.spec
     sched = spec.scheduling
     name = job.metadata.name
-    pg_spec: dict[str, Any] = {"minMember": spec.nodes, "minResources": min_resources(spec, extra_requests)}
+    pg_spec: dict[str, Any] = {"minMember": spec.gang_size, "minResources": min_resources(spec, extra_requests)}
     if sched.queue:
         pg_spec["queue"] = sched.queue
     if sched.priority_class_name:

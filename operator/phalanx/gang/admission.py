@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
+from phalanx.api.slots import Slot, slot_of, worker
 from phalanx.api.types import TrainingJob
 from phalanx.constants import Reason
 from phalanx.decision import GangDecision
@@ -65,8 +65,10 @@ def decision_for(
     """Turn the planner's answer for one gang into pins (pod → node) and a status placement."""
     if isinstance(result, Unschedulable):
         return GangDecision(release=False, schedulable=False, reason=result.reason, message=result.message)
-    by_rank = {int(p["metadata"]["labels"][C.LABEL_NODE_RANK]): p["metadata"]["name"] for p in pods}
-    pins = {by_rank[rank]: node for rank, node in enumerate(result.nodes)}
+    by_slot = {slot_of(p): p["metadata"]["name"] for p in pods}
+    pins = {by_slot[worker(rank)]: node for rank, node in enumerate(result.nodes)}
+    for role, role_nodes in result.role_nodes.items():
+        pins |= {by_slot[Slot(role, i)]: node for i, node in enumerate(role_nodes)}
     placement = result.to_status()
     nodes = nodes_from_list(list(node_objs))
     report = cost_report(job.spec, result.nodes, nodes, Topology.build(nodes, config.topology.levels), config.topology,
@@ -75,5 +77,6 @@ def decision_for(
         est = report.estimate
         placement["predictedAllreduceSeconds"] = round(min(est.ring_seconds, est.hierarchical_seconds), 6)
     span = ", ".join(f"{k}={v}" for k, v in result.span.items())
-    return GangDecision(release=True, pins=pins, reason=Reason.PLACED, message=f"placed on {len(result.nodes)} nodes ({span})",
+    roles = "".join(f", {len(n)} {r}" for r, n in result.role_nodes.items())
+    return GangDecision(release=True, pins=pins, reason=Reason.PLACED, message=f"placed on {len(result.nodes)} nodes ({span}){roles}",
                         placement=placement)

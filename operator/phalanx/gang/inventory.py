@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -175,20 +175,35 @@ def _container_requests(c: Mapping[str, Any]) -> Resources:
     return req
 
 
+def _container_limits(c: Mapping[str, Any]) -> Resources:
+    return parse_resources((c.get("resources") or {}).get("limits"))
+
+
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
     """Effective requests of a pod, as the scheduler computes them.
 
     max(sum(containers) + sum(sidecars), each init container + the sidecars started before it)
     + overhead; plus one ``pods`` slot. Sidecars are init containers with restartPolicy Always.
     """
+    total = _pod_total(pod, _container_requests)
+    total[RESOURCE_PODS] = total.get(RESOURCE_PODS, 0) + 1
+    return total
+
+
+def pod_limits(pod: Mapping[str, Any]) -> Resources:
+    """Effective limits of a pod, computed as its requests are (what ``limits.*`` quotas count)."""
+    return _pod_total(pod, _container_limits)
+
+
+def _pod_total(pod: Mapping[str, Any], amounts: Callable[[Mapping[str, Any]], Resources]) -> Resources:
     spec = pod.get("spec") or {}
     total: Resources = {}
     for c in spec.get("containers") or []:
-        total = add_resources(total, _container_requests(c))
+        total = add_resources(total, amounts(c))
     sidecars: Resources = {}
     init_peak: Resources = {}
     for c in spec.get("initContainers") or []:
-        req = _container_requests(c)
+        req = amounts(c)
         if c.get("restartPolicy") == "Always":
             sidecars = add_resources(sidecars, req)
             cand = sidecars
@@ -199,9 +214,7 @@ def pod_requests(pod: Mapping[str, Any]) -> Resources:
     total = add_resources(total, sidecars)
     for k, v in init_peak.items():
         total[k] = max(total.get(k, 0), v)
-    total = add_resources(total, parse_resources(spec.get("overhead")))
-    total[RESOURCE_PODS] = total.get(RESOURCE_PODS, 0) + 1
-    return total
+    return add_resources(total, parse_resources(spec.get("overhead")))
 
 
 @dataclass(frozen=True, slots=True)

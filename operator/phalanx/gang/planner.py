@@ -24,11 +24,17 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phalanx.api.config import TopologyConfig, TopologyLevel, levels_of
-from phalanx.constants import RESOURCE_CPU, RESOURCE_GPU, RESOURCE_MEMORY, RESOURCE_PODS
+from phalanx.constants import (
+    RESOURCE_CPU,
+    RESOURCE_GPU,
+    RESOURCE_MEMORY,
+    RESOURCE_PODS,
+    ROLE_WORKER,
+)
 from phalanx.gang.inventory import (
     NodeInfo,
     PodUsage,
@@ -55,6 +61,8 @@ class GangRequest:
     preferred: str | None = None
     priority: int = 0
     creation: str = ""  # RFC 3339 creationTimestamp; sorts lexicographically
+    role: str = ROLE_WORKER
+    roles: tuple[GangRequest, ...] = ()  # the job's other roles: placed with it, all or nothing
 
     @classmethod
     def from_spec(
@@ -67,21 +75,16 @@ class GangRequest:
         extra_requests: Mapping[str, Any] | None = None,
     ) -> GangRequest:
         """From a TrainingJobSpec. ``extra_requests`` adds e.g. the network profile's RDMA resource
-        (``NetworkWiring.resources``)."""
-        res = spec.resources
-        req: Resources = {}
-        if res.gpus:
-            req[RESOURCE_GPU] = res.gpus
-        if res.cpu is not None:
-            req[RESOURCE_CPU] = canonical_amount(RESOURCE_CPU, res.cpu)
-        if res.memory is not None:
-            req[RESOURCE_MEMORY] = canonical_amount(RESOURCE_MEMORY, res.memory)
-        for k, v in (res.extra or {}).items():
-            req[k] = canonical_amount(k, v)
-        for k, v in (extra_requests or {}).items():
-            req[k] = canonical_amount(k, v)
-        req[RESOURCE_PODS] = 1
+        (``NetworkWiring.resources``). Each of ``spec.roles`` becomes a sub-request: GPU roles keep
+        the job's topology constraints (compact among themselves); CPU roles go wherever they fit."""
         topo = spec.scheduling.topology
+        req = pod_requests(spec.resources, extra_requests)
+        roles = tuple(
+            cls(key=key, count=r.replicas, requests=pod_requests(r.resources, extra_requests), role=r.name,
+                tolerations=tuple(t.to_kube() for t in spec.tolerations), node_selector=dict(spec.node_selector or {}),
+                required=topo.required if r.resources.gpus else None,
+                preferred=topo.preferred if r.resources.gpus else None)
+            for r in spec.roles)
         return cls(
             key=key,
             count=spec.nodes,
@@ -92,6 +95,7 @@ class GangRequest:
             preferred=topo.preferred,
             priority=priority,
             creation=creation,
+            roles=roles,
         )
 
     def describe(self) -> str:
@@ -106,6 +110,23 @@ class GangRequest:
         return what
 
 
+def pod_requests(res: Any, extra_requests: Mapping[str, Any] | None = None) -> Resources:
+    """One pod's requests in canonical units, from an api ``Resources`` (plus ``extra_requests``)."""
+    req: Resources = {}
+    if res.gpus:
+        req[RESOURCE_GPU] = res.gpus
+    if res.cpu is not None:
+        req[RESOURCE_CPU] = canonical_amount(RESOURCE_CPU, res.cpu)
+    if res.memory is not None:
+        req[RESOURCE_MEMORY] = canonical_amount(RESOURCE_MEMORY, res.memory)
+    for k, v in (res.extra or {}).items():
+        req[k] = canonical_amount(k, v)
+    for k, v in (extra_requests or {}).items():
+        req[k] = canonical_amount(k, v)
+    req[RESOURCE_PODS] = 1
+    return req
+
+
 # ---------------------------------------------------------------------------------------------
 # Results
 
@@ -118,14 +139,22 @@ class Placement:
     span: dict[str, int]  # domains used per level
     requests: Mapping[str, int]
     notes: list[str] = field(default_factory=list)
+    role_nodes: dict[str, list[str]] = field(default_factory=dict)  # node of each pod of each other role
+    role_requests: dict[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def parts(self) -> list[tuple[list[str], Mapping[str, int]]]:
+        """(nodes, per-pod requests) of the workers and of each other role."""
+        return [(self.nodes, self.requests)] + [(n, self.role_requests[r]) for r, n in self.role_nodes.items()]
 
     def reservations(self) -> list[Reservation]:
-        return [Reservation(gang=self.key, node=n, requests=self.requests) for n in self.nodes]
+        return [Reservation(gang=self.key, node=n, requests=req) for nodes, req in self.parts() for n in nodes]
 
     def to_status(self) -> dict[str, Any]:
         """Fields of TrainingJobStatus.placement (camelCase)."""
-        return {"nodes": list(self.nodes), "span": dict(self.span),
-                "message": "; ".join(self.notes) or None}
+        out = {"nodes": list(self.nodes), "span": dict(self.span), "message": "; ".join(self.notes) or None}
+        if self.role_nodes:
+            out["roles"] = {r: list(n) for r, n in self.role_nodes.items()}
+        return out
 
 
 @dataclass(frozen=True)
@@ -424,6 +453,96 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
     )
 
 
+def _negated(requests: Mapping[str, int]) -> dict[str, int]:
+    return {k: -v for k, v in requests.items()}
+
+
+def _scarce_first(roles: Sequence[GangRequest]) -> list[GangRequest]:
+    """GPU roles first, then the larger CPU and memory requests (spec order among equals): a small
+    CPU role must not take the CPU a GPU node's GPU role needs."""
+    return sorted(roles, key=lambda r: tuple(-r.requests.get(k, 0) for k in (RESOURCE_GPU, RESOURCE_CPU, RESOURCE_MEMORY)))
+
+
+def _workers_domain(request: GangRequest, topo: Topology, main: Placement) -> tuple[int, Path] | None:
+    """``scheduling.topology.required``: the level and the domain the workers were placed in."""
+    if not request.required:
+        return None
+    level = topo.level_index(request.required)
+    return level, topo.paths[main.nodes[0]][: level + 1]
+
+
+def _within(cap: Capacity, topo: Topology, fit: _Fit, scope: tuple[int, Path]) -> _Fit:
+    """``fit`` less the nodes outside the workers' required domain (node order kept)."""
+    level, domain = scope
+    inside = [n for n in cap.names if n in fit.feasible and topo.paths[n][: level + 1] == domain]
+    excluded = dict(fit.excluded)
+    if len(fit.feasible) > len(inside):
+        excluded[f"outside the workers' {topo.levels[level].name}"] = len(fit.feasible) - len(inside)
+    return _Fit.of(topo, inside, excluded)
+
+
+def _role_fit(cap: Capacity, topo: Topology, role: GangRequest, scope: tuple[int, Path] | None) -> Callable[[], _Fit]:
+    if scope is None:
+        return functools.partial(cap.fit, role)
+    return lambda: _within(cap, topo, cap.fit(role), scope)
+
+
+def _place_gang(request: GangRequest, topo: Topology, cap: Capacity) -> Placement | Unschedulable:
+    """The workers, then each other role (scarce first) on the capacity they leave, inside the
+    workers' domain when the topology is required: all of them or none. Where the workers' best
+    domain leaves no room for the roles, every other domain of the required level is tried. The
+    capacity is as before on return (the caller reserves a placement)."""
+    first = _place_parts(request, topo, cap, None)
+    if not isinstance(first, _RolesFailed):
+        return first
+    tried = _workers_domain(request, topo, first.workers)
+    if tried is None:
+        return first.unschedulable
+    level = tried[0]
+    for domain in cap.fit(request).domains(level):
+        if Topology.is_unknown(domain) or domain == tried[1]:
+            continue
+        res = _place_parts(request, topo, cap, (level, domain))
+        if isinstance(res, Placement):
+            return res
+    return first.unschedulable
+
+
+@dataclass(frozen=True)
+class _RolesFailed:
+    workers: Placement
+    unschedulable: Unschedulable
+
+
+def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
+                 scope: tuple[int, Path] | None) -> Placement | Unschedulable | _RolesFailed:
+    """The whole gang; Unschedulable when the workers do not fit (in ``scope``); _RolesFailed when
+    a role does not. The capacity is as before on return."""
+    main = _place(request, topo, _role_fit(cap, topo, request, scope))
+    if not request.roles or isinstance(main, Unschedulable):
+        return main
+    scope = scope or _workers_domain(request, topo, main)
+    held = [(main.nodes, main.requests)]
+    cap.reserve(main.nodes, main.requests)
+    role_nodes: dict[str, list[str]] = {}
+    failed: Unschedulable | None = None
+    for role in _scarce_first(request.roles):
+        res = _place(role, topo, _role_fit(cap, topo, role, scope))
+        if isinstance(res, Unschedulable):
+            failed = Unschedulable(request.key, f"role {role.role}: {res.message}", reason=res.reason,
+                                   fit=res.fit, excluded=dict(res.excluded))
+            break
+        cap.reserve(res.nodes, res.requests)
+        held.append((res.nodes, res.requests))
+        role_nodes[role.role] = res.nodes
+    for nodes, requests in reversed(held):
+        cap.reserve(nodes, _negated(requests))
+    if failed is not None:
+        return _RolesFailed(main, failed)
+    return replace(main, role_nodes={r.role: role_nodes[r.role] for r in request.roles},
+                   role_requests={r.role: dict(r.requests) for r in request.roles})
+
+
 # ---------------------------------------------------------------------------------------------
 # Incremental capacity (plan_queue)
 
@@ -567,6 +686,8 @@ def plan_gang(
     topo = topology or Topology.build(nodes, levels_of(topology_config))
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
+    if request.roles:  # the roles are placed on what the workers leave: a capacity of its own
+        return _place_gang(request, topo, Capacity(nodes, topo, {n: dict(f) for n, f in free.items()}))
     free_ = free
 
     def fit() -> _Fit:
@@ -623,10 +744,11 @@ def plan_queue(
         if blocked_by is not None:
             results[g.key] = Unschedulable(g.key, f"queued behind {blocked_by}", reason="Queued")
             continue
-        res = _place(g, topo, functools.partial(cap.fit, g))
+        res = _place_gang(g, topo, cap)
         results[g.key] = res
         if isinstance(res, Placement):
-            cap.reserve(res.nodes, res.requests)
+            for part_nodes, requests in res.parts():
+                cap.reserve(part_nodes, requests)
             out_res.extend(res.reservations())
         elif not backfill:
             blocked_by = g.key

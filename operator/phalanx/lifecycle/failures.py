@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from phalanx import constants as C
+from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import FailurePolicy, Phase
 from phalanx.constants import Reason
 from phalanx.lifecycle.conditions import get_condition
@@ -31,7 +32,8 @@ class Failure:
     def describe(self) -> str:
         code = f" with code {self.exit_code}" if self.exit_code is not None else ""
         kind = "retryable" if self.retryable else "permanent"
-        return f"pod {self.pod} (node-rank {self.rank}) {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
+        where = f" (node-rank {self.rank})" if self.rank >= 0 else ""
+        return f"pod {self.pod}{where} {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
 
 
 def exit_code_retryable(code: int, policy: FailurePolicy) -> bool:
@@ -54,6 +56,12 @@ def _exit_code(pod: dict[str, Any]) -> int | None:
 
 def pod_rank(pod: dict[str, Any]) -> int:
     return int(pod["metadata"].get("labels", {}).get(C.LABEL_NODE_RANK, -1))
+
+
+def _rank_order(pod: dict[str, Any]) -> tuple[bool, int]:
+    """Workers by node-rank, then role pods (no node-rank)."""
+    rank = pod_rank(pod)
+    return rank < 0, rank
 
 
 def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
@@ -83,19 +91,21 @@ def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime,
                   progress: dict[str, Any] | None) -> Failure | None:
     """The current gang's first failure, by rank: a failed pod, a pod on a lost node, a pod lost
     after the gang was created, or a hang (no step progress for hangTimeoutSeconds)."""
-    for pod in sorted(current, key=pod_rank):
+    for pod in sorted(current, key=_rank_order):
         failure = classify_pod(pod, spec.failure_policy)
         if failure is not None:
             return failure
-    for pod in sorted(current, key=pod_rank):
+    for pod in sorted(current, key=_rank_order):
         node = pod.get("spec", {}).get("nodeName")
         if node and node in lost_nodes and is_alive(pod):
             return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.NODE_LOST, f"node {node} is gone or NotReady", None, True)
     if st.s.attempt_created:
-        ranks = {pod_rank(p) for p in current}
-        missing = [r for r in range(spec.nodes) if r not in ranks]
+        present = {slot_of(p) for p in current}
+        missing = [s for s in slots(spec) if s not in present]
         if missing:
-            return Failure(f"rank {missing[0]}", missing[0], Reason.POD_LOST, "pod disappeared (deleted, or its node is gone)", None, True)
+            lost = missing[0]
+            return Failure(str(lost), lost.index if lost.is_worker else -1, Reason.POD_LOST,
+                           "pod disappeared (deleted, or its node is gone)", None, True)
     return _hang(st, spec, now, progress)
 
 
@@ -126,10 +136,24 @@ def stuck_terminating(pods: list[dict], lost_nodes: frozenset[str], now: datetim
     return stuck
 
 
+def created_at(pod: dict[str, Any]) -> datetime | None:
+    """The pod's creationTimestamp (None: unset, as in a rendered pod, or malformed)."""
+    try:
+        return parse_iso(pod["metadata"].get("creationTimestamp"))
+    except ValueError:
+        return None
+
+
 def unbound_too_long(st: StatusView, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
-    """Pods released (gate lifted) but still unbound ``timeout`` s after the gang was placed."""
+    """Pods released (gate lifted) but still unbound ``timeout`` s after the gang was placed and
+    every pod existed. A gang created pinned is placed before its pods exist, and its Schedulable
+    condition may have been True since an earlier attempt: the clock runs from its newest pod."""
     cond = get_condition(st.s.conditions, C.COND_SCHEDULABLE)
     released = parse_iso(cond.last_transition_time) if cond and cond.status == "True" else None
-    if released is None or len(current) != nodes or (now - released).total_seconds() < timeout:
+    if released is None or len(current) != nodes:
+        return 0
+    created = [t for p in current if (t := created_at(p)) is not None]
+    since = max([released, *created])
+    if (now - since).total_seconds() < timeout:
         return 0
     return sum(1 for p in current if not is_gated(p) and not p.get("spec", {}).get("nodeName") and is_alive(p))

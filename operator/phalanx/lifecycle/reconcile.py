@@ -18,16 +18,20 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
-from phalanx.api.types import TERMINAL_PHASES, Phase, PlacementStatus, TrainingJob
+from phalanx.api.slots import role_counts, slot_pod_name, slots
+from phalanx.api.types import TERMINAL_PHASES, GangBackend, Phase, PlacementStatus, TrainingJob
 from phalanx.backends.kueue import withdrawal
 from phalanx.constants import Reason
 from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
+from phalanx.gang.pins import pin_pod
+from phalanx.gang.quota import quota_shortfall
 from phalanx.lifecycle import elastic
 from phalanx.lifecycle.conditions import get_condition, is_true
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failures import (
     Failure,
     backoff_seconds,
+    created_at,
     first_failure,
     stuck_terminating,
     unbound_too_long,
@@ -42,10 +46,22 @@ from phalanx.lifecycle.pods import (
     undeleted_names,
 )
 from phalanx.lifecycle.progress import final_progress, parse_progress
-from phalanx.lifecycle.status import StatusView, count_ready, iso, parse_iso, phase_from_pods
+from phalanx.lifecycle.status import (
+    StatusView,
+    count_ready,
+    iso,
+    parse_iso,
+    phase_from_pods,
+    succeeded_roles,
+)
 from phalanx.render.job import render_children
-from phalanx.render.names import config_map_name, pod_name, service_name, spec_hash
+from phalanx.render.names import config_map_name, service_name, spec_hash
 from phalanx.validate import validate_job
+
+# A pinned gang seen part-created this long after its newest pod: the creation stopped (the
+# index shows our creates within seconds, kopf's expectations wait 5 s).
+INTERRUPTED_AFTER_SECONDS = 30.0
+REFUSED_GRACE_SECONDS = 10.0  # the same, when the creation's refusal is on record
 
 __all__ = ["PHASES", "Fits", "GangDecision", "GangStep", "Observed", "Plan", "decide", "release_all"]
 
@@ -121,6 +137,7 @@ def accept(ctx: Pass) -> None:
     if get_condition(st.s.conditions, C.COND_RECONCILED) is not None:  # recovered from a ReconcileError
         st.cond(C.COND_RECONCILED, True, Reason.RECONCILED, "")
     st.s.total_nodes = spec.nodes
+    st.role_totals = role_counts(spec) if spec.roles else None
     st.s.world_size = spec.world_size
     st.s.total_steps = spec.training.steps
 
@@ -202,11 +219,12 @@ def deadline(ctx: Pass) -> Plan | None:
 
 
 def succeeded(ctx: Pass) -> Plan | None:
-    """Every rank exited 0."""
-    current, nodes = ctx.current, ctx.spec.nodes
-    if not current or len(current) != nodes or any(pod_phase(p) != "Succeeded" for p in current):
+    """Every pod of the roles that decide success exited 0 (every pod, unless successPolicy or a
+    TensorFlow chief says otherwise); the rest are stopped by ``finished``."""
+    done = succeeded_roles(ctx.spec, ctx.current)
+    if done is None:
         return None
-    ctx.st.finish(Phase.SUCCEEDED, Reason.SUCCEEDED, f"all {nodes} nodes completed")
+    ctx.st.finish(Phase.SUCCEEDED, Reason.SUCCEEDED, done)
     count_ready(ctx.st, [])
     return ctx.done()
 
@@ -222,7 +240,7 @@ def admission_withdrawn(ctx: Pass) -> Plan | None:
     pods: a new attempt queues again and resumes from the last checkpoint. Not a failure: no
     restart counted. Suspended says so until the admitter admits the gang again."""
     st, observed = ctx.st, ctx.observed
-    found = withdrawal(observed.backend_evicted, ctx.current, st.s.attempt_created, ctx.spec.nodes)
+    found = withdrawal(observed.backend_evicted, ctx.current, st.s.attempt_created, ctx.spec.gang_size)
     if found is None:
         readmitted = observed.backend_schedulable is not None and observed.backend_schedulable[0] in (True, "True")
         suspended = get_condition(st.s.conditions, C.COND_SUSPENDED)
@@ -270,14 +288,19 @@ def replan_unbound(ctx: Pass) -> Plan | None:
     """A released gang the scheduler did not bind in time (its nodes changed under it): the gates
     cannot come back, so replace the gang and plan again. Not a failure: no restart counted."""
     st, timeout = ctx.st, ctx.config.bind_timeout_seconds
-    stuck = unbound_too_long(st, ctx.current, ctx.spec.nodes, ctx.now, timeout)
+    stuck = unbound_too_long(st, ctx.current, ctx.spec.gang_size, ctx.now, timeout)
     if not stuck:
         return None
     message = f"{stuck} pods not bound {timeout}s after release; re-planning the gang"
-    st.s.restart_attempt += 1
-    st.s.attempt_created = False
-    st.cond(C.COND_SCHEDULABLE, False, Reason.REPLANNING, message)
     st.phase(Phase.PENDING, Reason.REPLANNING, message, warning=True)
+    return _replace_gang(ctx, Reason.REPLANNING, message)
+
+
+def _replace_gang(ctx: Pass, reason: str, message: str) -> Plan:
+    """Delete the current gang for a new attempt, placed afresh (Schedulable=False until then)."""
+    ctx.st.s.restart_attempt += 1
+    ctx.st.s.attempt_created = False
+    ctx.st.cond(C.COND_SCHEDULABLE, False, reason, message)
     ctx.plan.delete_pods += undeleted_names(ctx.current)
     return ctx.done()
 
@@ -293,25 +316,79 @@ def restart_backoff(ctx: Pass) -> Plan | None:
     return None
 
 
+def recreate_interrupted(ctx: Pass) -> Plan | None:
+    """A pinned creation (``_create_pinned``) that stopped part-way — refused, an API error, the
+    operator restarted — left ungated pods that hold their nodes and would start without their
+    peers, and the rest cannot be pinned without the plan. Delete them and create the gang again
+    behind the gate. A partial view right after the creates is given INTERRUPTED_AFTER_SECONDS
+    (REFUSED_GRACE_SECONDS after a refusal) from the newest pod to catch up. Not a failure: no
+    restart counted."""
+    st, current, size = ctx.st, ctx.current, ctx.spec.gang_size
+    if (st.s.attempt_created or not current or len(current) >= size or ctx.spec.scheduling.backend != GangBackend.NATIVE
+            or any(is_gated(p) for p in current)):
+        return None
+    # after a refusal on record, only the expectations' lag; the body may lag too (a stale refusal)
+    grace = REFUSED_GRACE_SECONDS if _reason(st, C.COND_CREATED) == Reason.CREATE_REFUSED else INTERRUPTED_AFTER_SECONDS
+    newest = max((created_at(p) or ctx.now for p in current), default=ctx.now)
+    wait = grace - (ctx.now - newest).total_seconds()
+    if wait > 0:
+        ctx.plan.requeue_after = wait
+        return ctx.done()
+    message = f"{len(current)}/{size} pods of a pinned creation exist; recreating the gang behind the gate"
+    st.events.append(("Warning", Reason.CREATE_INTERRUPTED, message))
+    st.phase(Phase.PENDING, Reason.CREATE_INTERRUPTED, message)  # it is Pending already: no second event
+    return _replace_gang(ctx, Reason.CREATE_INTERRUPTED, message)
+
+
+def _reason(st: StatusView, cond_type: str) -> str | None:
+    cond = get_condition(st.s.conditions, cond_type)
+    return cond.reason if cond is not None else None
+
+
 def create_missing(ctx: Pass) -> None:
     """Create what is missing (children are deterministic: 409 on replay is fine)."""
     plan, spec, st = ctx.plan, ctx.spec, ctx.st
     have = {p["metadata"]["name"] for p in ctx.current}
     _plan_children(ctx, have)
     plan.dry_run = not ctx.current and any(c["kind"] == "Pod" for c in plan.create)
+    pinned = _create_pinned(ctx)
     if st.s.phase == Phase.PENDING and not ctx.current:
-        st.events.append(("Normal", Reason.CREATING, f"creating {spec.nodes} pods (attempt {ctx.attempt})"))
+        how = ", pinned to their nodes" if pinned else ""
+        st.events.append(("Normal", Reason.CREATING, f"creating {spec.gang_size} pods (attempt {ctx.attempt}){how}"))
     if ctx.stale:
         st.cond(C.COND_CREATED, False, Reason.WAITING_FOR_OLD_PODS, f"{len(ctx.stale)} pods of an earlier attempt still terminating")
     elif not any(c["kind"] == "Pod" for c in plan.create):
         if not st.s.attempt_created:
-            st.events.append(("Normal", Reason.CREATED, f"all {spec.nodes} pods of attempt {ctx.attempt} created"))
+            st.events.append(("Normal", Reason.CREATED, f"all {spec.gang_size} pods of attempt {ctx.attempt} created"))
         st.s.attempt_created = True
-        st.cond(C.COND_CREATED, True, Reason.PODS_CREATED, f"{spec.nodes} pods (attempt {ctx.attempt})")
+        st.cond(C.COND_CREATED, True, Reason.PODS_CREATED, f"{spec.gang_size} pods (attempt {ctx.attempt})")
     else:
-        st.cond(C.COND_CREATED, False, Reason.CREATING_PODS, f"{len(have)}/{spec.nodes} pods created")
-        # A new gang: placement is undecided until every pod exists (and the clock restarts).
-        st.cond(C.COND_SCHEDULABLE, "Unknown", Reason.GANG_INCOMPLETE, "waiting for every pod of the gang")
+        st.cond(C.COND_CREATED, False, Reason.CREATING_PODS, f"{len(have)}/{spec.gang_size} pods created")
+        if not pinned:  # a gated gang: placement is undecided until every pod exists (and the clock restarts)
+            st.cond(C.COND_SCHEDULABLE, "Unknown", Reason.GANG_INCOMPLETE, "waiting for every pod of the gang")
+
+
+def _create_pinned(ctx: Pass) -> bool:
+    """A whole new native gang, placed before any pod exists: each pod is created pinned to its
+    node and without the gate — one request per pod and no release pass. The placement is booked
+    like a release's (the gang step). A gang that is not placed now, or whose last pinned creation
+    was interrupted, or that the namespace's quotas might refuse part-way, is created gated and
+    placed by ``place_gang`` once every pod exists."""
+    pods = [c for c in ctx.plan.create if c["kind"] == "Pod"]
+    if (not ctx.config.create_pinned or ctx.current or ctx.stale or len(pods) != ctx.spec.gang_size
+            or not all(is_gated(p) for p in pods) or _reason(ctx.st, C.COND_SCHEDULABLE) == Reason.CREATE_INTERRUPTED
+            or quota_shortfall(pods, ctx.observed.quotas) is not None):
+        return False
+    decision = ctx.gang(ctx.job, pods)
+    if not (decision.release and all(p["metadata"]["name"] in decision.pins for p in pods)):
+        return False  # not placed (or a gang step that leaves placement to the scheduler)
+    for pod in pods:
+        pin_pod(pod, decision.pins[pod["metadata"]["name"]])
+    ctx.plan.pins = dict(decision.pins)
+    if decision.placement is not None:
+        ctx.st.s.placement = PlacementStatus.model_validate(decision.placement)
+    ctx.st.cond(C.COND_SCHEDULABLE, True, decision.reason, decision.message)
+    return True
 
 
 def _plan_children(ctx: Pass, have: set[str]) -> None:
@@ -319,7 +396,7 @@ def _plan_children(ctx: Pass, have: set[str]) -> None:
     job, spec, observed, plan, config = ctx.job, ctx.spec, ctx.observed, ctx.plan, ctx.config
     assert job is not None
     name = job.metadata.name
-    missing = [r for r in range(spec.nodes) if pod_name(name, r, ctx.attempt) not in have]
+    missing = [slot for slot in slots(spec) if slot_pod_name(name, slot, ctx.attempt) not in have]
     if ctx.stale:
         # BlockingRecreate: a new gang reuses the hostnames, so the old one must be gone first.
         missing = []
@@ -328,7 +405,7 @@ def _plan_children(ctx: Pass, have: set[str]) -> None:
     policy_missing = config.network_policy.enabled and not observed.network_policy_exists
     if not (missing or not observed.service_exists or not observed.config_map_exists or policy_missing or config_drift):
         return
-    children = render_children(job, config, ctx.attempt, ranks=missing)
+    children = render_children(job, config, ctx.attempt, only=missing)
     if config_drift:  # the gang was resized: the runtime config must say the new size
         plan.update += [c for c in children if c["kind"] == "ConfigMap"]
     for child in children:
@@ -342,7 +419,7 @@ def _plan_children(ctx: Pass, have: set[str]) -> None:
         elif kind == "NetworkPolicy":  # rendered only when config.network_policy.enabled
             if not observed.network_policy_exists:
                 plan.create.append(child)
-        elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.nodes:
+        elif kind not in ("Service", "ConfigMap", "Pod") and len(have) < spec.gang_size:
             plan.create.append(child)  # gang-backend objects (PodGroup, Workload) before pods
 
 
@@ -350,7 +427,7 @@ def place_gang(ctx: Pass) -> Plan | None:
     """All pods exist → decide placement and lift the gates together."""
     st, current = ctx.st, ctx.current
     gated = [p for p in current if is_gated(p)]
-    if gated and st.s.attempt_created and len(current) == ctx.spec.nodes:
+    if gated and st.s.attempt_created and len(current) == ctx.spec.gang_size:
         return _gang_decision(ctx, gated)
     if current and not gated and st.s.attempt_created and ctx.observed.backend_schedulable is not None:
         st.cond(C.COND_SCHEDULABLE, *ctx.observed.backend_schedulable)  # the scheduler's own gang verdict
@@ -392,7 +469,7 @@ def _gang_waited(st: StatusView, now: datetime) -> float:
 
 def phase_of_gang(ctx: Pass) -> None:
     """The phase from the current gang's pods."""
-    phase_from_pods(ctx.st, ctx.current, ctx.spec.nodes)
+    phase_from_pods(ctx.st, ctx.current, ctx.spec.gang_size)
 
 
 Phase_ = Callable[[Pass], Plan | None]
@@ -411,6 +488,7 @@ PHASES: tuple[Phase_, ...] = (
     failed,
     replan_unbound,
     restart_backoff,
+    recreate_interrupted,
     create_missing,
     place_gang,
     phase_of_gang,

@@ -4,11 +4,13 @@ Events), and the phase the current gang's pods put the job in (Pending → Sched
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.api.types import Phase, TrainingJobStatus
+from phalanx.api.slots import role_counts, slot_of
+from phalanx.api.types import Phase, RoleStatus, TrainingJobSpec, TrainingJobStatus
 from phalanx.constants import Reason
 from phalanx.lifecycle.conditions import set_condition
 from phalanx.lifecycle.pods import is_ready, pod_phase
@@ -35,6 +37,7 @@ class StatusView:
         self.generation = generation
         self.now = iso(now)
         self.events: list[tuple[str, str, str]] = []
+        self.role_totals: dict[str, int] | None = None  # pods per role, for jobs with spec.roles
 
     def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.s.conditions = set_condition(self.s.conditions, type_, status, reason, message, self.now, self.generation)
@@ -60,9 +63,32 @@ class StatusView:
         return after if after != self.before else None
 
 
+def _role(pod: dict[str, Any]) -> str:
+    slot = slot_of(pod)
+    return slot.role if slot is not None else C.ROLE_WORKER
+
+
 def count_ready(st: StatusView, pods: list[dict[str, Any]]) -> None:
-    st.s.ready_nodes = sum(1 for p in pods if is_ready(p))
+    """Ready workers (``nodes``) and, for jobs with spec.roles, ready pods per role."""
+    ready = Counter(_role(p) for p in pods if is_ready(p))
+    st.s.ready_nodes = ready[C.ROLE_WORKER]
     st.s.nodes = f"{st.s.ready_nodes}/{st.s.total_nodes}"
+    if st.role_totals:
+        st.s.roles = [RoleStatus(name=r, replicas=n, ready=ready[r]) for r, n in st.role_totals.items()]
+        st.s.roles_ready = " ".join(f"{r}:{ready[r]}/{n}" for r, n in st.role_totals.items())
+    else:  # no roles (any more: they may be removed while suspended)
+        st.s.roles = st.s.roles_ready = None
+
+
+def succeeded_roles(spec: TrainingJobSpec, current: list[dict[str, Any]]) -> str | None:
+    """The success message once every pod of ``spec.success_roles`` has exited 0, else None."""
+    counts = role_counts(spec)
+    done = Counter(_role(p) for p in current if pod_phase(p) == "Succeeded")
+    if not current or any(done[r] < counts.get(r, 0) for r in spec.success_roles):
+        return None
+    if set(spec.success_roles) == set(counts):
+        return f"all {spec.gang_size} pods completed" if spec.roles else f"all {spec.nodes} nodes completed"
+    return f"every pod of {', '.join(spec.success_roles)} completed"
 
 
 def phase_from_pods(st: StatusView, current: list[dict[str, Any]], nodes: int) -> None:
@@ -75,8 +101,9 @@ def phase_from_pods(st: StatusView, current: list[dict[str, Any]], nodes: int) -
         if st.s.phase != Phase.RUNNING:
             st.cond(C.COND_RESTARTING, False, Reason.RUNNING, "")
             st.s.last_progress_time = st.now  # the hang clock starts afresh with each gang
-        st.cond(C.COND_RUNNING, True, Reason.ALL_NODES_RUNNING, f"{len(running)}/{nodes} nodes running")
-        st.phase(Phase.RUNNING, Reason.RUNNING, f"all {nodes} nodes running")
+        what = "pods" if st.role_totals else "nodes"  # a gang with roles: not every pod is a node
+        st.cond(C.COND_RUNNING, True, Reason.ALL_NODES_RUNNING, f"{len(running)}/{nodes} {what} running")
+        st.phase(Phase.RUNNING, Reason.RUNNING, f"all {nodes} {what} running")
         return
     if st.s.phase == Phase.RESTARTING and not current:
         return

@@ -36,6 +36,9 @@ def _limit(expr: str, var: str, op: str) -> str:
     return f"variables.{var} == null || {expr} {op} variables.{var}"
 
 
+# Pods of spec.roles (Kubernetes CEL's list sum()); they count against maxNodes with the workers.
+_ROLE_PODS = f"(has({S}.roles) ? {S}.roles.map(r, has(r.replicas) ? r.replicas : 1).sum() : 0)"
+
 VALIDATIONS: list[dict[str, str]] = [
     {"expression": f"!has({S}.volumes) || {S}.volumes.all(v, {_volume_ok('v')})",
      "messageExpression": "'spec.volumes: a volume type the cluster policy does not allow; allowed: ' + variables.allowedVolumes.join(', ')"},
@@ -43,6 +46,8 @@ VALIDATIONS: list[dict[str, str]] = [
      "messageExpression": "'spec.checkpoint.volume: a volume type the cluster policy does not allow; allowed: ' + variables.allowedVolumes.join(', ')"},
     {"expression": f"variables.allowSecrets || !has({S}.env) || {S}.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef))",
      "message": "spec.env: Secret references (valueFrom.secretKeyRef) are not allowed by the cluster policy"},
+    {"expression": f"variables.allowSecrets || !has({S}.roles) || {S}.roles.all(r, !has(r.env) || r.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef)))",
+     "message": "spec.roles[].env: Secret references (valueFrom.secretKeyRef) are not allowed by the cluster policy"},
     {"expression": f"!has({S}.serviceAccountName) || {S}.serviceAccountName in variables.allowedServiceAccounts",
      "messageExpression": "'spec.serviceAccountName: not allowed by the cluster policy; allowed: ' + (size(variables.allowedServiceAccounts) == 0 ? 'none' : variables.allowedServiceAccounts.join(', '))"},
     {"expression": f"!has({S}.scheduling) || ({_any_or_in('scheduling.priorityClassName', 'allowedPriorityClasses')})",
@@ -57,8 +62,8 @@ VALIDATIONS: list[dict[str, str]] = [
      "messageExpression": "'spec.tolerations: tolerating these taints is not allowed by the cluster policy: ' + variables.forbiddenTolerationKeys.join(', ')"},
     {"expression": f"!has({S}.network) || ({_any_or_in('network.profile', 'allowedNetworkProfiles')})",
      "messageExpression": "'spec.network.profile: not allowed by the cluster policy; allowed: ' + variables.allowedNetworkProfiles.join(', ')"},
-    {"expression": f"({_limit(S + '.nodes', 'maxNodes', '<=')}) && (!has({S}.elastic) || {_limit(S + '.elastic.maxNodes', 'maxNodes', '<=')})",
-     "messageExpression": "'spec.nodes: at most ' + string(variables.maxNodes) + ' nodes per job (cluster policy)'"},
+    {"expression": f"({_limit(S + '.nodes + ' + _ROLE_PODS, 'maxNodes', '<=')}) && (!has({S}.elastic) || {_limit(S + '.elastic.maxNodes + ' + _ROLE_PODS, 'maxNodes', '<=')})",
+     "messageExpression": "'spec.nodes: at most ' + string(variables.maxNodes) + ' pods per job, workers and spec.roles together (cluster policy)'"},
     {"expression": f"!has({S}.failurePolicy) || ({_limit(S + '.failurePolicy.maxRestarts', 'maxRestarts', '<=')})",
      "messageExpression": "'spec.failurePolicy.maxRestarts: at most ' + string(variables.maxRestarts) + ' (cluster policy)'"},
     {"expression": f"!has({S}.failurePolicy) || ({_limit(S + '.failurePolicy.backoffSeconds', 'minRestartBackoffSeconds', '>=')})",

@@ -33,8 +33,10 @@ def _projects_secret(projected: dict | None) -> bool:
 def _env(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
     if rules.allow_secrets:
         return []
-    return [_p(f"spec.env[{i}].valueFrom.secretKeyRef", "Secret references are not allowed here")
-            for i, e in enumerate(spec.env) if e.value_from is not None and e.value_from.secret_key_ref is not None]
+    lists = [("spec.env", spec.env)] + [(f"spec.roles[{j}].env", r.env) for j, r in enumerate(spec.roles)]
+    return [_p(f"{where}[{i}].valueFrom.secretKeyRef", "Secret references are not allowed here")
+            for where, env in lists for i, e in enumerate(env)
+            if e.value_from is not None and e.value_from.secret_key_ref is not None]
 
 
 def _identity(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
@@ -66,10 +68,13 @@ def _placement(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
 
 def _limits(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
     out = []
+    role_pods = spec.gang_size - spec.nodes
     most = max(spec.nodes, spec.elastic.max_nodes if spec.elastic else 0)
-    if rules.max_nodes is not None and most > rules.max_nodes:
-        field = "spec.nodes" if spec.nodes > rules.max_nodes else "spec.elastic.maxNodes"
-        out.append(_p(field, f"{most} nodes; at most {rules.max_nodes} per job"))
+    if rules.max_nodes is not None and most + role_pods > rules.max_nodes:
+        field = ("spec.roles" if spec.nodes <= rules.max_nodes and most <= rules.max_nodes
+                 else "spec.nodes" if spec.nodes > rules.max_nodes else "spec.elastic.maxNodes")
+        roles = f" and {role_pods} role pods" if role_pods else ""
+        out.append(_p(field, f"{most} nodes{roles}; at most {rules.max_nodes} pods per job"))
     fp = spec.failure_policy
     if rules.max_restarts is not None and fp.max_restarts > rules.max_restarts:
         out.append(_p("spec.failurePolicy.maxRestarts", f"{fp.max_restarts}; at most {rules.max_restarts}"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
+from phalanx.api.slots import Slot, slots
 from phalanx.api.types import TrainingJob
 from phalanx.backends import apply_mutation, render_backend
 from phalanx.render.configmap import build_config_map
@@ -23,17 +24,19 @@ def job_wiring(job: TrainingJob, config: OperatorConfig) -> NetworkWiring:
 
 
 def render_children(
-    job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0, ranks: Iterable[int] | None = None
+    job: TrainingJob, config: OperatorConfig | None = None, attempt: int = 0,
+    only: Iterable[Slot] | None = None,
 ) -> list[dict[str, Any]]:
-    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, one Pod per node-rank (only
-    ``ranks`` when given: the reconcile renders just what is missing), the NetworkPolicy. Every
+    """Gang-backend objects (PodGroup, Workload), Service, ConfigMap, one Pod per slot of the gang
+    (workers' node-ranks, then roles' pods; ``only`` those when given: the reconcile renders just what
+    is missing), the NetworkPolicy. Every
     child carries the spec hash. (The executor creates every other kind before the pods.)"""
     config = config or OperatorConfig()
     wiring = job_wiring(job, config)
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
     pods = [
-        apply_mutation(build_pod(job, rank, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
-        for rank in (range(job.spec.nodes) if ranks is None else ranks)
+        apply_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
+        for slot in (slots(job.spec) if only is None else only)
     ]
     policy = [build_network_policy(job, config.network_policy)] if config.network_policy.enabled else []
     children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods, *policy]

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from phalanx import constants as C
+from phalanx.api.slots import worker_hostname
 from phalanx.api.types import TrainingJob
 
 
@@ -23,11 +24,7 @@ def network_policy_name(job: str) -> str:
 
 
 def hostname(job: str, rank: int) -> str:
-    return f"{job}-node-{rank}"
-
-
-def pod_name(job: str, rank: int, attempt: int) -> str:
-    return f"{hostname(job, rank)}-{attempt}"
+    return worker_hostname(job, rank)
 
 
 def master_addr(job: str) -> str:

@@ -1,4 +1,5 @@
-"""One worker Pod per node-rank: rendezvous env, resources, shm, checkpoint volume, gang gate."""
+"""One Pod per slot of the gang (a worker's node-rank, or a role's pod): rendezvous env, resources,
+shm, checkpoint volume, gang gate."""
 
 from __future__ import annotations
 
@@ -6,16 +7,21 @@ import copy
 from typing import Any
 
 from phalanx import constants as C
+from phalanx.api.slots import (
+    Slot,
+    role_counts,
+    role_of,
+    slot_command,
+    slot_hostname,
+    slot_labels,
+    slot_pod_name,
+    slot_resources,
+    worker,
+)
 from phalanx.api.types import TrainingJob
 from phalanx.render.deepspeed import uses_deepspeed
-from phalanx.render.names import (
-    config_map_name,
-    hostname,
-    master_addr,
-    metadata,
-    pod_name,
-    service_name,
-)
+from phalanx.render.horovod import horovod_env, horovod_port
+from phalanx.render.names import config_map_name, master_addr, metadata, service_name
 from phalanx.render.network import NetworkWiring, apply_network
 from phalanx.render.tensorflow import tf_env
 
@@ -27,12 +33,11 @@ def _env(name: str, value: Any) -> dict[str, str]:
     return {"name": name, "value": str(value)}
 
 
-def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> list[dict[str, Any]]:
+def _rank_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> list[dict[str, Any]]:
+    """A worker's place in the torch world (torchrun's and Kubeflow's PET_* variables)."""
     spec, name = job.spec, job.metadata.name
     addr = master_addr(name)
     return [
-        _env(C.ENV_MASTER_ADDR, addr),
-        _env(C.ENV_MASTER_PORT, master_port),
         _env(C.ENV_WORLD_SIZE, spec.world_size),
         _env(C.ENV_NNODES, spec.nodes),
         _env(C.ENV_NODE_RANK, rank),
@@ -45,6 +50,13 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_PET_RDZV_ENDPOINT, f"{addr}:{master_port}"),
         _env(C.ENV_PET_RDZV_ID, f"{job.metadata.namespace}-{name}-{attempt}"),
         _env(C.ENV_PET_MAX_RESTARTS, 0),  # the operator restarts the whole gang
+    ]
+
+
+def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
+    """What every pod of the gang gets: the job, its attempt, config and checkpoint paths."""
+    spec, name = job.spec, job.metadata.name
+    return [
         _env(C.ENV_PYTHONUNBUFFERED, 1),
         _env(C.ENV_CONFIG_PATH, f"{C.RUNTIME_CONFIG_DIR}/{C.RUNTIME_CONFIG_FILE}"),
         _env(C.ENV_JOB_NAME, name),
@@ -56,12 +68,47 @@ def rendezvous_env(job: TrainingJob, rank: int, attempt: int, master_port: int) 
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
         {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else []) \
-        + tf_env(job, rank, master_port)  # framework tensorflow: this pod's TF_CONFIG (on the rendezvous port)
+    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else [])
 
 
-def build_resources(job: TrainingJob) -> dict[str, Any]:
-    res = job.spec.resources
+def role_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
+    """Jobs with spec.roles: this pod's role and index, every role's size, and the DNS suffix
+    of the gang's pods (``<job>-<role>-<i>.$PHALANX_SUBDOMAIN``; workers ``<job>-node-<rank>``)."""
+    spec = job.spec
+    if not spec.roles:
+        return []
+    counts = role_counts(spec)
+    return [
+        _env(C.ENV_ROLE, slot.role),
+        _env(C.ENV_ROLE_INDEX, slot.index),
+        _env(C.ENV_ROLE_REPLICAS, counts[slot.role]),
+        _env(C.ENV_ROLES, ",".join(f"{role}={n}" for role, n in counts.items())),
+        _env(C.ENV_SUBDOMAIN, f"{service_name(job.metadata.name)}.{job.metadata.namespace}.svc"),
+    ]
+
+
+def rendezvous_env(job: TrainingJob, slot: Slot | int, attempt: int, master_port: int) -> list[dict[str, Any]]:
+    """A pod's env from the operator. Workers get their torch rank; every pod gets MASTER_ADDR
+    (worker 0) and, with spec.roles, its role; framework tensorflow its TF_CONFIG."""
+    slot = worker(slot) if isinstance(slot, int) else slot
+    addr = master_addr(job.metadata.name)
+    ranked = _rank_env(job, slot.index, attempt, master_port) if slot.is_worker else []
+    return ([_env(C.ENV_MASTER_ADDR, addr), _env(C.ENV_MASTER_PORT, master_port)] + ranked + _job_env(job, attempt)
+            + role_env(job, slot) + tf_env(job, slot, master_port) + horovod_env(job, slot))
+
+
+def gpu_visibility_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
+    """``NVIDIA_VISIBLE_DEVICES=void`` for a pod without GPUs (a CPU role next to a GPU worker must
+    not see, and fill, that worker's GPUs); the job's or role's env, after it, may override it."""
+    res = slot_resources(job.spec, slot)
+    if res.gpus or any(k.startswith("nvidia.com/") for k in res.extra):
+        return []
+    return [_env(C.ENV_NVIDIA_VISIBLE_DEVICES, C.NVIDIA_NO_DEVICES)]
+
+
+def build_resources(job: TrainingJob, slot: Slot | None = None) -> dict[str, Any]:
+    """Requests = limits of a worker, or of ``slot``'s role."""
+    res = slot_resources(job.spec, slot or worker(0))
     amounts: dict[str, Any] = {}
     if res.cpu is not None:
         amounts["cpu"] = str(res.cpu)
@@ -114,14 +161,18 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
 
 def build_pod(
     job: TrainingJob,
-    rank: int,
+    rank: Slot | int,
     attempt: int,
     wiring: NetworkWiring,
     default_shm_size: str = C.DEFAULT_SHM_SIZE,
     gated: bool = True,
 ) -> dict[str, Any]:
-    """``wiring`` is the job's network wiring (render.job.job_wiring), computed once per job."""
+    """The pod of slot ``rank`` (a node-rank, or a role's pod). ``wiring`` is the job's network
+    wiring (render.job.job_wiring), computed once per job."""
     spec, name = job.spec, job.metadata.name
+    slot = worker(rank) if isinstance(rank, int) else rank
+    role = role_of(spec, slot.role)
+    command, args = slot_command(spec, slot)
     master_port = wiring.master_port
     shm_size = str(spec.shm_size or wiring.shm_size or default_shm_size)
     volumes, mounts = _volumes(job, shm_size)
@@ -129,23 +180,25 @@ def build_pod(
         "name": C.CONTAINER_NAME,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": list(spec.command) if spec.command else list(RUNTIME_COMMAND),
-        "env": rendezvous_env(job, rank, attempt, master_port) + scratch_env() + [e.to_kube() for e in spec.env],
+        "command": command or list(RUNTIME_COMMAND),
+        "env": rendezvous_env(job, slot, attempt, master_port) + scratch_env() + gpu_visibility_env(job, slot)
+        + [e.to_kube() for e in spec.env]
+        + ([e.to_kube() for e in role.env] if role is not None else []),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "ports": [
             {"name": C.PORT_NAME_RENDEZVOUS, "containerPort": master_port, "protocol": "TCP"},
             {"name": C.PORT_NAME_PROGRESS, "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
             {"name": C.PORT_NAME_METRICS, "containerPort": C.METRICS_PORT, "protocol": "TCP"},
-        ],
+        ] + horovod_port(job),
         "volumeMounts": mounts,
     }
-    if spec.args:
-        container["args"] = list(spec.args)
-    resources = build_resources(job)
+    if args:
+        container["args"] = args
+    resources = build_resources(job, slot)
     if resources:
         container["resources"] = resources
     pod_spec: dict[str, Any] = {
-        "hostname": hostname(name, rank),
+        "hostname": slot_hostname(name, slot),
         "subdomain": service_name(name),
         "restartPolicy": "Never",
         "enableServiceLinks": False,
@@ -170,9 +223,9 @@ def build_pod(
         pod_spec["schedulerName"] = spec.scheduling.scheduler_name
     meta = metadata(
         job,
-        pod_name(name, rank, attempt),
-        C.COMPONENT_WORKER,
-        **{C.LABEL_NODE_RANK: str(rank), C.LABEL_RESTART_ATTEMPT: str(attempt)},
+        slot_pod_name(name, slot, attempt),
+        C.COMPONENT_WORKER,  # every pod of the gang: the headless Service and the gang's NetworkPolicy select it
+        **slot_labels(spec, slot), **{C.LABEL_RESTART_ATTEMPT: str(attempt)},
     )
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
     return apply_network(pod, wiring)

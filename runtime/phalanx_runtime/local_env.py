@@ -1,0 +1,166 @@
+"""What each local process of ``phalanx local`` gets: the environment and command its pod would get
+from the operator (``phalanx.render.pod``), moved onto this machine. One process per slot of the
+gang (``phalanx.api.slots``): the workers (node-ranks) first, then each of ``spec.roles``'
+replicas, each with its role's command/args and env.
+
+Local differences from the pods: the rendezvous host is 127.0.0.1, config and checkpoints are local
+paths, no metrics port (the processes share this host), a progress port only on worker 0 when
+asked for, and a tensorflow job's TF_CONFIG lists 127.0.0.1:<a free port per task> instead of the
+pods' DNS names (``PHALANX_SUBDOMAIN`` is kept as rendered: the pods' names do not resolve here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+
+from phalanx.api.slots import Slot, role_of, slot_pod_name, slots, worker
+from phalanx.api.slots import slot_command as slots_command
+from phalanx.constants import (
+    DEEPSPEED_CONFIG_FILE,
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG_PATH,
+    ENV_DEEPSPEED_CONFIG,
+    ENV_HOROVOD_RENDEZVOUS_ADDR,
+    ENV_HOROVOD_RENDEZVOUS_PORT,
+    ENV_MASTER_ADDR,
+    ENV_METRICS_PORT,
+    ENV_PARENT_PID,
+    ENV_PET_MASTER_ADDR,
+    ENV_PET_NNODES,
+    ENV_PET_NODE_RANK,
+    ENV_PET_RDZV_ENDPOINT,
+    ENV_PROGRESS_PORT,
+    ENV_STOP_GRACE_SECONDS,
+    ENV_TF_CONFIG,
+    ENV_WORLD_SIZE,
+)
+from phalanx_runtime import env as E
+from phalanx_runtime.config import RuntimeConfig
+from phalanx_runtime.lifetime import trampoline
+from phalanx_runtime.net import free_ports
+
+# Never inherited from the caller's environment: they would mislead the launcher or torchrun.
+SCRUBBED_ENV = (E.ENV_RANK, ENV_WORLD_SIZE, E.ENV_LOCAL_RANK, E.ENV_LOCAL_WORLD_SIZE, E.ENV_GROUP_RANK,
+                E.SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand_refs(text: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: defined references replaced, others kept, ``$$`` → ``$``."""
+    return _VAR_REF.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def slot_label(slot: Slot) -> str:
+    """How messages name a process: ``node 1`` (a worker's node-rank), ``ps 0``."""
+    return f"node {slot.index}" if slot.is_worker else f"{slot.role} {slot.index}"
+
+
+def _field_ref(cfg: RuntimeConfig, slot: Slot, path: str) -> str | None:
+    return {"metadata.name": slot_pod_name(cfg.name, slot, 0), "metadata.namespace": cfg.namespace,
+            "spec.nodeName": socket.gethostname()}.get(path)
+
+
+def _job(cfg: RuntimeConfig):
+    from phalanx.api.types import ObjectMeta, TrainingJob
+
+    return TrainingJob(metadata=ObjectMeta(name=cfg.name, namespace=cfg.namespace), spec=cfg.spec)
+
+
+def local_tf_cluster(cfg: RuntimeConfig, ports: list[int] | None = None) -> dict[str, list[str]]:
+    """The job's TF cluster spec (every task type; render.tensorflow.tf_cluster) with each task on
+    a distinct free port of 127.0.0.1 (``ports``, one per slot; default: chosen now), as each pod
+    listens on its own address."""
+    from phalanx.render.tensorflow import tf_cluster
+
+    gang = slots(cfg.spec)
+    address = {s: f"127.0.0.1:{p}" for s, p in zip(gang, ports or free_ports(len(gang)), strict=True)}
+    return tf_cluster(_job(cfg), address.__getitem__)
+
+
+def _user_env(cfg: RuntimeConfig, slot: Slot, env: dict[str, str]) -> None:
+    """``spec.env``, then the slot's role's env (as the pod lists them), ``$(VAR)`` expanded."""
+    role = role_of(cfg.spec, slot.role)
+    for item in [*cfg.spec.env, *(role.env if role is not None else [])]:
+        e = item.to_kube() if hasattr(item, "to_kube") else dict(item)
+        if e.get("value") is not None:
+            env[e["name"]] = expand_refs(str(e["value"]), env)
+        elif "valueFrom" in e:
+            print(f"phalanx local: env {e['name']}: valueFrom is not available locally; not set", file=sys.stderr)
+        else:
+            env[e["name"]] = ""
+
+
+def pod_env(cfg: RuntimeConfig, node: int | Slot, *, master_port: int, config_path: str, checkpoint_dir: str,
+            progress_port: int | None = None, tf_cluster: dict[str, list[str]] | None = None,
+            horovod_port: int | None = None) -> dict[str, str]:
+    """The container env of slot ``node`` (a node-rank, or a role's pod) as the operator renders it
+    (attempt 0), then ``spec.env`` and the role's env, moved onto this machine (module docstring).
+    A tensorflow job's TF_CONFIG lists ``tf_cluster`` (task type → local addresses)."""
+    from phalanx.render.pod import rendezvous_env
+    from phalanx.render.tensorflow import tf_config_json
+
+    slot = worker(node) if isinstance(node, int) else node
+    env: dict[str, str] = {}
+    for e in rendezvous_env(_job(cfg), slot, 0, master_port):
+        value = e.get("value", _field_ref(cfg, slot, e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")))
+        if value is not None:
+            env[e["name"]] = str(value)
+    env.update({ENV_MASTER_ADDR: "127.0.0.1", ENV_CONFIG_PATH: config_path, ENV_CHECKPOINT_DIR: checkpoint_dir})
+    if slot.is_worker:  # role pods are not ranks of the torch world: no PET_* to move
+        env.update({ENV_PET_MASTER_ADDR: "127.0.0.1", ENV_PET_RDZV_ENDPOINT: f"127.0.0.1:{master_port}"})
+    if ENV_DEEPSPEED_CONFIG in env:  # framework deepspeed: next to config.json, as in the pod
+        env[ENV_DEEPSPEED_CONFIG] = os.path.join(os.path.dirname(config_path), DEEPSPEED_CONFIG_FILE)
+    if ENV_TF_CONFIG in env and tf_cluster:  # framework tensorflow: the same cluster, on this host
+        env[ENV_TF_CONFIG] = tf_config_json(tf_cluster, slot.index, slot.role)
+    if ENV_HOROVOD_RENDEZVOUS_ADDR in env and horovod_port:  # framework horovod: worker 0's server, here
+        env.update({ENV_HOROVOD_RENDEZVOUS_ADDR: "127.0.0.1", ENV_HOROVOD_RENDEZVOUS_PORT: str(horovod_port)})
+    env.pop(ENV_METRICS_PORT, None)
+    env.pop(ENV_PROGRESS_PORT, None)
+    if slot == worker(0) and progress_port:
+        env[ENV_PROGRESS_PORT] = str(progress_port)
+    _user_env(cfg, slot, env)
+    return env
+
+
+def slot_command(cfg: RuntimeConfig, slot: Slot) -> list[str]:
+    """The user's command and args of ``slot``'s pod, as the pod gets them (api.slots); empty for
+    built-in jobs."""
+    command, args = slots_command(cfg.spec, slot)
+    return [*command, *(args or [])] if command else []
+
+
+def node_argv(cfg: RuntimeConfig, env: dict[str, str], config_path: str, slot: Slot | None = None) -> list[str]:
+    """The pod's command: the user's (command jobs; with the parent-death trampoline) or the launcher."""
+    user = slot_command(cfg, slot or worker(0))
+    if user:
+        return trampoline([expand_refs(a, env) for a in user])
+    return [sys.executable, "-m", "phalanx_runtime.launch", "--config", config_path]
+
+
+def slot_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port,
+              grace: float) -> list[tuple[Slot, dict[str, str]]]:
+    """Every slot of the gang with its process's whole environment: ours (less SCRUBBED_ENV), the
+    caller's ``env``, then the pod's (``pod_env``)."""
+    spec = cfg.spec
+    gang = slots(spec)
+    processes = spec.nodes * spec.procs_per_node + len(gang) - spec.nodes  # role pods: one process each
+    base = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    base[E.ENV_OMP_NUM_THREADS] = str(max(1, (os.cpu_count() or 1) // processes))
+    base.update(env or {})
+    base.update({ENV_PARENT_PID: str(os.getpid()), ENV_STOP_GRACE_SECONDS: f"{grace:g}",
+                 E.ENV_RESULT_FILE: os.path.join(d, "result.json")})
+    from phalanx.render.tensorflow import uses_tensorflow  # the operator's render: loaded only here
+
+    tf = uses_tensorflow(spec)
+    ports = free_ports(2 + (len(gang) if tf else 0))  # chosen together: none repeats
+    master_port, horovod_port = ports[0], ports[1]
+    cluster = local_tf_cluster(cfg, ports[2:]) if tf else None
+    ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
+    return [(slot, {**base, **pod_env(cfg, slot, master_port=master_port, config_path=os.path.join(d, "config.json"),
+                                      checkpoint_dir=ckpt, progress_port=progress_port, tf_cluster=cluster,
+                                      horovod_port=horovod_port)})
+            for slot in gang]
