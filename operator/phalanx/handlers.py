@@ -5,8 +5,8 @@ events) and at least every RESYNC_SECONDS, so a missed event or an operator rest
 
 Everything process-wide travels in kopf's ``memo`` (``new_memo``; the startup handler adds the
 API client): ``config`` (OperatorConfig), ``kubeconfig``, ``kube`` (kube.Kube), ``leader``
-(leader.Elector with --leader-elect, else None), ``pod_reflector`` (podreflector.PodReflector in
-namespaced mode, else None), ``gangs`` (the job loops' shared bookkeeping, ``Gangs``) and
+(leader.Elector with --leader-elect, else None), ``namespaces`` (the served ones, None: all),
+``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job loops' shared bookkeeping, ``Gangs``) and
 ``decider`` (the one thread every ``decide()`` runs on, off the event loop: ``JobLoop.decide``).
 """
 
@@ -51,7 +51,7 @@ from phalanx.lifecycle.refusals import (
 )
 from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.pending import compact_pods
-from phalanx.podreflector import usage_entry
+from phalanx.podreflector import PodReflector
 from phalanx.render.names import config_map_name, network_policy_name, service_name
 
 log = logging.getLogger("phalanx.operator")
@@ -153,7 +153,7 @@ class Gangs:
 def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
     """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
-                     pod_reflector=None, gangs=Gangs(), sweep_wakeups={},
+                     namespaces=None, pod_reflector=None, gangs=Gangs(), sweep_wakeups={},
                      decider=concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-decide"))
 
 
@@ -243,6 +243,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         memo.setdefault(key, value)
     memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
     await _discover_workload_api(memo.kube)
+    if memo.pod_reflector is None:
+        memo.pod_reflector = await _start_pod_reflector(memo)
+
+
+async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
+    """Every pod, listed before any job loop runs (a loop that saw no pods would create them again)."""
+    reflector = PodReflector(load_client(memo.kubeconfig, pool_size=2), namespaces=memo.namespaces,
+                             on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+    reflector.start(asyncio.get_running_loop())
+    await reflector.synced.wait()
+    return reflector
 
 
 async def _discover_workload_api(kube: Kube) -> None:
@@ -294,38 +305,6 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 # Indexes (in-memory inventories kept by kopf's watches)
 
 
-def _slim_pod(body: kopf.Body) -> dict[str, Any]:
-    spec, status = body.get("spec", {}), body.get("status", {})
-    return {
-        "metadata": {
-            "name": body["metadata"]["name"],
-            "creationTimestamp": body["metadata"].get("creationTimestamp"),
-            "labels": dict(body["metadata"].get("labels", {})),
-            "deletionTimestamp": body["metadata"].get("deletionTimestamp"),
-            "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
-                                for o in body["metadata"].get("ownerReferences") or []],
-        },
-        "spec": {"nodeName": spec.get("nodeName"), "schedulingGates": list(spec.get("schedulingGates") or []),
-                 "nodeSelector": dict(spec.get("nodeSelector") or {}),
-                 # the declared progress port (hostNetwork jobs have their own): see progress_port()
-                 "containers": [{"name": c.get("name"), "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == C.PORT_NAME_PROGRESS]}
-                                for c in spec.get("containers") or []]},
-        "status": {
-            "phase": status.get("phase"),
-            "reason": status.get("reason"),
-            "message": status.get("message"),
-            "podIP": status.get("podIP"),
-            "conditions": list(status.get("conditions") or []),
-            "containerStatuses": list(status.get("containerStatuses") or []),
-        },
-    }
-
-
-@kopf.index("pods", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def job_pods(namespace: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, labels[C.LABEL_JOB_NAME]): _slim_pod(body)}
-
-
 @kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
 def job_services(namespace: str, name: str, **_: Any) -> dict:
     return {(namespace, name): True}
@@ -351,13 +330,6 @@ def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
                               "conditions": [c for c in body.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]}}}
 
 
-@kopf.index("pods")
-def cluster_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict | None:
-    """Every live pod's requests and binding: the capacity the gang planner must respect.
-    Namespaced mode: kopf sees only the listed namespaces; the PodReflector holds them all."""
-    return None if memo.pod_reflector is not None else {None: usage_entry(body)}
-
-
 @kopf.index("namespaces")
 def namespace_labels(name: str, labels: dict[str, str], **_: Any) -> dict:
     """Each namespace's labels: which policy applies, which Pod Security level it enforces."""
@@ -376,15 +348,6 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 
-@kopf.on.event("pods")
-def pod_changed(type: str, namespace: str, labels: dict[str, str], status: dict, memo: kopf.Memo, **_: Any) -> None:
-    job = labels.get(C.LABEL_JOB_NAME)
-    if job:
-        memo.gangs.wake(namespace, job)
-    if type == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
-        memo.gangs.wake_waiting()  # capacity freed
-
-
 @kopf.on.event("nodes")
 def node_changed(memo: kopf.Memo, **_: Any) -> None:
     memo.gangs.wake_waiting()
@@ -392,9 +355,9 @@ def node_changed(memo: kopf.Memo, **_: Any) -> None:
 
 @dataclass
 class Indexes:
-    """The kopf indexes one job loop reads (``usage``: cluster_pods, or the PodReflector)."""
+    """The indexes one job loop reads: kopf's, and the PodReflector's (``job_pods``, ``usage``)."""
 
-    job_pods: kopf.Index
+    job_pods: Any
     job_services: kopf.Index
     job_config_maps: kopf.Index
     job_network_policies: kopf.Index
@@ -491,19 +454,17 @@ async def job_loop(
     body: kopf.Body,
     stopped: kopf.DaemonStopped,
     memo: kopf.Memo,
-    job_pods: kopf.Index,
     job_services: kopf.Index,
     job_config_maps: kopf.Index,
     job_network_policies: kopf.Index,
     cluster_nodes: kopf.Index,
-    cluster_pods: kopf.Index,
     priority_classes: kopf.Index,
     namespace_labels: kopf.Index,
     resource_quotas: kopf.Index,
     **_: Any,
 ) -> None:
-    usage = cluster_pods if memo.pod_reflector is None else memo.pod_reflector
-    ix = Indexes(job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, usage,
+    pods = memo.pod_reflector
+    ix = Indexes(pods.job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, pods,
                  priority_classes, namespace_labels, resource_quotas)
     loop = JobLoop(memo, namespace, name, body, ix)
     try:

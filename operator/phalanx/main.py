@@ -5,11 +5,12 @@ Two optional companions run next to kopf on its event loop:
 - ``--leader-elect``: a Lease elector (phalanx.leader). Every replica watches and indexes (a
   standby is warm); only the holder's job loops decide and write. kopf's own bookkeeping — the
   finalizer its daemons put on each TrainingJob — happens in every replica, idempotently.
-- namespaced mode (``-n``): a cluster-wide pod reflector (phalanx.podreflector), so that the
-  gang planner counts the GPUs that pods of *other* namespaces hold. It is synced before kopf
-  starts: no job loop ever plans on a partial inventory.
+- a cluster-wide pod reflector (phalanx.podreflector, started by the startup handler): every
+  pod for capacity — in namespaced mode (``-n``) too, so that the gang planner counts the GPUs
+  that pods of *other* namespaces hold — and each job's pods in the served namespaces. It is
+  synced before kopf's watches start: no job loop ever plans on a partial inventory.
 
-The startup settings (operator config, kubeconfig, elector, reflector) reach the handlers in
+The startup settings (operator config, kubeconfig, elector, namespaces) reach the handlers in
 kopf's ``memo`` (phalanx.handlers.new_memo).
 """
 
@@ -75,16 +76,10 @@ def run_operator(args: argparse.Namespace) -> int:
 async def _serve(memo: Any, kubeconfig: str | None, namespaces: list[str] | None, liveness: str | None) -> None:
     import kopf
 
-    from phalanx.kube import load_client
-    from phalanx.podreflector import PodReflector
-
+    memo.namespaces = namespaces  # the pod reflector (started by the startup handler) indexes their jobs' pods
     if namespaces:
-        reflector = PodReflector(load_client(kubeconfig, pool_size=2), on_freed=memo.gangs.wake_waiting)
-        reflector.start(asyncio.get_running_loop())
         logging.getLogger("phalanx.operator").info(
             "namespaced mode (%s): reading the pods of every namespace for capacity", ", ".join(namespaces))
-        await reflector.synced.wait()
-        memo.pod_reflector = reflector
     scope: dict[str, Any] = {"namespaces": namespaces} if namespaces else {"clusterwide": True}
     leader = memo.leader
     campaign = asyncio.create_task(leader.run(), name="leader election") if leader is not None else None

@@ -1,14 +1,19 @@
-"""Every pod in the cluster, for the gang planner in namespaced mode.
+"""Every pod in the cluster: capacity for the gang planner, each job's pods for its loop.
 
-With ``-n a -n b`` kopf watches pods only in a and b, but capacity is cluster-wide: a pod of
-namespace c holding 8 GPUs on a node makes that node full. kopf scopes all its watches alike, so
-namespaced mode runs this reflector instead: list (paged) + watch from the list's
-resourceVersion, with bookmarks; on 410 Gone (the version expired) it lists again. It needs only
-``list``/``watch`` on pods cluster-wide (the chart's ClusterRole, read-only); every write still
-goes through the Roles in the listed namespaces.
+One list (paged) + watch of all pods, from the list's resourceVersion, with bookmarks; on 410
+Gone (the version expired) it lists again. It needs only ``list``/``watch`` on pods cluster-wide
+(the chart's ClusterRole, read-only); every write goes through the operator's other clients.
 
-The entries are :func:`usage_entry` — the same slim pods kopf's ``cluster_pods`` index holds in
-cluster-wide mode — and :meth:`PodReflector.get` reads like that index (``get(None, [])``).
+Why not kopf's pod watch (as before): kopf builds handler kwargs, keeps per-object state and
+runs its index machinery for every event of every pod — 16 % of the operator's CPU while a
+512-pod gang starts, and a few KiB per pod held — and it scopes all its watches alike, so in
+namespaced mode it could not see the other namespaces' pods that fill nodes. Here each pod is
+one slim :func:`pod_entry`, decoded in this thread, kept once for both readers:
+
+* :meth:`PodReflector.get` reads like a kopf index of all pods (``get(None, [])``): capacity;
+* :attr:`PodReflector.job_pods` reads like a kopf index by ``(namespace, job)``: a job's pods
+  (pods with the job label, in the namespaces the operator serves).
+
 The watch runs in a thread; events are applied on the event loop, so readers never see a store
 that changes under them.
 """
@@ -18,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from phalanx import constants as C
@@ -29,42 +35,122 @@ log = logging.getLogger("phalanx.podreflector")
 
 TERMINAL = ("Succeeded", "Failed")
 Key = tuple[str, str]
+JobKey = tuple[str, str]
+# A job's pods: namespace, job → pod name → entry
+JobIndex = dict[JobKey, dict[str, dict[str, Any]]]
 
 
 # --------------------------------------------------------------------------------------------
 # Pure
 
 
-def usage_entry(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod's requests, binding and pins: what the gang planner must respect (kopf body or raw dict)."""
-    meta, spec = body["metadata"], body.get("spec") or {}
-    return {"metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "labels": dict(meta.get("labels") or {})},
-            "spec": {"nodeName": spec.get("nodeName"), "nodeSelector": dict(spec.get("nodeSelector") or {}),
-                     "affinity": dict(spec.get("affinity") or {}),
-                     "containers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("containers") or []],
-                     "initContainers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("initContainers") or []],
-                     "overhead": spec.get("overhead")},
-            "status": {"phase": (body.get("status") or {}).get("phase")}}
+def _s(value: Any) -> Any:
+    """Intern a short string: label keys and values, condition types and reasons repeat in every
+    pod; one copy each instead of one per pod."""
+    return sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
+
+
+def _labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    return {_s(k): _s(v) for k, v in (labels or {}).items()}
+
+
+def _condition(c: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": _s(c.get("type")), "status": _s(c.get("status")), "reason": _s(c.get("reason")),
+            "message": c.get("message")}
+
+
+def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
+    term = (state or {}).get("terminated")
+    return {"terminated": {k: term.get(k) for k in ("exitCode", "reason", "message")}} if term else {}
+
+
+def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
+    """What the failure and progress readers use: exit code, reason and termination message."""
+    return {"name": _s(cs.get("name")), "ready": cs.get("ready"), "restartCount": cs.get("restartCount"),
+            "state": _terminated(cs.get("state")), "lastState": _terminated(cs.get("lastState"))}
+
+
+def _container(c: Mapping[str, Any]) -> dict[str, Any]:
+    # the declared progress port (hostNetwork jobs have their own): see lifecycle.progress.progress_port
+    return {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
+            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == C.PORT_NAME_PROGRESS]}
+
+
+def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod as the operator keeps it: requests, binding and pins (the planner), and labels,
+    gates, phase, readiness and exit codes (the job loops). A kopf body or a raw dict."""
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    return {
+        "metadata": {"name": meta["name"], "namespace": _s(meta.get("namespace")), "labels": _labels(meta.get("labels")),
+                     "creationTimestamp": meta.get("creationTimestamp"), "deletionTimestamp": meta.get("deletionTimestamp"),
+                     "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
+                                         for o in meta.get("ownerReferences") or []]},
+        "spec": {"nodeName": _s(spec.get("nodeName")), "nodeSelector": _labels(spec.get("nodeSelector")),
+                 "affinity": dict(spec.get("affinity") or {}),
+                 "schedulingGates": [{"name": _s(g.get("name"))} for g in spec.get("schedulingGates") or []],
+                 "containers": [_container(c) for c in spec.get("containers") or []],
+                 "initContainers": [{"resources": dict(c.get("resources") or {})} for c in spec.get("initContainers") or []],
+                 "overhead": spec.get("overhead")},
+        "status": {"phase": _s(status.get("phase")), "reason": _s(status.get("reason")), "message": status.get("message"),
+                   "podIP": status.get("podIP"), "conditions": [_condition(c) for c in status.get("conditions") or []],
+                   "containerStatuses": [_container_status(cs) for cs in status.get("containerStatuses") or []]},
+    }
 
 
 def key_of(entry: Mapping[str, Any]) -> Key:
     return entry["metadata"].get("namespace") or "", entry["metadata"]["name"]
 
 
+def job_of(entry: Mapping[str, Any] | None, namespaces: Collection[str] | None) -> JobKey | None:
+    """The (namespace, job) whose pod this is, if it has the job label and the operator serves
+    its namespace (``namespaces`` None: all)."""
+    if entry is None:
+        return None
+    job = entry["metadata"]["labels"].get(C.LABEL_JOB_NAME)
+    namespace = entry["metadata"].get("namespace") or ""
+    if not job or (namespaces is not None and namespace not in namespaces):
+        return None
+    return namespace, job
+
+
 def holds_capacity(entry: Mapping[str, Any] | None) -> bool:
     return entry is not None and bool(entry["spec"].get("nodeName")) and entry["status"].get("phase") not in TERMINAL
 
 
-def apply_event(store: dict[Key, dict[str, Any]], type_: str, entry: dict[str, Any]) -> bool:
-    """Apply one watch event to ``store``; True when it may have freed capacity (a bound pod
-    went away or ended), so waiting gangs should re-plan."""
+def apply_event(store: dict[Key, dict[str, Any]], jobs: JobIndex, type_: str, entry: dict[str, Any],
+                namespaces: Collection[str] | None = None) -> tuple[JobKey | None, bool]:
+    """Apply one watch event to ``store`` and ``jobs``. Returns the job whose pod it is (its loop
+    should look again) and whether it may have freed capacity (a bound pod went away or ended:
+    waiting gangs should re-plan)."""
     key = key_of(entry)
     before = store.get(key)
+    old_job, job = job_of(before, namespaces), job_of(entry, namespaces)
+    if old_job is not None and old_job != job or type_ == "DELETED":
+        _unindex(jobs, old_job, key[1])
     if type_ == "DELETED":
         store.pop(key, None)
-        return holds_capacity(before)
+        return old_job or job, holds_capacity(before)
     store[key] = entry
-    return holds_capacity(before) and not holds_capacity(entry)
+    if job is not None:
+        jobs.setdefault(job, {})[key[1]] = entry
+    return job, holds_capacity(before) and not holds_capacity(entry)
+
+
+def _unindex(jobs: JobIndex, job: JobKey | None, name: str) -> None:
+    pods = jobs.get(job) if job is not None else None
+    if pods is not None:
+        pods.pop(name, None)
+        if not pods:
+            del jobs[job]
+
+
+def index_jobs(store: Mapping[Key, dict[str, Any]], namespaces: Collection[str] | None) -> JobIndex:
+    jobs: JobIndex = {}
+    for key, entry in store.items():
+        job = job_of(entry, namespaces)
+        if job is not None:
+            jobs.setdefault(job, {})[key[1]] = entry
+    return jobs
 
 
 class Expired(Exception):
@@ -82,19 +168,37 @@ def watch_event(line: str) -> tuple[str, dict[str, Any]]:
     return type_, obj
 
 
+class JobPods:
+    """A kopf.Index look-alike over the reflector's job index: ``get((namespace, job), [])``."""
+
+    def __init__(self, jobs: Callable[[], JobIndex]) -> None:
+        self._jobs = jobs
+
+    def get(self, key: JobKey, default: Any = None) -> Iterable[dict[str, Any]] | Any:
+        pods = self._jobs().get(key)
+        return pods.values() if pods is not None else default  # the caller copies it once
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._jobs()
+
+
 # --------------------------------------------------------------------------------------------
 # Wiring
 
 
 class PodReflector:
-    """Cluster-wide pod usage, kept by list + watch in a background thread."""
+    """Every pod of the cluster, kept by list + watch in a background thread."""
 
-    def __init__(self, api_client: Any, on_freed: Callable[[], None] | None = None) -> None:
+    def __init__(self, api_client: Any, namespaces: Collection[str] | None = None,
+                 on_job: Callable[[str, str], None] | None = None, on_freed: Callable[[], None] | None = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
-        self.on_freed = on_freed
+        self.namespaces = frozenset(namespaces) if namespaces is not None else None
+        self.on_job, self.on_freed = on_job, on_freed
         self.store: dict[Key, dict[str, Any]] = {}
+        self.jobs: JobIndex = {}
+        self.job_pods = JobPods(lambda: self.jobs)
         self.synced = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -129,7 +233,7 @@ class PodReflector:
         while True:
             page = self._call(self.core.list_pod_for_all_namespaces, limit=C.POD_REFLECTOR_PAGE_SIZE,
                               **({"_continue": token} if token else {}))
-            items += [usage_entry(p) for p in page.get("items") or []]
+            items += [pod_entry(p) for p in page.get("items") or []]
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 break
@@ -152,7 +256,7 @@ class PodReflector:
                 type_, obj = watch_event(line)
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 if type_ in ("ADDED", "MODIFIED", "DELETED"):
-                    self._post(self._apply, type_, usage_entry(obj))
+                    self._post(self._apply, type_, pod_entry(obj))
         finally:
             response.release_conn()
         return version
@@ -171,13 +275,23 @@ class PodReflector:
 
     def _replace(self, store: dict[Key, dict[str, Any]]) -> None:
         freed = any(holds_capacity(e) and not holds_capacity(store.get(k)) for k, e in self.store.items())
-        self.store = store
+        touched = set(self.jobs)
+        self.store, self.jobs = store, index_jobs(store, self.namespaces)
         if not self.synced.is_set():
             log.info("pod reflector synced: %d pods cluster-wide", len(store))
         self.synced.set()
+        for namespace, job in touched | set(self.jobs):  # a relist: every job may have changed
+            self._job(namespace, job)
         if freed and self.on_freed:
             self.on_freed()
 
     def _apply(self, type_: str, entry: dict[str, Any]) -> None:
-        if apply_event(self.store, type_, entry) and self.on_freed:
+        job, freed = apply_event(self.store, self.jobs, type_, entry, self.namespaces)
+        if job is not None:
+            self._job(*job)
+        if freed and self.on_freed:
             self.on_freed()
+
+    def _job(self, namespace: str, job: str) -> None:
+        if self.on_job:
+            self.on_job(namespace, job)

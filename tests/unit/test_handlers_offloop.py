@@ -184,14 +184,24 @@ def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
 
 
 def test_pod_events_of_a_job_without_a_loop_make_no_entry():
+    """The reflector wakes job loops through Gangs.wake: pods outlive their jobs, and the events of
+    a deleted job's pods must not leave an entry per job behind."""
+    from phalanx.podreflector import PodReflector, pod_entry
+
     memo = handlers.new_memo()
+    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+
+    def event(type_, ns, job, name):
+        reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {C.LABEL_JOB_NAME: job}}}))
+
     for i in range(100):  # pods of deleted jobs terminating, GC'd
-        handlers.pod_changed(type="DELETED", namespace="ns", labels={C.LABEL_JOB_NAME: f"old-{i}"},
-                             status={}, memo=memo)
-    assert not memo.gangs.wakeups
-    event = memo.gangs.wakeup("ns", "live")
-    handlers.pod_changed(type="MODIFIED", namespace="ns", labels={C.LABEL_JOB_NAME: "live"}, status={}, memo=memo)
-    assert event.is_set() and list(memo.gangs.wakeups) == [("ns", "live")]
+        event("ADDED", "ns", f"old-{i}", f"old-{i}-0")
+        event("DELETED", "ns", f"old-{i}", f"old-{i}-0")
+    assert not memo.gangs.wakeups and not reflector.jobs and not reflector.store
+    wake = memo.gangs.wakeup("ns", "live")
+    event("ADDED", "ns", "live", "live-0")
+    assert wake.is_set() and list(memo.gangs.wakeups) == [("ns", "live")]
+    assert [p["metadata"]["name"] for p in reflector.job_pods.get(("ns", "live"), [])] == ["live-0"]
 
 
 def test_expired_pins_are_dropped():

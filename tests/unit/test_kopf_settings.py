@@ -40,5 +40,12 @@ def test_startup_installs_it(monkeypatch):
 
     monkeypatch.setattr(handlers, "Kube", _Kube)
     monkeypatch.setattr(handlers, "load_client", lambda *a, **k: None)
+    reflector = object()
+
+    async def start_pod_reflector(memo):  # no cluster to list
+        return reflector
+
+    monkeypatch.setattr(handlers, "_start_pod_reflector", start_pod_reflector)
     asyncio.run(handlers.configure(settings=settings, memo=memo))
     assert isinstance(settings.persistence.diffbase_storage, handlers.NoDiffBase)
+    assert memo.pod_reflector is reflector  # started (and synced) before any watch

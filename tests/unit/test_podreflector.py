@@ -1,4 +1,4 @@
-"""The namespaced-mode pod reflector's pure parts: entries, events, expiry, freed capacity."""
+"""The pod reflector's pure parts: entries, events, the job index, expiry, freed capacity."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from phalanx import constants as C
 from phalanx.gang.admission import admit
-from phalanx.podreflector import Expired, apply_event, usage_entry, watch_event
+from phalanx.podreflector import Expired, JobPods, apply_event, index_jobs, pod_entry, watch_event
 
 
 def pod(name, ns="other", node="n1", phase="Running", gpus=8, **spec):
@@ -17,32 +18,89 @@ def pod(name, ns="other", node="n1", phase="Running", gpus=8, **spec):
             "status": {"phase": phase, "podIP": "10.0.0.1"}}
 
 
-def test_entry_keeps_only_what_the_planner_reads():
-    e = usage_entry(pod("a", affinity={"nodeAffinity": {}}))
-    assert e["metadata"] == {"name": "a", "namespace": "other", "labels": {"app": "x"}}
+def test_entry_keeps_only_what_the_planner_and_the_job_loops_read():
+    raw = pod("a", affinity={"nodeAffinity": {}}, schedulingGates=[{"name": "g"}])
+    raw["metadata"]["ownerReferences"] = [{"uid": "u", "controller": True, "kind": "TrainingJob", "name": "j"}]
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastProbeTime": None,
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    raw["status"]["containerStatuses"] = [{"name": "c", "ready": False, "restartCount": 1, "image": "i", "imageID": "x",
+                                           "state": {"terminated": {"exitCode": 3, "message": "m", "containerID": "c"}},
+                                           "lastState": {}}]
+    e = pod_entry(raw)
+    assert e["metadata"]["labels"] == {"app": "x"} and "resourceVersion" not in e["metadata"]
+    assert e["metadata"]["ownerReferences"] == [{"uid": "u", "controller": True}]
     assert e["spec"]["nodeName"] == "n1" and e["spec"]["affinity"] == {"nodeAffinity": {}}
+    assert e["spec"]["schedulingGates"] == [{"name": "g"}]
     assert e["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "8"}
-    assert e["status"] == {"phase": "Running"}
+    assert "image" not in e["spec"]["containers"][0]
+    assert e["status"]["phase"] == "Running" and e["status"]["podIP"] == "10.0.0.1"
+    assert e["status"]["conditions"] == [{"type": "Ready", "status": "True", "reason": None, "message": None}]
+    assert e["status"]["containerStatuses"] == [{"name": "c", "ready": False, "restartCount": 1, "lastState": {},
+                                                 "state": {"terminated": {"exitCode": 3, "reason": None, "message": "m"}}}]
+
+
+def test_entries_share_their_label_strings():
+    a, b = (pod_entry(json.loads(json.dumps(pod(n)))) for n in "ab")
+    (ka, va), = a["metadata"]["labels"].items()
+    (kb, vb), = b["metadata"]["labels"].items()
+    assert ka is kb and va is vb
 
 
 def test_events_add_modify_delete_and_report_freed_capacity():
-    store = {}
-    assert apply_event(store, "ADDED", usage_entry(pod("a"))) is False
-    assert apply_event(store, "MODIFIED", usage_entry(pod("a"))) is False
+    store, jobs = {}, {}
+    assert apply_event(store, jobs, "ADDED", pod_entry(pod("a")))[1] is False
+    assert apply_event(store, jobs, "MODIFIED", pod_entry(pod("a")))[1] is False
     assert list(store) == [("other", "a")]
-    assert apply_event(store, "MODIFIED", usage_entry(pod("a", phase="Succeeded"))) is True  # ended: freed
-    assert apply_event(store, "DELETED", usage_entry(pod("a", phase="Succeeded"))) is False  # already free
+    assert apply_event(store, jobs, "MODIFIED", pod_entry(pod("a", phase="Succeeded")))[1] is True  # ended: freed
+    assert apply_event(store, jobs, "DELETED", pod_entry(pod("a", phase="Succeeded")))[1] is False  # already free
     assert store == {}
-    apply_event(store, "ADDED", usage_entry(pod("b")))
-    assert apply_event(store, "DELETED", usage_entry(pod("b"))) is True
-    apply_event(store, "ADDED", usage_entry(pod("gated", node=None, phase="Pending")))
-    assert apply_event(store, "DELETED", usage_entry(pod("gated", node=None, phase="Pending"))) is False
+    apply_event(store, jobs, "ADDED", pod_entry(pod("b")))
+    assert apply_event(store, jobs, "DELETED", pod_entry(pod("b")))[1] is True
+    apply_event(store, jobs, "ADDED", pod_entry(pod("gated", node=None, phase="Pending")))
+    assert apply_event(store, jobs, "DELETED", pod_entry(pod("gated", node=None, phase="Pending")))[1] is False
+    assert jobs == {}  # no pod had the job label
+
+
+def job_pod(name, job, ns="ns"):
+    p = pod(name, ns=ns)
+    p["metadata"]["labels"] = {C.LABEL_JOB_NAME: job}
+    return pod_entry(p)
+
+
+def test_job_index_follows_the_events_and_names_the_job():
+    store, jobs = {}, {}
+    assert apply_event(store, jobs, "ADDED", job_pod("j-0", "j"))[0] == ("ns", "j")
+    apply_event(store, jobs, "ADDED", job_pod("j-1", "j"))
+    apply_event(store, jobs, "ADDED", job_pod("k-0", "k", ns="other"))
+    view = JobPods(lambda: jobs)
+    assert sorted(p["metadata"]["name"] for p in view.get(("ns", "j"), [])) == ["j-0", "j-1"]
+    assert ("other", "k") in view and view.get(("ns", "none"), []) == []
+    assert apply_event(store, jobs, "DELETED", job_pod("j-0", "j"))[0] == ("ns", "j")
+    assert [p["metadata"]["name"] for p in view.get(("ns", "j"))] == ["j-1"]
+    apply_event(store, jobs, "DELETED", job_pod("j-1", "j"))
+    assert ("ns", "j") not in jobs  # no empty entry left per deleted job
+    assert index_jobs(store, None) == jobs
+
+
+def test_job_index_covers_only_the_served_namespaces():
+    store, jobs = {}, {}
+    assert apply_event(store, jobs, "ADDED", job_pod("k-0", "k", ns="other"), namespaces={"ns"})[0] is None
+    apply_event(store, jobs, "ADDED", job_pod("j-0", "j"), namespaces={"ns"})
+    assert list(jobs) == [("ns", "j")] and len(store) == 2  # capacity still counts every pod
+    assert index_jobs(store, {"ns"}) == jobs
+
+
+def test_a_relabelled_pod_moves_between_jobs():
+    store, jobs = {}, {}
+    apply_event(store, jobs, "ADDED", job_pod("p", "a"))
+    apply_event(store, jobs, "MODIFIED", job_pod("p", "b"))
+    assert list(jobs) == [("ns", "b")]
 
 
 def test_same_name_in_two_namespaces_are_two_pods():
     store = {}
-    apply_event(store, "ADDED", usage_entry(pod("a", ns="x")))
-    apply_event(store, "ADDED", usage_entry(pod("a", ns="y")))
+    apply_event(store, {}, "ADDED", pod_entry(pod("a", ns="x")))
+    apply_event(store, {}, "ADDED", pod_entry(pod("a", ns="y")))
     assert len(store) == 2
 
 
@@ -66,5 +124,5 @@ def test_another_namespaces_pod_makes_its_node_full_for_the_planner():
                          "conditions": [{"type": "Ready", "status": "True"}]}} for n in ("n1", "n2")]
     gang = GangRequest(key="team/job", count=2, requests={"nvidia.com/gpu": 8, "pods": 1})
     free = admit([gang], nodes, [], OperatorConfig()).results["team/job"]
-    full = admit([gang], nodes, [usage_entry(pod("hog", node="n1"))], OperatorConfig()).results["team/job"]
+    full = admit([gang], nodes, [pod_entry(pod("hog", node="n1"))], OperatorConfig()).results["team/job"]
     assert getattr(free, "nodes", None) and not getattr(full, "nodes", None)

@@ -225,18 +225,18 @@ def test_progress_port_is_the_trainers_declared_port():
 
 def test_rendered_host_network_pod_is_polled_on_its_own_port(job_obj):
     """A hostNetwork job listens on a per-job port; the pod index keeps it and the poll uses it."""
-    from phalanx.handlers import _slim_pod
+    from phalanx.podreflector import pod_entry
     from phalanx.render.network import NetworkWiring, apply_network
 
     sim = Sim(job_obj)
     sim.step()
     pod = next(p for p in sim.pods.values() if p["metadata"]["labels"][C.LABEL_NODE_RANK] == "0")
-    assert progress_port(_slim_pod(pod)) == C.PROGRESS_PORT
+    assert progress_port(pod_entry(pod)) == C.PROGRESS_PORT
     wiring = NetworkWiring(host_network=True, master_port=23455, progress_port=23456, metrics_port=23457)
     moved = apply_network(pod, wiring)
     env = {e["name"]: e.get("value") for e in moved["spec"]["containers"][0]["env"]}
     assert env[C.ENV_PROGRESS_PORT] == "23456"
-    assert progress_port(_slim_pod(moved)) == 23456
+    assert progress_port(pod_entry(moved)) == 23456
 
 
 # ----------------------------------------------------------------- decide() never breaks
