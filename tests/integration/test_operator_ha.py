@@ -83,7 +83,7 @@ def running(jobs, name, n, attempt=0):
 
 
 @pytest.fixture
-def pair(cluster, api, tmp_path, namespace, alone):
+def pair(cluster, crd, api, tmp_path, namespace, alone):
     """Two replicas of one operator on one lease: `a` started first (leads), `b` a standby."""
     lease = f"ha-{uuid.uuid4().hex[:6]}"
     a = elected(cluster, tmp_path, namespace, lease, "a")
@@ -101,7 +101,7 @@ def pair(cluster, api, tmp_path, namespace, alone):
 
 
 @pytest.fixture
-def namespaced(cluster, api, tmp_path, namespace, alone):
+def namespaced(cluster, crd, api, tmp_path, namespace, alone):
     """Start (on demand) an operator for `namespace` only; drained and stopped afterwards."""
     started = []
 
@@ -183,7 +183,8 @@ def test_namespaced_mode_counts_gpus_held_in_other_namespaces(api, namespace, po
         assert all(p.spec.scheduling_gates for p in jobs.pods("more"))  # not pinned onto the full node
         core.delete_namespaced_pod("hog", other, grace_period_seconds=0)
         wait_for(lambda: running(jobs, "more", 1), 45, "more Running once the hog is gone")
-        assert jobs.status("more")["placement"]["nodes"] == [full]
+        placement = wait_for(lambda: jobs.status("more").get("placement"), 30, "more's placement in its status")
+        assert placement["nodes"] == [full]
     finally:
         core.delete_namespace(other)
 
