@@ -39,6 +39,7 @@ from phalanx.gang.planner import GangRequest, Placement
 from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
+from phalanx.lifecycle.pacing import wake_coalesce_seconds
 from phalanx.lifecycle.pods import is_gated
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.reconcile import decide
@@ -59,7 +60,6 @@ log = logging.getLogger("phalanx.operator")
 RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
-WAKE_COALESCE_SECONDS = 0.2
 PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 GC_PAUSE_MIN_NODES = 1024  # decide() of a gang this big runs with the cyclic GC paused (_decide_off_loop)
 LOOP_HOP_TIMEOUT = 60.0  # the decide thread waiting for the event loop (only a stopped loop takes this long)
@@ -617,7 +617,8 @@ class JobLoop:
         delay = min(plan.requeue_after or RESYNC_SECONDS, RESYNC_SECONDS)
         try:
             await asyncio.wait_for(self.wake.wait(), timeout=delay)
-            await asyncio.sleep(WAKE_COALESCE_SECONDS)  # one pass for a burst of pod events
+            # one pass for a burst of pod events; longer for a big gang (lifecycle/pacing.py)
+            await asyncio.sleep(wake_coalesce_seconds(len(self.ix.job_pods.get(self.key, ()))))
         except TimeoutError:
             pass
 
