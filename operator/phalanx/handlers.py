@@ -39,7 +39,7 @@ from phalanx.gang.planner import GangRequest, Placement
 from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
-from phalanx.lifecycle.pacing import wake_coalesce_seconds
+from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
 from phalanx.lifecycle.pods import is_gated
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.reconcile import decide
@@ -500,6 +500,8 @@ class JobLoop:
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
         self.failures = _Failures()
+        self.status_written_at = -math.inf
+        self.namespace_read = False
 
     async def reconcile(self) -> bool:
         """One pass. False once the job is deleted (its TTL ran out)."""
@@ -509,6 +511,7 @@ class JobLoop:
         plan = await self.decide(obj, observed)
         if plan is None:
             return True
+        self.hold_ready_counts(obj, plan)
         refusals = await self.execute(obj, plan, started)
         if refusals is None:
             return True
@@ -540,7 +543,7 @@ class JobLoop:
             progress=self.progress,
             lost_nodes=_lost_nodes(pods, ix.cluster_nodes),
             config_map_hash=next(iter(ix.job_config_maps.get((ns, config_map_name(name)), [None]))),
-            namespace_labels=next(iter(ix.namespace_labels.get(ns, [None]))),
+            namespace_labels=await self.namespace_labels(),
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec)
             or (kueued.condition() if kueued else None),
             backend_evicted=kueued.eviction() if kueued else None,
@@ -549,6 +552,17 @@ class JobLoop:
         obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                "spec": spec, "status": status}
         return obj, observed
+
+    async def namespace_labels(self) -> dict[str, str] | None:
+        """The namespace's labels (its policy, its Pod Security level) from the watch, but read
+        from the API server on the job's first pass: a label set just before the job may not
+        have reached the watch yet, and the first pass may create the gang."""
+        labels = next(iter(self.ix.namespace_labels.get(self.namespace, [None])))
+        if self.namespace_read or self.memo.kube is None:
+            return labels
+        self.namespace_read = True  # once: a role without list on namespaces keeps the watch's view
+        fresh = await self.memo.kube.namespace_labels(self.namespace)
+        return fresh if fresh is not None else labels
 
     async def decide(self, obj: dict[str, Any], observed: Observed) -> Plan | None:
         """decide(), or None after reporting that it raised (no input may kill the loop).
@@ -587,7 +601,16 @@ class JobLoop:
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self.failures.api = 0
+        if plan.status is not None and not refusals:
+            self.status_written_at = time.monotonic()
         return refusals
+
+    def hold_ready_counts(self, obj: dict[str, Any], plan: Plan) -> None:
+        """A status that only moves ready counts waits out the job's write interval (pacing.py):
+        a gang turning Running pod by pod makes a write a second, not one per pod."""
+        wait = hold_ready_counts(obj["status"], plan, time.monotonic() - self.status_written_at)
+        if wait:
+            plan.status, plan.requeue_after = None, min(plan.requeue_after or wait, wait)
 
     def released(self, all_new: bool) -> None:
         self.memo.gangs.released(self.namespace, self.name, all_new)

@@ -134,6 +134,17 @@ class Kube:
             raise
         return json.loads(raw)
 
+    async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels as the API server has them now (a list by name: the operator's
+        role may list and watch namespaces, not get them); None when it cannot be read."""
+        try:
+            raw = await self._call("list", self.core.list_namespace, field_selector=f"metadata.name={namespace}")
+        except ApiException as exc:
+            log.warning("cannot read namespace %s (%s); using the watch's view", namespace, exc.status)
+            return None
+        items = json.loads(raw).get("items") or []
+        return dict(items[0]["metadata"].get("labels") or {}) if items else None
+
     async def update_config_map(self, obj: dict[str, Any]) -> None:
         """Bring an existing ConfigMap to ``obj``'s data and annotations (merge patch)."""
         meta = obj["metadata"]
@@ -194,23 +205,42 @@ class Kube:
         results = await asyncio.gather(*(self.create(o, dry_run=dry_run) for o in objs), return_exceptions=True)
         refusals = []
         for obj, result in zip(objs, results, strict=True):
-            if isinstance(result, ApiException) and result.status and 400 <= result.status < 500:
-                refusals.append(Refusal(obj["kind"], obj["metadata"]["name"], result.status, _api_message(result)))
-            elif isinstance(result, BaseException):
-                raise result
+            refusal, error = _classify(obj, result)
+            if error is not None:
+                raise error
+            refusals += [refusal] if refusal else []
         return refusals
 
     async def _create_pods(self, pods: list[dict[str, Any]]) -> list[Refusal]:
-        """Slow start, as the Job controller: batches of 1, 2, 4, ... so a refusal (quota, a
-        webhook) costs one request, not one per missing pod; stop at the first refused batch."""
-        done, batch = 0, 1
-        while done < len(pods):
-            refusals = await self._create_all(pods[done:done + batch])
-            if refusals:
-                return refusals
-            done += batch
-            batch = min(batch * 2, max(self.concurrency, 1))
-        return []
+        """Slow start as the Job controller's, without its batch barrier: the first pod alone,
+        then each success lets one more go beside it (the window doubles per round trip) up to
+        ``concurrency`` in flight; a slow request holds its own slot, not the next batch. A
+        refusal (quota, a webhook) stops further creates, so it costs at most one window of
+        requests, not one per missing pod; the requests in flight are awaited, then the refusals
+        returned (an unexpected error is raised)."""
+        todo, in_flight = iter(pods), {}
+        window, refusals, failure = 1, [], None
+        try:
+            while True:
+                while not (refusals or failure) and len(in_flight) < window:
+                    pod = next(todo, None)
+                    if pod is None:
+                        break
+                    in_flight[asyncio.ensure_future(self.create(pod))] = pod
+                if not in_flight:
+                    break
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    refusal, error = _refusal(in_flight.pop(task), task)
+                    refusals += [refusal] if refusal else []
+                    failure = failure or error
+                    window = min(window + 1, max(self.concurrency, 1))
+        finally:
+            for task in in_flight:
+                task.cancel()  # only when this coroutine itself was cancelled
+        if failure is not None:
+            raise failure
+        return refusals
 
     async def force_delete_pod(self, namespace: str, name: str) -> None:
         try:
@@ -295,6 +325,17 @@ async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 409
         return None  # larger than any valid report: not read further
     finally:
         writer.close()
+
+
+def _refusal(obj: dict[str, Any], task: asyncio.Future) -> tuple[Refusal | None, BaseException | None]:
+    return _classify(obj, task.exception() or task.result())
+
+
+def _classify(obj: dict[str, Any], result: Any) -> tuple[Refusal | None, BaseException | None]:
+    """A create's outcome: a refusal (4xx: quota, admission, validation), an error, or neither."""
+    if isinstance(result, ApiException) and result.status and 400 <= result.status < 500:
+        return Refusal(obj["kind"], obj["metadata"]["name"], result.status, _api_message(result)), None
+    return None, result if isinstance(result, BaseException) else None
 
 
 def _needs_sibling(obj: dict[str, Any]) -> bool:

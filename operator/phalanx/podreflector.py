@@ -15,7 +15,8 @@ one slim :func:`pod_entry`, decoded in this thread, kept once for both readers:
   (pods with the job label, in the namespaces the operator serves).
 
 The watch runs in a thread; events are applied on the event loop, so readers never see a store
-that changes under them.
+that changes under them. A burst of events crosses to the loop as one batch: one wake-up of the
+loop (a self-pipe write) per batch, not per event.
 """
 
 from __future__ import annotations
@@ -201,6 +202,8 @@ class PodReflector:
         self.job_pods = JobPods(lambda: self.jobs)
         self.synced = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # for the loop, in order
+        self._inbox_lock = threading.Lock()
 
     # kopf.Index look-alike: handlers read ``cluster_pods.get(None, [])``
     def get(self, key: Any, default: Any = None) -> Any:
@@ -269,9 +272,20 @@ class PodReflector:
             response.release_conn()
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue ``fn(*args)`` for the loop; only the first of a batch wakes it."""
         assert self.loop is not None
+        with self._inbox_lock:
+            self._inbox.append((fn, args))
+            if len(self._inbox) > 1:
+                return  # a drain is scheduled already and takes this one too
         if not self.loop.is_closed():  # the operator is exiting: nothing left to feed
-            self.loop.call_soon_threadsafe(fn, *args)
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._inbox_lock:
+            batch, self._inbox = self._inbox, []
+        for fn, args in batch:
+            fn(*args)
 
     def _replace(self, store: dict[Key, dict[str, Any]]) -> None:
         freed = any(holds_capacity(e) and not holds_capacity(store.get(k)) for k, e in self.store.items())

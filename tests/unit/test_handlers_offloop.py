@@ -258,3 +258,49 @@ def test_the_next_pass_waits_until_released_pods_show_ungated():
         return time.monotonic() - t0
 
     assert asyncio.run(main()) < 1.0
+
+
+class _Kube:
+    def __init__(self, labels):
+        self.labels, self.reads = labels, 0
+
+    async def namespace_labels(self, namespace):
+        self.reads += 1
+        return self.labels
+
+
+@pytest.mark.parametrize("api_labels, first", [
+    ({"pod-security.kubernetes.io/enforce": "restricted"}, {"pod-security.kubernetes.io/enforce": "restricted"}),
+    (None, {"team": "a"}),  # unreadable (no list on namespaces): the watch's view
+])
+def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_labels, first):
+    """A label set just before the job may not have reached the namespace watch, and the first
+    pass may create the gang: its policy and Pod Security level come from a fresh read."""
+    async def main():
+        memo = handlers.new_memo()
+        memo.kube = _Kube(api_labels)
+        ix = indexes()
+        ix.namespace_labels["default"] = [{"team": "a"}]  # the watch: not yet the new label
+        loop_ = handlers.JobLoop(memo, "default", "j", {}, ix)
+        seen = [await loop_.namespace_labels(), await loop_.namespace_labels()]
+        memo.decider.shutdown()
+        return seen, memo.kube.reads
+
+    (one, two), reads = asyncio.run(main())
+    assert one == first and two == {"team": "a"} and reads == 1  # once per job, then the watch
+
+
+def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
+    from phalanx.decision import Plan
+
+    memo = handlers.new_memo()
+    loop_ = handlers.JobLoop(memo, "default", "j", {}, indexes())
+    before = {"phase": "Scheduling", "readyNodes": 1, "nodes": "1/4"}
+    first = Plan(status={**before, "readyNodes": 2, "nodes": "2/4"})
+    loop_.hold_ready_counts({"status": before}, first)
+    assert first.status is not None  # nothing written yet: at once
+    loop_.status_written_at = time.monotonic()
+    second = Plan(status={**before, "readyNodes": 3, "nodes": "3/4"}, requeue_after=30.0)
+    loop_.hold_ready_counts({"status": before}, second)
+    assert second.status is None and 0 < second.requeue_after <= 1.0
+    memo.decider.shutdown()

@@ -25,3 +25,54 @@ def test_big_gangs_wait_at_most_the_cap(pods):
 def test_monotonic():
     waits = [wake_coalesce_seconds(n) for n in range(0, 2048, 7)]
     assert waits == sorted(waits)
+
+
+# --- holding back status writes that only move ready counts
+
+from phalanx.api.types import TrainingJobStatus  # noqa: E402
+from phalanx.decision import Plan  # noqa: E402
+from phalanx.lifecycle.pacing import (  # noqa: E402
+    READY_COUNT_FIELDS,
+    READY_COUNT_WRITE_INTERVAL_SECONDS,
+    hold_ready_counts,
+)
+
+BEFORE = {"phase": "Scheduling", "readyNodes": 2, "nodes": "2/8", "totalNodes": 8, "conditions": []}
+COUNTS = {**BEFORE, "readyNodes": 3, "nodes": "3/8"}
+
+
+def test_the_count_fields_are_the_status_models_wire_names():
+    names = {f.alias for f in TrainingJobStatus.model_fields.values()}
+    assert READY_COUNT_FIELDS <= names
+
+
+def test_a_count_only_change_waits_out_the_interval_after_the_last_write():
+    assert hold_ready_counts(BEFORE, Plan(status=COUNTS), 0.3) == pytest.approx(READY_COUNT_WRITE_INTERVAL_SECONDS - 0.3)
+    assert hold_ready_counts(BEFORE, Plan(status={**BEFORE, "rolesReady": "worker:3/8 ps:1/1"}), 0.0) > 0
+
+
+@pytest.mark.parametrize("since", [READY_COUNT_WRITE_INTERVAL_SECONDS, 5.0, float("inf")])
+def test_a_count_only_change_is_written_once_the_interval_is_over(since):
+    assert hold_ready_counts(BEFORE, Plan(status=COUNTS), since) == 0.0
+
+
+@pytest.mark.parametrize("status", [
+    {**COUNTS, "phase": "Running"},                                          # a phase change
+    {**COUNTS, "conditions": [{"type": "Running", "status": "True"}]},      # a condition
+    {**BEFORE, "step": 10},                                                  # progress
+    dict(BEFORE),                                                            # no change at all
+])
+def test_anything_but_ready_counts_is_written_at_once(status):
+    assert hold_ready_counts(BEFORE, Plan(status=status), 0.1) == 0.0
+
+
+@pytest.mark.parametrize("acts", [
+    {"create": [{"kind": "Pod"}]}, {"update": [{}]}, {"delete_pods": ["p"]}, {"force_delete_pods": ["p"]},
+    {"release": ["p"]}, {"events": [("Normal", "R", "m")]}, {"delete_job": True},
+])
+def test_a_plan_that_acts_writes_its_status_with_it(acts):
+    assert hold_ready_counts(BEFORE, Plan(status=COUNTS, **acts), 0.1) == 0.0
+
+
+def test_no_status_no_hold():
+    assert hold_ready_counts(BEFORE, Plan(), 0.1) == 0.0

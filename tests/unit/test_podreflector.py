@@ -126,3 +126,30 @@ def test_another_namespaces_pod_makes_its_node_full_for_the_planner():
     free = admit([gang], nodes, [], OperatorConfig()).results["team/job"]
     full = admit([gang], nodes, [pod_entry(pod("hog", node="n1"))], OperatorConfig()).results["team/job"]
     assert getattr(free, "nodes", None) and not getattr(full, "nodes", None)
+
+
+def test_a_burst_of_events_reaches_the_loop_in_order_with_one_wake_up():
+    import asyncio
+    import threading
+
+    from kubernetes import client
+
+    from phalanx.podreflector import PodReflector
+
+    seen, wakes = [], []
+
+    async def main():
+        reflector = PodReflector(client.ApiClient())
+        loop = asyncio.get_running_loop()
+        reflector.loop = loop
+        original = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = lambda fn, *a: (wakes.append(fn), original(fn, *a))[1]
+        burst = threading.Thread(target=lambda: [reflector._post(seen.append, i) for i in range(200)])
+        burst.start()
+        burst.join()  # the loop was busy (here: blocked) the whole burst
+        await asyncio.sleep(0.05)
+        reflector._post(seen.append, 200)  # after a drain, the next event wakes the loop again
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert seen == list(range(201)) and len(wakes) == 2

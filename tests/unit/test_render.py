@@ -163,3 +163,33 @@ def test_network_policy_can_be_turned_off(job_obj):
 
     config = OperatorConfig(network_policy=NetworkPolicyConfig(enabled=False))
     assert "NetworkPolicy" not in [c["kind"] for c in _render(job_obj, config=config)]
+
+
+def _containers_of(value, seen):
+    """ids of every dict and list inside ``value``."""
+    if isinstance(value, (dict, list)):
+        seen.add(id(value))
+        for v in value.values() if isinstance(value, dict) else value:
+            _containers_of(v, seen)
+    return seen
+
+
+@pytest.mark.parametrize("path", example_jobs(), ids=lambda p: p.name)
+def test_rendered_pods_share_no_mutable_part(path):
+    """Pods are built and merged in place (no copy per pod): no dict or list may be shared between
+    two pods, or with the job's spec, or the next render (a pin on one pod would show on others)."""
+    import yaml
+
+    obj = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainingJob")
+    obj.setdefault("metadata", {}).setdefault("namespace", "team")
+    profile = NetworkProfile(fabric="roce", socket_ifname="eth0", rdma_resource="rdma/roce", multus_networks="d/b",
+                             ipc_lock=True, allow_host_network=True, shm_size="32Gi",
+                             topo_file={"path": "/t/topo.xml", "hostPath": "/h/topo.xml"})
+    config = OperatorConfig(network_profiles={"default": profile})
+    job = parse_job(obj)
+    first, second = render_children(job, config), render_children(job, config)
+    pods = [c for c in first + second if c["kind"] == "Pod"]
+    owners: dict[int, str] = {}
+    for i, pod in enumerate(pods):
+        for part in _containers_of(pod, set()):
+            assert owners.setdefault(part, f"pod {i}") == f"pod {i}", f"pod {i} shares a part with {owners[part]}"

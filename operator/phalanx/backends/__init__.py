@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx.backends.base import BackendRender, PodMutation, apply_mutation, min_resources
+from phalanx.backends.base import (
+    BackendRender,
+    PodMutation,
+    apply_mutation,
+    merge_mutation,
+    min_resources,
+)
 
-__all__ = ["BackendRender", "PodMutation", "apply_mutation", "min_resources", "render_backend"]
+__all__ = ["BackendRender", "PodMutation", "apply_mutation", "merge_mutation", "min_resources", "render_backend"]
 
 
 def render_backend(job: Any, **kwargs: Any) -> BackendRender:

@@ -60,7 +60,11 @@ def min_resources(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str
 
 
 def apply_mutation(pod: dict[str, Any], m: PodMutation) -> dict[str, Any]:
-    pod = copy.deepcopy(pod)
+    return merge_mutation(copy.deepcopy(pod), m)
+
+
+def merge_mutation(pod: dict[str, Any], m: PodMutation) -> dict[str, Any]:
+    """:func:`apply_mutation` in place, for a pod just built that nothing else holds."""
     meta = pod.setdefault("metadata", {})
     spec = pod.setdefault("spec", {})
     if m.labels:

@@ -1,6 +1,12 @@
-"""How long a job's loop lets a burst of wake-ups gather before its next pass (pure)."""
+"""How long a job's loop lets a burst of wake-ups gather before its next pass, and how long it
+holds back a status write that only moves ready counts (pure)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.decision import Plan
 
 WAKE_COALESCE_MIN_SECONDS = 0.2
 WAKE_COALESCE_MAX_SECONDS = 2.0
@@ -15,3 +21,26 @@ def wake_coalesce_seconds(pods: int) -> float:
     gang keeps that to about one pass and one status write per 2 s, at the price of reacting to a
     failed pod up to 2 s later in a 512-pod gang (its restart takes far longer)."""
     return min(WAKE_COALESCE_MAX_SECONDS, max(WAKE_COALESCE_MIN_SECONDS, pods / PODS_PER_COALESCE_SECOND))
+
+
+# Status fields that only count ready pods (wire names): a change to these alone is written at
+# most once per interval per job, as the Job controller batches its status updates
+# (syncJobBatchPeriod, 1 s). A phase, condition, event or any other change is written at once.
+READY_COUNT_FIELDS = frozenset({"readyNodes", "nodes", "roles", "rolesReady"})
+READY_COUNT_WRITE_INTERVAL_SECONDS = 1.0
+
+
+def hold_ready_counts(before: Mapping[str, Any], plan: Plan, since_last_write: float) -> float:
+    """Seconds to hold back ``plan``'s status write (0: write it now). Held only when the plan
+    does nothing else and its status differs from ``before`` in ready counts alone, within
+    the interval after this job's last status write; the caller re-decides when it ends."""
+    wait = READY_COUNT_WRITE_INTERVAL_SECONDS - since_last_write
+    if plan.status is None or wait <= 0 or _acts(plan):
+        return 0.0
+    changed = {k for k in before.keys() | plan.status.keys() if before.get(k) != plan.status.get(k)}
+    return wait if changed and changed <= READY_COUNT_FIELDS else 0.0
+
+
+def _acts(plan: Plan) -> bool:
+    return bool(plan.create or plan.update or plan.delete_pods or plan.force_delete_pods or plan.release
+                or plan.events or plan.delete_job)

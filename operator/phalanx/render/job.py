@@ -9,7 +9,7 @@ from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.api.slots import Slot, slots
 from phalanx.api.types import TrainingJob
-from phalanx.backends import apply_mutation, render_backend
+from phalanx.backends import merge_mutation, render_backend
 from phalanx.render.configmap import build_config_map
 from phalanx.render.names import spec_hash
 from phalanx.render.network import NetworkWiring, render_network
@@ -35,7 +35,7 @@ def render_children(
     wiring = job_wiring(job, config)
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
     pods = [
-        apply_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
+        merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
         for slot in (slots(job.spec) if only is None else only)
     ]
     policy = [build_network_policy(job, config.network_policy)] if config.network_policy.enabled else []

@@ -22,7 +22,7 @@ from phalanx.api.types import TrainingJob
 from phalanx.render.deepspeed import uses_deepspeed
 from phalanx.render.horovod import horovod_env, horovod_port
 from phalanx.render.names import config_map_name, master_addr, metadata, service_name
-from phalanx.render.network import NetworkWiring, apply_network
+from phalanx.render.network import NetworkWiring, merge_network
 from phalanx.render.tensorflow import tf_env
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
@@ -228,5 +228,5 @@ def build_pod(
         **slot_labels(spec, slot), **{C.LABEL_RESTART_ATTEMPT: str(attempt)},
     )
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
-    return apply_network(pod, wiring)
+    return merge_network(pod, wiring)  # built here: nothing else holds it
 
