@@ -34,7 +34,7 @@ from phalanx.backends import workload as workload_backend
 from phalanx.constants import Reason
 from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
 from phalanx.gang.admission import admit, decision_for, gang_request
-from phalanx.gang.inventory import Reservation
+from phalanx.gang.inventory import Reservation, nodes_from_list
 from phalanx.gang.planner import GangRequest, Placement
 from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
@@ -397,7 +397,8 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
             return (list(gangs.waiting.values()), _values(ix.cluster_nodes), list(ix.usage.get(None, [])),
                     gangs.pending_pins(except_key=key))
 
-        waiting, nodes, usage, pending = _on_loop(loop, enqueue)
+        waiting, node_objs, usage, pending = _on_loop(loop, enqueue)
+        nodes = nodes_from_list(node_objs)  # parsed once for the plan and the decision
         result = admit(waiting, nodes, usage, config, pending).results[key]
         decision = decision_for(job, result, pods, nodes, config)
         if decision.release:

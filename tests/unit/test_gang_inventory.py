@@ -158,3 +158,19 @@ def test_reservations_from_pinned_pods():
     ]
     res = reservations_from_pods(pods, hostname_to_node={"host-1": "node-1"})
     assert res == [Reservation("ns/a", "node-1", {"cpu": 1000, "nvidia.com/gpu": 2, "pods": 1})]
+
+
+def test_cached_amounts_keep_types_apart_and_still_refuse():
+    """canonical_amount is memoised: 1 and True hash alike, but True stays invalid."""
+    assert canonical_amount("nvidia.com/gpu", 1) == 1
+    for _ in range(2):  # a refusal is not cached as a value
+        with pytest.raises(ValueError):
+            canonical_amount("nvidia.com/gpu", True)
+    assert canonical_amount("cpu", "1") == 1000 and canonical_amount("memory", "1") == 1
+
+
+def test_nodes_parsed_once_pass_through():
+    node = {"metadata": {"name": "n0"}, "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+    parsed = nodes_from_list([node])
+    assert nodes_from_list(parsed) == parsed and nodes_from_list(parsed)[0] is parsed[0]

@@ -32,8 +32,8 @@ def test_monotonic():
 from phalanx.api.types import TrainingJobStatus  # noqa: E402
 from phalanx.decision import Plan  # noqa: E402
 from phalanx.lifecycle.pacing import (  # noqa: E402
-    READY_COUNT_FIELDS,
-    READY_COUNT_WRITE_INTERVAL_SECONDS,
+    COUNT_FIELDS,
+    COUNT_WRITE_INTERVAL_SECONDS,
     hold_ready_counts,
 )
 
@@ -43,15 +43,16 @@ COUNTS = {**BEFORE, "readyNodes": 3, "nodes": "3/8"}
 
 def test_the_count_fields_are_the_status_models_wire_names():
     names = {f.alias for f in TrainingJobStatus.model_fields.values()}
-    assert READY_COUNT_FIELDS <= names
+    assert COUNT_FIELDS <= names
 
 
 def test_a_count_only_change_waits_out_the_interval_after_the_last_write():
-    assert hold_ready_counts(BEFORE, Plan(status=COUNTS), 0.3) == pytest.approx(READY_COUNT_WRITE_INTERVAL_SECONDS - 0.3)
+    assert hold_ready_counts(BEFORE, Plan(status=COUNTS), 0.3) == pytest.approx(COUNT_WRITE_INTERVAL_SECONDS - 0.3)
     assert hold_ready_counts(BEFORE, Plan(status={**BEFORE, "rolesReady": "worker:3/8 ps:1/1"}), 0.0) > 0
+    assert hold_ready_counts(BEFORE, Plan(status={**BEFORE, "message": "3/8 pods bound to nodes"}), 0.0) > 0
 
 
-@pytest.mark.parametrize("since", [READY_COUNT_WRITE_INTERVAL_SECONDS, 5.0, float("inf")])
+@pytest.mark.parametrize("since", [COUNT_WRITE_INTERVAL_SECONDS, 5.0, float("inf")])
 def test_a_count_only_change_is_written_once_the_interval_is_over(since):
     assert hold_ready_counts(BEFORE, Plan(status=COUNTS), since) == 0.0
 

@@ -17,6 +17,7 @@ from phalanx.constants import Reason
 from phalanx.decision import GangDecision
 from phalanx.gang.costmodel import cost_report
 from phalanx.gang.inventory import (
+    NodeInfo,
     Reservation,
     nodes_from_list,
     pods_from_list,
@@ -44,7 +45,7 @@ class Admission:
 
 def admit(
     gangs: Iterable[GangRequest],
-    node_objs: Iterable[Mapping[str, Any]],
+    node_objs: Iterable[Mapping[str, Any] | NodeInfo],
     pod_objs: Iterable[Mapping[str, Any]],
     config: OperatorConfig,
     pending: Iterable[Reservation] = (),
@@ -59,7 +60,7 @@ def decision_for(
     job: TrainingJob,
     result: Placement | Unschedulable,
     pods: list[dict[str, Any]],
-    node_objs: list[Mapping[str, Any]],
+    node_objs: list[Mapping[str, Any] | NodeInfo],
     config: OperatorConfig,
 ) -> GangDecision:
     """Turn the planner's answer for one gang into pins (pod → node) and a status placement."""

@@ -8,6 +8,7 @@ amounts are kept as integers in canonical units, exactly like the scheduler's ow
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -67,6 +68,7 @@ def _ceil(d: Decimal) -> int:
     return int(d.to_integral_value(rounding="ROUND_CEILING"))
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # a few distinct amounts, parsed for every node each pass
 def canonical_amount(resource: str, q: str | int | float | Decimal) -> int:
     """Integer amount in the scheduler's units: millicores for cpu, else the value rounded up."""
     value = parse_quantity(q)
@@ -154,9 +156,11 @@ class NodeInfo:
 
 
 def nodes_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[NodeInfo]:
-    """NodeInfo for each Node of a ``kubectl get nodes -o yaml`` List (or a plain list)."""
+    """NodeInfo for each Node of a ``kubectl get nodes -o yaml`` List (or a plain list); a
+    NodeInfo in the list is taken as it is (a caller that parsed the nodes once)."""
     items = obj.get("items", []) if isinstance(obj, Mapping) else obj
-    return [NodeInfo.from_node(n) for n in items if n.get("kind", "Node") == "Node"]
+    return [n if isinstance(n, NodeInfo) else NodeInfo.from_node(n)
+            for n in items if isinstance(n, NodeInfo) or n.get("kind", "Node") == "Node"]
 
 
 # ---------------------------------------------------------------------------------------------

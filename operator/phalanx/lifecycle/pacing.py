@@ -23,22 +23,23 @@ def wake_coalesce_seconds(pods: int) -> float:
     return min(WAKE_COALESCE_MAX_SECONDS, max(WAKE_COALESCE_MIN_SECONDS, pods / PODS_PER_COALESCE_SECOND))
 
 
-# Status fields that only count ready pods (wire names): a change to these alone is written at
-# most once per interval per job, as the Job controller batches its status updates
-# (syncJobBatchPeriod, 1 s). A phase, condition, event or any other change is written at once.
-READY_COUNT_FIELDS = frozenset({"readyNodes", "nodes", "roles", "rolesReady"})
-READY_COUNT_WRITE_INTERVAL_SECONDS = 1.0
+# Status fields that count pods as they bind and turn ready, and the message that tells those
+# counts ("3/8 pods bound to nodes") (wire names): a change to these alone is written at most
+# once per interval per job, as the Job controller batches its status updates (syncJobBatchPeriod,
+# 1 s). A phase, condition, event or any other change is written at once.
+COUNT_FIELDS = frozenset({"readyNodes", "nodes", "roles", "rolesReady", "message"})
+COUNT_WRITE_INTERVAL_SECONDS = 1.0
 
 
 def hold_ready_counts(before: Mapping[str, Any], plan: Plan, since_last_write: float) -> float:
     """Seconds to hold back ``plan``'s status write (0: write it now). Held only when the plan
-    does nothing else and its status differs from ``before`` in ready counts alone, within
+    does nothing else and its status differs from ``before`` in counts alone, within
     the interval after this job's last status write; the caller re-decides when it ends."""
-    wait = READY_COUNT_WRITE_INTERVAL_SECONDS - since_last_write
+    wait = COUNT_WRITE_INTERVAL_SECONDS - since_last_write
     if plan.status is None or wait <= 0 or _acts(plan):
         return 0.0
     changed = {k for k in before.keys() | plan.status.keys() if before.get(k) != plan.status.get(k)}
-    return wait if changed and changed <= READY_COUNT_FIELDS else 0.0
+    return wait if changed and changed <= COUNT_FIELDS else 0.0
 
 
 def _acts(plan: Plan) -> bool:
