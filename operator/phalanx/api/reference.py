@@ -87,8 +87,9 @@ a corpus of good and bad manifests.
    400/422; forbidden by admission such as Pod Security: 403) ends the job `Failed`, reason
    `CreateRejected`, with the API server's message, and no pod is left. A retryable one (quota, a
    PriorityClass or ServiceAccount that does not exist yet, 409/429/5xx) keeps it waiting with
-   `Created=False`, reason `CreateRefused`, retried with exponential backoff (2 s … 5 min) and
-   created in slow-start batches (1, 2, 4, …).
+   `Created=False`, reason `CreateRefused`, retried with exponential backoff (2 s … 5 min); pods
+   are created with a slow start (the first alone, then a window that doubles per round trip up
+   to `podCreateConcurrency`), which stops at the first refusal.
 4. **While it runs**: an error while deciding a job's fate sets `Reconciled=False`
    (`ReconcileError`) with the message and, after 3 in a row, ends the job `Failed`; a pod stuck
    terminating on a node that is gone or NotReady is deleted with grace period 0 after
