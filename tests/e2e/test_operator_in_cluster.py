@@ -13,6 +13,8 @@ NEEDED = [
     ("patch", "phalanx.dev", "trainingjobs", "status"), ("watch", "phalanx.dev", "trainingjobs", ""),
     ("create", "", "events", ""), ("list", "", "nodes", ""), ("watch", "scheduling.k8s.io", "priorityclasses", ""),
     ("watch", "", "namespaces", ""), ("create", "networking.k8s.io", "networkpolicies", ""),
+    # a job's first pass reads its namespace's labels by a list by name (a label may be newer than the watch)
+    ("list", "", "namespaces", ""),
     # TrainingSweeps: trials are TrainingJobs the operator creates (and suspends to stop early)
     ("create", "phalanx.dev", "trainingjobs", ""), ("watch", "phalanx.dev", "trainingsweeps", ""),
     ("patch", "phalanx.dev", "trainingsweeps", "status"),
