@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -261,7 +262,10 @@ def main() -> int:
         create_nodes(cluster.kubeconfig, topo)
         log(f"{topo.node_count} kwok nodes Ready in {time.time() - t:.1f} s")
         kubectl(cluster, "apply", "--server-side", "-f", str(PHALANX_CRD))
-        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd/trainingjobs.phalanx.dev")
+        # `kubectl wait` fails at once while the CRD is not visible yet (a loaded API server): retry
+        wait_for(lambda: subprocess.run([cluster.kubectl, f"--kubeconfig={cluster.kubeconfig}", "wait",
+                                         "--for=condition=Established", "--timeout=10s", "crd/trainingjobs.phalanx.dev"],
+                                        capture_output=True).returncode == 0, 120, "the CRD Established", interval=1.0)
         ns = "mem"
         kubectl(cluster, "create", "namespace", ns)
         op = Phalanx(cluster.kubeconfig, work, {})
