@@ -139,8 +139,8 @@ class Kube:
         role may list and watch namespaces, not get them); None when it cannot be read."""
         try:
             raw = await self._call("list", self.core.list_namespace, field_selector=f"metadata.name={namespace}")
-        except ApiException as exc:
-            log.warning("cannot read namespace %s (%s); using the watch's view", namespace, exc.status)
+        except Exception as exc:  # noqa: BLE001 - forbidden, or the API briefly away: the watch's view will do
+            log.warning("cannot read namespace %s (%s); using the watch's view", namespace, getattr(exc, "status", exc))
             return None
         items = json.loads(raw).get("items") or []
         return dict(items[0]["metadata"].get("labels") or {}) if items else None

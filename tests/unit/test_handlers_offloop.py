@@ -304,3 +304,25 @@ def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
     loop_.hold_ready_counts({"status": before}, second)
     assert second.status is None and 0 < second.requeue_after <= 1.0
     memo.decider.shutdown()
+
+
+def test_the_namespace_read_gives_none_when_forbidden_or_unreachable():
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from phalanx.kube import Kube
+
+    class Core:
+        def __init__(self, error):
+            self.error = error
+
+        def list_namespace(self, **_):
+            raise self.error
+
+    async def read(error):
+        kube = Kube(client.ApiClient(), concurrency=1)
+        kube.core = Core(error)
+        return await kube.namespace_labels("team")
+
+    for error in (ApiException(status=403, reason="forbidden"), ConnectionResetError("reset")):
+        assert asyncio.run(read(error)) is None
