@@ -556,10 +556,11 @@ class JobLoop:
 
     async def namespace_labels(self) -> dict[str, str] | None:
         """The namespace's labels (its policy, its Pod Security level) from the watch, but read
-        from the API server on the job's first pass: a label set just before the job may not
-        have reached the watch yet, and the first pass may create the gang."""
+        from the API server on a new job's first pass: a label set just before the job may not
+        have reached the watch yet, and that pass may create the gang. A job with a status was
+        created long before (an operator restart or failover must not list once per job)."""
         labels = next(iter(self.ix.namespace_labels.get(self.namespace, [None])))
-        if self.namespace_read or self.memo.kube is None:
+        if self.namespace_read or self.memo.kube is None or (self.body.get("status") or {}).get("phase"):
             return labels
         self.namespace_read = True  # once: a role without list on namespaces keeps the watch's view
         fresh = await self.memo.kube.namespace_labels(self.namespace)

@@ -231,7 +231,7 @@ class Kube:
                     break
                 done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    refusal, error = _refusal(in_flight.pop(task), task)
+                    refusal, error = _classify(in_flight.pop(task), task.exception() or task.result())
                     refusals += [refusal] if refusal else []
                     failure = failure or error
                     window = min(window + 1, max(self.concurrency, 1))
@@ -325,10 +325,6 @@ async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 409
         return None  # larger than any valid report: not read further
     finally:
         writer.close()
-
-
-def _refusal(obj: dict[str, Any], task: asyncio.Future) -> tuple[Refusal | None, BaseException | None]:
-    return _classify(obj, task.exception() or task.result())
 
 
 def _classify(obj: dict[str, Any], result: Any) -> tuple[Refusal | None, BaseException | None]:

@@ -306,6 +306,21 @@ def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
     memo.decider.shutdown()
 
 
+def test_a_job_with_a_status_keeps_the_watchs_labels():
+    """After an operator restart or failover every job has a first pass: no list per job."""
+    async def main():
+        memo = handlers.new_memo()
+        memo.kube = _Kube({"fresh": "labels"})
+        ix = indexes()
+        ix.namespace_labels["default"] = [{"team": "a"}]
+        loop_ = handlers.JobLoop(memo, "default", "j", {"status": {"phase": "Running"}}, ix)
+        labels = await loop_.namespace_labels()
+        memo.decider.shutdown()
+        return labels, memo.kube.reads
+
+    assert asyncio.run(main()) == ({"team": "a"}, 0)
+
+
 def test_the_namespace_read_gives_none_when_forbidden_or_unreachable():
     from kubernetes import client
     from kubernetes.client.rest import ApiException
