@@ -291,6 +291,11 @@ class Elector:
             return self._report("lease %s: %s: %s", self.where, type(exc).__name__, exc)
         self.seen = Seen(new, time.monotonic())
         first = not self.leading()
+        if first and not holds(started, time.monotonic(), self.timings):
+            # acquired by a round slower than the deadline (an overloaded API server): the lease
+            # names us, but leading now would end at once; lead after a renewal that is in time
+            return self._report("lease %s acquired by a round slower than %gs; leading after the next renewal",
+                                self.where, self.timings.renew_deadline)
         self.renewed_at = started
         if first:
             self._changed.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -279,5 +280,37 @@ def test_release_hands_over_at_once():
         assert not a.leading() and leases.lease["spec"]["holderIdentity"] == ""
         await b.round()
         assert b.leading()
+
+    asyncio.run(scenario())
+
+
+class SlowLeases(FakeLeases):
+    """An overloaded API server: each write takes ``delay`` seconds (while ``slow``)."""
+
+    def __init__(self, delay):
+        super().__init__()
+        self.delay, self.slow = delay, True
+
+    def _store(self, spec):
+        if self.slow:
+            time.sleep(self.delay)
+        return super()._store(spec)
+
+
+def test_a_slow_acquire_holds_the_lease_and_leads_after_a_timely_renewal():
+    async def scenario():
+        leases = SlowLeases(FAST.renew_deadline + 0.1)
+        lost = []
+        a = Elector(leases, "a", FAST, on_lost=lost.append)
+        await a.round()
+        assert leases.lease["spec"]["holderIdentity"] == "a" and not a.leading()
+        assert a._lost() is None  # not a leader past its deadline: the process goes on
+        b = Elector(leases, "b", FAST, on_lost=lost.append)
+        await b.round()
+        assert not b.leading()  # the lease is a's: b waits for it to expire
+        leases.slow = False
+        await a.round()
+        assert a.leading() and lost == []
+        assert leases.lease["spec"]["leaseTransitions"] == 0
 
     asyncio.run(scenario())
