@@ -34,7 +34,7 @@ from phalanx.backends import workload as workload_backend
 from phalanx.constants import Reason
 from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
 from phalanx.gang.admission import admit, decision_for, gang_request
-from phalanx.gang.inventory import Reservation, nodes_from_list
+from phalanx.gang.inventory import NodeInfo, Reservation
 from phalanx.gang.planner import GangRequest, Placement
 from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
@@ -322,12 +322,9 @@ def job_config_maps(namespace: str, name: str, annotations: dict[str, str], **_:
 
 @kopf.index("nodes")
 def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
-    meta = body["metadata"]
-    return {name: {"metadata": {"name": name, "labels": dict(meta.get("labels") or {})},
-                   "spec": {"taints": list(body.get("spec", {}).get("taints") or []),
-                            "unschedulable": body.get("spec", {}).get("unschedulable", False)},
-                   "status": {"allocatable": dict(body.get("status", {}).get("allocatable") or {}),
-                              "conditions": [c for c in body.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]}}}
+    """Each node parsed once per change (not once per pass): an unchanged node keeps its object,
+    so the planner's topology is reused until a node changes (``topology_for``)."""
+    return {name: NodeInfo.from_node(body)}
 
 
 @kopf.index("namespaces")
@@ -397,8 +394,7 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
             return (list(gangs.waiting.values()), _values(ix.cluster_nodes), list(ix.usage.get(None, [])),
                     gangs.pending_pins(except_key=key))
 
-        waiting, node_objs, usage, pending = _on_loop(loop, enqueue)
-        nodes = nodes_from_list(node_objs)  # parsed once for the plan and the decision
+        waiting, nodes, usage, pending = _on_loop(loop, enqueue)
         result = admit(waiting, nodes, usage, config, pending).results[key]
         decision = decision_for(job, result, pods, nodes, config)
         if decision.release:
@@ -700,8 +696,7 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozen
         if not node:
             continue
         entry = next(iter(cluster_nodes.get(node, [])), None)
-        ready = entry and any(c.get("status") == "True" for c in entry["status"]["conditions"])
-        if not ready:
+        if entry is None or not entry.ready:
             lost.add(node)
     return frozenset(lost)
 

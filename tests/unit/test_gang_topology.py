@@ -2,7 +2,7 @@ import pytest
 
 from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.gang.inventory import NodeInfo
-from phalanx.gang.topology import UNKNOWN, Topology, topology_levels
+from phalanx.gang.topology import UNKNOWN, Topology, topology_for, topology_levels
 
 LEVELS = TopologyConfig().levels
 B, S, H = (lvl.label for lvl in LEVELS)
@@ -63,3 +63,18 @@ def test_topology_levels_override():
 def test_single_level_topology():
     t = Topology.build([n("a"), n("b")], [TopologyLevel(name="hostname", label=H)])
     assert t.span(["a", "b"]) == {"hostname": 2}
+
+
+def test_topology_for_reuses_a_build_only_for_the_same_node_objects_and_levels():
+    nodes = [n("n1", "b1", "s1"), n("n2", "b1", "s2")]
+    first = topology_for(nodes, LEVELS)
+    assert topology_for(list(nodes), LEVELS) is first  # same objects, new list
+    moved = [nodes[0], n("n2", "b2", "s2")]  # equal name, a new object: the node changed
+    assert topology_for(moved, LEVELS).paths["n2"] == ("b2", "s2", "n2")
+    assert topology_for(moved, LEVELS[1:]).depth == 2  # other levels
+    assert topology_for(moved[:1], LEVELS).paths.keys() == {"n1"}  # a node gone
+    for nodes_, levels in ((nodes, LEVELS), (moved, LEVELS[1:])):
+        built = Topology.build(nodes_, levels)
+        got = topology_for(nodes_, levels)
+        assert (got.paths, got.children, got.members) == (built.paths, built.children, built.members)
+

@@ -41,7 +41,7 @@ def node(name):
 
 def indexes(nodes=(), usage=()):
     return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
-                            cluster_nodes={n["metadata"]["name"]: [n] for n in nodes}, usage={None: list(usage)},
+                            cluster_nodes={k: [v] for n in nodes for k, v in handlers.cluster_nodes(name=n["metadata"]["name"], body=n).items()}, usage={None: list(usage)},
                             priority_classes={}, namespace_labels={}, resource_quotas={})
 
 
@@ -341,3 +341,14 @@ def test_the_namespace_read_gives_none_when_forbidden_or_unreachable():
 
     for error in (ApiException(status=403, reason="forbidden"), ConnectionResetError("reset")):
         assert asyncio.run(read(error)) is None
+
+
+def test_the_node_index_keeps_parsed_nodes_and_lost_nodes_reads_them():
+    ready, gone = node("n1"), node("n2")
+    gone["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    ix = indexes([ready, gone])
+    entry = next(iter(ix.cluster_nodes["n1"]))
+    assert entry.ready and entry.allocatable[GPU] == 8 and entry.allocatable["memory"] == 64 * 2**30
+    pods = [{"spec": {"nodeName": n}} for n in ("n1", "n2", "n3")] + [{"spec": {}}]
+    assert handlers._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
+

@@ -24,7 +24,7 @@ from phalanx.gang.inventory import (
     reservations_from_pods,
 )
 from phalanx.gang.planner import GangRequest, Placement, Unschedulable, plan_queue
-from phalanx.gang.topology import Topology
+from phalanx.gang.topology import topology_for
 
 
 def gang_request(job: TrainingJob, config: OperatorConfig, priority: int = 0) -> GangRequest:
@@ -72,7 +72,7 @@ def decision_for(
         pins |= {by_slot[Slot(role, i)]: node for i, node in enumerate(role_nodes)}
     placement = result.to_status()
     nodes = nodes_from_list(list(node_objs))
-    report = cost_report(job.spec, result.nodes, nodes, Topology.build(nodes, config.topology.levels), config.topology,
+    report = cost_report(job.spec, result.nodes, nodes, topology_for(nodes, config.topology.levels), config.topology,
                          requests=dict(result.requests))
     if report.estimate is not None:
         est = report.estimate

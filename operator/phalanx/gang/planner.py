@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from phalanx.api.config import TopologyConfig, TopologyLevel, levels_of
+from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.constants import (
     RESOURCE_CPU,
     RESOURCE_GPU,
@@ -44,7 +44,7 @@ from phalanx.gang.inventory import (
     format_amount,
     free_capacity,
 )
-from phalanx.gang.topology import Path, Topology
+from phalanx.gang.topology import Path, Topology, topology_for
 
 # ---------------------------------------------------------------------------------------------
 # Request
@@ -683,7 +683,7 @@ def plan_gang(
     """
     if request.count < 1:
         return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
-    topo = topology or Topology.build(nodes, levels_of(topology_config))
+    topo = topology or topology_for(nodes, topology_config)
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
     if request.roles:  # the roles are placed on what the workers leave: a capacity of its own
@@ -735,7 +735,7 @@ def plan_queue(
     ordered = queue_order(gangs)
     keys = {g.key for g in ordered}
     kept = [r for r in reservations if r.gang not in keys]
-    topo = Topology.build(nodes, levels_of(topology_config))
+    topo = topology_for(nodes, topology_config)
     cap = Capacity(nodes, topo, free_capacity(nodes, usage, kept))
     results: dict[str, Placement | Unschedulable] = {}
     out_res = list(kept)

@@ -154,3 +154,23 @@ def topology_levels(
             continue
         out.append(by_key.get(n) or TopologyLevel(name=n.rsplit("/", 1)[-1], label=n))
     return out
+
+
+_last_built: tuple[tuple[NodeInfo, ...], list[TopologyLevel], Topology] | None = None
+
+
+def topology_for(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel] | TopologyConfig | None = None) -> Topology:
+    """``Topology.build``, reused while the same node objects and levels come back: the
+    operator's node index keeps an unchanged node's NodeInfo, so a pass after no node event
+    (nearly every pass) skips the rebuild. Compared by identity, not value: NodeInfo is frozen,
+    and a changed node is a new object. Callers must not mutate the result (no planner does)."""
+    global _last_built
+    levels = levels_of(levels)
+    last = _last_built
+    if (last is not None and last[1] == levels and len(last[0]) == len(nodes)
+            and all(a is b for a, b in zip(last[0], nodes, strict=True))):
+        return last[2]
+    topo = Topology.build(nodes, levels)
+    _last_built = (tuple(nodes), levels, topo)
+    return topo
+
