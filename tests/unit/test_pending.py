@@ -113,3 +113,16 @@ def test_kube_decodes_a_pending_body_in_its_pool_past_the_gate():
 
     asyncio.run(main())
     assert seen == [("ns", dict, seen[0][2])] and seen[0][2].startswith("kube")
+
+
+def test_a_plans_pods_share_one_dictionary_and_cost_a_fraction_of_their_json():
+    children = _children(64)
+    compact = compact_pods(children)
+    pending = [c for c in compact if isinstance(c, Pending)]
+    assert len({id(p._zdict) for p in pending}) == 1  # one dictionary a plan
+    body = sum(len(p._body) for p in pending)
+    raw = sum(len(json.dumps(c, separators=(",", ":"))) for c in children if c["kind"] == "Pod")
+    assert body * 8 < raw, (body, raw)
+    assert [as_sendable(c) for c in compact] == children  # still exact, each pod
+    alone = Pending(next(c for c in children if c["kind"] == "Pod"))  # no dictionary: deflated alone
+    assert alone.decode() == next(c for c in children if c["kind"] == "Pod")
