@@ -323,8 +323,14 @@ def job_config_maps(namespace: str, name: str, annotations: dict[str, str], **_:
 @kopf.index("nodes")
 def cluster_nodes(name: str, body: kopf.Body, **_: Any) -> dict:
     """Each node parsed once per change (not once per pass): an unchanged node keeps its object,
-    so the planner's topology is reused until a node changes (``topology_for``)."""
-    return {name: NodeInfo.from_node(body)}
+    so the planner's topology is reused until a node changes (``topology_for``). A quantity that
+    does not parse leaves the node indexed with nothing allocatable: never placed on, not lost."""
+    try:
+        return {name: NodeInfo.from_node(body)}
+    except ValueError as exc:
+        log.warning("node %s: %s; indexed with nothing allocatable", name, exc)
+        status = {**(body.get("status") or {}), "allocatable": {}, "capacity": {}}
+        return {name: NodeInfo.from_node({**body, "status": status})}
 
 
 @kopf.index("namespaces")

@@ -352,3 +352,11 @@ def test_the_node_index_keeps_parsed_nodes_and_lost_nodes_reads_them():
     pods = [{"spec": {"nodeName": n}} for n in ("n1", "n2", "n3")] + [{"spec": {}}]
     assert handlers._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
 
+
+
+def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost():
+    bad = node("n1")
+    bad["status"]["allocatable"][GPU] = "eight"
+    entry = next(iter(indexes([bad]).cluster_nodes["n1"]))
+    assert entry.allocatable == {} and entry.ready
+    assert handlers._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
