@@ -88,13 +88,15 @@ def test_sigterm_reaches_every_process(tmp_path):
     port = free_port()
     env = {**os.environ, **pod_env(procs=2, rank=1, port=port), C.ENV_STOP_GRACE_SECONDS: "5"}
     launcher = subprocess.Popen([sys.executable, "-m", "phalanx_runtime.horovod_launch", "--", sys.executable, "-c",
-                                 "import time; print('up', flush=True); time.sleep(120)"],
+                                 "import sys, time; sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(120)"],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     import socket
 
     with socket.socket() as server:  # stands in for pod 0's rendezvous server
         server.bind(("127.0.0.1", port))
         server.listen()
+        # one write per line (print() under PYTHONUNBUFFERED writes "up" and "\n" apart, and two
+        # processes on one pipe then interleave them: "upup\n")
         lines = [launcher.stdout.readline() for _ in range(2)]
         assert lines == ["up\n", "up\n"]
         launcher.send_signal(signal.SIGTERM)

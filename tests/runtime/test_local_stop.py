@@ -113,10 +113,10 @@ def test_children_die_with_their_parent():
         "import os, subprocess, sys, time\n"
         "me = str(os.getpid())\n"
         "direct = ('import signal, sys, time; from phalanx_runtime.lifetime import die_with_parent; '\n"
-        "          'die_with_parent(signal.SIGKILL, int(sys.argv[1])); print(\"ready\", flush=True); time.sleep(60)')\n"
+        "          'die_with_parent(signal.SIGKILL, int(sys.argv[1])); sys.stdout.write(\"ready\\\\n\"); sys.stdout.flush(); time.sleep(60)')\n"
         "subprocess.Popen([sys.executable, '-c', direct, me])\n"
         "subprocess.Popen([sys.executable, '-m', 'phalanx_runtime.lifetime', '--parent-pid', me, '--',\n"
-        "                  sys.executable, '-c', 'print(\"ready\", flush=True); import time; time.sleep(60)'])\n"
+        "                  sys.executable, '-c', 'import sys, time; sys.stdout.write(\"ready\\\\n\"); sys.stdout.flush(); time.sleep(60)'])\n"
         "time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
     try:
