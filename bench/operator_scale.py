@@ -250,6 +250,18 @@ class Proc:
                 self.proc.wait(10)
 
 
+def trainingjob(name: str, pods: int) -> dict[str, Any]:
+    """The TrainingJob of the phalanx trials (and the pods of direct-rendered): one 8-GPU pod per node."""
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {
+            "image": IMAGE, "nodes": pods, "procsPerNode": 8,
+            "resources": {"gpus": 8, "cpu": "1", "memory": "1Gi"},
+            "model": {"preset": "debug"}, "training": {"globalBatchSize": pods * 8},
+        },
+    }
+
+
 class Operator(abc.ABC):
     kind = "?"
     group = api_version = plural = ""
@@ -339,7 +351,7 @@ class DirectRendered(Direct):
 
         self.rendered: dict[tuple[str, int], dict[str, Any]] = {}
         for name in names:
-            job, problems = validate_job({**Phalanx.manifest(None, name, pods),  # type: ignore[arg-type]
+            job, problems = validate_job({**trainingjob(name, pods),
                                           "metadata": {"name": name, "namespace": "default", "uid": "bench"}})
             assert job is not None and not problems, problems
             workers = [o for o in render_children(job, OperatorConfig()) if o["kind"] == "Pod"]
@@ -388,14 +400,7 @@ class Phalanx(Operator):
         return out
 
     def manifest(self, name: str, pods: int) -> dict[str, Any]:
-        return {
-            "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
-            "spec": {
-                "image": IMAGE, "nodes": pods, "procsPerNode": 8,
-                "resources": {"gpus": 8, "cpu": "1", "memory": "1Gi"},
-                "model": {"preset": "debug"}, "training": {"globalBatchSize": pods * 8},
-            },
-        }
+        return trainingjob(name, pods)
 
     group, api_version, plural = "phalanx.dev", "v1alpha1", "trainingjobs"
 

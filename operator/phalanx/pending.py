@@ -29,12 +29,12 @@ class Pending(Mapping[str, Any]):
         self._kind = obj["kind"]
         self._metadata = obj["metadata"]
         self._zdict = zdict
-        deflate = zlib.compressobj(level=1, zdict=zdict) if zdict else zlib.compressobj(level=1)
+        deflate = zlib.compressobj(level=1, zdict=zdict)  # an empty dictionary: deflated alone
         self._body = deflate.compress(_json(obj)) + deflate.flush()
 
     def decode(self) -> dict[str, Any]:
         """The object as a fresh dict (what the API client serializes)."""
-        inflate = zlib.decompressobj(zdict=self._zdict) if self._zdict else zlib.decompressobj()
+        inflate = zlib.decompressobj(zdict=self._zdict)
         return json.loads(inflate.decompress(self._body) + inflate.flush())
 
     def __getitem__(self, key: str) -> Any:
