@@ -98,6 +98,15 @@ class OperatorProcess:
                 return float(line.split()[-1])
         return 0.0
 
+    def metric_reaching(self, name: str, value: float, timeout: float = 10.0) -> float:
+        """The counter once it reaches ``value`` (or its last reading after ``timeout``): the
+        operator counts a create when its response is back on the event loop, which can be
+        after the pod is already Running, so a reading taken at once can trail by one."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.metric(name)) < value and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return seen
+
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind, like a node dying under the operator."""
         OperatorProcess.running.discard(self)

@@ -121,7 +121,7 @@ def test_only_the_leader_reconciles(api, namespace, pool3, pair):
     jobs.create(pooled(pool3, "ha", 2))
     wait_for(lambda: running(jobs, "ha", 2), 45, "gang Running")
     jobs.wait_phase("ha", "Running", 20)
-    assert a.metric("phalanx_pods_created_total") == 2
+    assert a.metric_reaching("phalanx_pods_created_total", 2) == 2
     assert b.metric("phalanx_pods_created_total") == 0
     assert b.metric("phalanx_reconciles_total", 'result="ok"') == 0
     assert (a.metric("phalanx_leader"), b.metric("phalanx_leader")) == (1, 0)
@@ -150,7 +150,7 @@ def test_kill_the_leader_the_standby_takes_over_and_the_job_proceeds(cluster, ap
     # the new leader acts: a retryable failure restarts the gang, and it creates the new pods
     finish_pod(cluster.kubeconfig, namespace, pods[0].metadata.name, 137)
     wait_for(lambda: running(jobs, "failover", 2, attempt=1), 45, "attempt 1 Running")
-    assert b.metric("phalanx_pods_created_total") == 2
+    assert b.metric_reaching("phalanx_pods_created_total", 2) == 2
     for p in jobs.pods("failover", 1):
         finish_pod(cluster.kubeconfig, namespace, p.metadata.name, 0)
     jobs.wait_phase("failover", "Succeeded", 30)
