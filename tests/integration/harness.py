@@ -99,13 +99,11 @@ class OperatorProcess:
         return 0.0
 
     def metric_reaching(self, name: str, value: float, timeout: float = 10.0) -> float:
-        """The counter once it reaches ``value`` (or its last reading after ``timeout``): the
+        """The counter once it reaches ``value`` (an AssertionError after ``timeout``): the
         operator counts a create when its response is back on the event loop, which can be
         after the pod is already Running, so a reading taken at once can trail by one."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.metric(name)) < value and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return seen
+        wait_for(lambda: self.metric(name) >= value, timeout, f"{name} to reach {value}", interval=0.1)
+        return self.metric(name)
 
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind, like a node dying under the operator."""
