@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-elect-lease-duration", type=float, default=C.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS")
     p.add_argument("--leader-elect-renew-deadline", type=float, default=C.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS")
     p.add_argument("--leader-elect-retry-period", type=float, default=C.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS")
+    p.add_argument("--shutdown-grace", type=float, default=C.SHUTDOWN_GRACE_SECONDS, metavar="SECONDS",
+                   help="after SIGTERM, exit within this long whatever is still running")
     p.set_defaults(fn=cmd_operator)
     return parser
 

@@ -281,6 +281,10 @@ LEADER_LEASE_NAME = "phalanx-operator-leader"
 LEADER_LEASE_DURATION_SECONDS = 15.0
 LEADER_RENEW_DEADLINE_SECONDS = 10.0
 LEADER_RETRY_PERIOD_SECONDS = 2.0
+# SIGTERM to exit at most this long (the chart's terminationGracePeriodSeconds leaves 5 s more);
+# after kopf stops on its own, threads get this long before the process ends regardless.
+SHUTDOWN_GRACE_SECONDS = 25.0
+EXIT_AFTER_STOP_SECONDS = 10.0
 # The operator pod's own name and namespace (downward API): lease identity and namespace.
 ENV_OPERATOR_POD_NAME = "POD_NAME"
 ENV_OPERATOR_POD_NAMESPACE = "POD_NAMESPACE"

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import kopf
 
 from phalanx import constants as C
+from phalanx import health
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TERMINAL_PHASES, Phase, TrainingJob
 from phalanx.backends import kueue as kueue_backend
@@ -184,6 +185,10 @@ def _gang_pods(spec: dict[str, Any]) -> int:
     return sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool))
 
 
+# monotonic start of the decide running now (None: idle): /healthz fails on one that never ends
+_decide_started: list[float | None] = [None]
+
+
 def _decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
     """decide() on the decide thread; for a big gang with the cyclic GC paused: a 16k-pod render
     allocates millions of containers, and every full collection meanwhile (one per 25 % of heap
@@ -194,11 +199,13 @@ def _decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
     paused = _gang_pods(obj.get("spec") or {}) >= GC_PAUSE_MIN_NODES and gc.isenabled()
     if paused:
         gc.disable()
+    _decide_started[0] = time.monotonic()
     try:
         plan = decide(obj, *args, **kwargs)
         plan.create = compact_pods(plan.create)  # kept as JSON until sent (phalanx.pending)
         return plan
     finally:
+        _decide_started[0] = None
         if paused:
             gc.enable()
 
@@ -293,6 +300,25 @@ async def _kueue_admission(kube: Kube, namespace: str, name: str, spec: dict[str
     return kueue_backend.admission(workload, pods)
 
 
+@kopf.on.probe(id="serving")
+async def serving(memo: kopf.Memo, **_: Any) -> str:
+    """/healthz fails (kopf answers 500) when a watch or a thread the job loops need is gone."""
+    now = time.monotonic()
+    tasks = [health.TaskView(t.get_name(), t.done()) for t in asyncio.all_tasks()]
+    watchers = frozenset(t.name for t in tasks if t.name.startswith(health.WATCHER_PREFIX) and not t.done)
+    memo.watchers_seen = memo.get("watchers_seen", frozenset()) | watchers  # scanning is off: a fixed set
+    reflector = memo.get("pod_reflector")
+    started = _decide_started[0]
+    problems = health.watcher_problems(tasks, memo.watchers_seen) + health.thread_problems(
+        reflector.thread.is_alive() if reflector is not None and reflector.thread is not None else None,
+        now - reflector.failing_since if reflector is not None and reflector.failing_since else None,
+        now - started if started is not None else None)
+    if problems:
+        log.error("unhealthy: %s", "; ".join(problems))
+        raise kopf.PermanentError("; ".join(problems))
+    return "ok"
+
+
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if memo.get("kube") is not None:
@@ -305,19 +331,32 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 # Indexes (in-memory inventories kept by kopf's watches)
 
 
+# A child counts only when its owner reference names the job's uid (``owned``): an object that
+# merely carries the job label, or a predecessor's under the same name, is never taken for it.
+def _owner(body: kopf.Body) -> str | None:
+    refs = body.get("metadata", {}).get("ownerReferences") or []
+    return next((o.get("uid") for o in refs if isinstance(o, dict) and o.get("controller")), None)
+
+
 @kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def job_services(namespace: str, name: str, **_: Any) -> dict:
-    return {(namespace, name): True}
+def job_services(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
+    return {(namespace, name): _owner(body)}
 
 
 @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def job_network_policies(namespace: str, name: str, **_: Any) -> dict:
-    return {(namespace, name): True}
+def job_network_policies(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
+    return {(namespace, name): _owner(body)}
 
 
 @kopf.index("configmaps", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
-def job_config_maps(namespace: str, name: str, annotations: dict[str, str], **_: Any) -> dict:
-    return {(namespace, name): annotations.get(C.ANNOTATION_SPEC_HASH)}
+def job_config_maps(namespace: str, name: str, annotations: dict[str, str], body: kopf.Body, **_: Any) -> dict:
+    return {(namespace, name): (_owner(body), annotations.get(C.ANNOTATION_SPEC_HASH))}
+
+
+def owned(index: kopf.Index, key: tuple[str, str], uid: str | None) -> list[Any]:
+    """The index's values under ``key`` whose owner is ``uid`` (the owner stripped)."""
+    return [v[1] if isinstance(v, tuple) else v for v in index.get(key, [])
+            if (v[0] if isinstance(v, tuple) else v) == uid]
 
 
 @kopf.index("nodes")
@@ -531,7 +570,8 @@ class JobLoop:
     async def observe(self) -> tuple[dict[str, Any], Observed]:
         """The job as the body shows it, and its children as the indexes show them."""
         ns, name, body, ix = self.namespace, self.name, self.body, self.ix
-        pods = list(ix.job_pods.get(self.key, []))
+        uid = body["metadata"].get("uid")
+        pods = [p for p in ix.job_pods.get(self.key, []) if _controlled(p)]
         status = dict(body.get("status") or {})
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
@@ -540,12 +580,12 @@ class JobLoop:
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
             pods=pods,
-            service_exists=(ns, service_name(name)) in ix.job_services,
-            config_map_exists=(ns, config_map_name(name)) in ix.job_config_maps,
-            network_policy_exists=(ns, network_policy_name(name)) in ix.job_network_policies,
+            service_exists=bool(owned(ix.job_services, (ns, service_name(name)), uid)),
+            config_map_exists=bool(owned(ix.job_config_maps, (ns, config_map_name(name)), uid)),
+            network_policy_exists=bool(owned(ix.job_network_policies, (ns, network_policy_name(name)), uid)),
             progress=self.progress,
             lost_nodes=_lost_nodes(pods, ix.cluster_nodes),
-            config_map_hash=next(iter(ix.job_config_maps.get((ns, config_map_name(name)), [None]))),
+            config_map_hash=next(iter(owned(ix.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec)
             or (kueued.condition() if kueued else None),
@@ -692,6 +732,13 @@ async def _report_error(kube: Kube, body: kopf.Body, obj: dict, exc: Exception, 
         return
     if status.get("message") != (obj.get("status") or {}).get("message"):
         kopf.event(body, type="Warning", reason=Reason.RECONCILE_ERROR, message=status["message"])
+
+
+def _controlled(pod: dict[str, Any]) -> bool:
+    """A pod some controller owns: this job's, or an earlier job's of its name (set aside by
+    reconcile). One that only carries the job label is not the job's: its name, if the job needs
+    it, becomes a refusal naming it (Kube.create)."""
+    return any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
 
 
 def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozenset[str]:

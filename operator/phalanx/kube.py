@@ -14,6 +14,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants as C
+from phalanx import safejson
 from phalanx.decision import Plan
 from phalanx.gang.pins import pin_affinity
 from phalanx.lifecycle.progress import MAX_BYTES, http_body
@@ -25,6 +26,7 @@ log = logging.getLogger("phalanx.kube")
 
 # Gang-backend objects the operator may create (Volcano/coscheduling PodGroup, Workload API).
 CUSTOM_PLURALS = {"PodGroup": "podgroups", "Workload": "workloads"}
+_SNAKE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "NetworkPolicy": "network_policy"}
 
 
 def load_client(kubeconfig: str | None = None, pool_size: int = 64) -> client.ApiClient:
@@ -69,37 +71,58 @@ class Kube:
             return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     async def create(self, obj: dict[str, Any], dry_run: bool = False) -> bool:
-        """Create a child; an existing one (409) counts as done. Returns True if created.
-        ``dry_run``: validated and admitted by the API server, not persisted."""
+        """Create a child; one that exists already (409) counts as done when it is this job's own
+        (its owner reference), and is a refusal naming it when it is not: never adopted.
+        Returns True if created. ``dry_run``: validated and admitted, not persisted."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
         extra = {"dry_run": "All"} if dry_run else {}
         if kind in CUSTOM_PLURALS:
-            return await self.create_custom(obj, CUSTOM_PLURALS[kind], **extra)
-        fn = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "NetworkPolicy": self.networking.create_namespaced_network_policy,
-        }[kind]
+            group, version = obj["apiVersion"].split("/")
+            fn, args = self.custom.create_namespaced_custom_object, (group, version, ns, CUSTOM_PLURALS[kind])
+        else:
+            fn, args = self._core_fn("create", kind), (ns,)
         try:
-            await self._call("create", fn, ns, obj, **extra)
+            await self._call("create", fn, *args, obj, **extra)
         except ApiException as exc:
             if exc.status == 409:
+                await self._require_owned(obj)
                 return False
             raise
         if kind == "Pod" and not dry_run:
             PODS_CREATED.inc()
         return True
 
-    async def create_custom(self, obj: dict[str, Any], plural: str, **extra: Any) -> bool:
-        group, version = obj["apiVersion"].split("/")
+    def _core_fn(self, verb: str, kind: str) -> Callable[..., Any]:
+        """``create``/``read`` of a built-in kind the operator creates (Pod, Service, ConfigMap,
+        NetworkPolicy)."""
+        api = self.networking if kind == "NetworkPolicy" else self.core
+        return getattr(api, f"{verb}_namespaced_{_SNAKE_KINDS[kind]}")
+
+    async def _require_owned(self, obj: dict[str, Any]) -> None:
+        """``obj`` exists: raise a 409 naming it unless it carries one of ``obj``'s owner uids."""
+        owners = {o.get("uid") for o in obj["metadata"].get("ownerReferences") or []}
+        if not owners:
+            return
+        meta = obj["metadata"]
+        existing = await self.read(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if existing is not None and owners & owner_uids(existing):
+            return
+        message = (f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and was not created by this job "
+                   "(it has no owner reference to it); the operator never adopts an object: delete or rename it"
+                   if existing is not None else f"{obj['kind']} {meta['namespace']}/{meta['name']} is being replaced")
+        raise _with_message(message)
+
+    async def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object of a kind the operator creates; None when absent."""
+        if kind in CUSTOM_PLURALS:
+            return await self.get_custom(api_version, CUSTOM_PLURALS[kind], namespace, name)
+        fn = self._core_fn("read", kind)
         try:
-            await self._call("create", self.custom.create_namespaced_custom_object, group, version, obj["metadata"]["namespace"], plural, obj, **extra)
+            return safejson.loads(await self._call("get", fn, name, namespace))
         except ApiException as exc:
-            if exc.status == 409:
-                return False
+            if exc.status == 404:
+                return None
             raise
-        return True
 
     async def served_resources(self, group: str) -> dict[str, list[str]]:
         """Discovery: ``{version: [resource plural, ...]}`` the API server serves for ``group``
@@ -113,7 +136,7 @@ class Kube:
                 return {}
             if response.status != 200:
                 raise ApiException(status=response.status, reason=response.reason)
-            return json.loads(response.data)
+            return safejson.loads(response.data)
 
         loop = asyncio.get_running_loop()
         doc = await loop.run_in_executor(self.pool, get, f"/apis/{group}")
@@ -132,7 +155,7 @@ class Kube:
             if exc.status == 404:
                 return None
             raise
-        return json.loads(raw)
+        return safejson.loads(raw)
 
     async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels as the API server has them now (a list by name: the operator's
@@ -142,7 +165,7 @@ class Kube:
         except Exception as exc:  # noqa: BLE001 - forbidden, or the API briefly away: the watch's view will do
             log.warning("cannot read namespace %s (%s); using the watch's view", namespace, getattr(exc, "status", exc))
             return None
-        items = json.loads(raw).get("items") or []
+        items = safejson.loads(raw).get("items") or []
         return dict(items[0]["metadata"].get("labels") or {}) if items else None
 
     async def update_config_map(self, obj: dict[str, Any]) -> None:
@@ -325,6 +348,17 @@ async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 409
         return None  # larger than any valid report: not read further
     finally:
         writer.close()
+
+
+def owner_uids(obj: dict[str, Any]) -> set[str]:
+    return {o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if isinstance(o, dict)}
+
+
+def _with_message(message: str) -> ApiException:
+    """An ApiException whose body carries ``message`` as the API server's own would."""
+    exc = ApiException(status=409, reason="AlreadyExists")
+    exc.body = json.dumps({"message": message})
+    return exc
 
 
 def _classify(obj: dict[str, Any], result: Any) -> tuple[Refusal | None, BaseException | None]:

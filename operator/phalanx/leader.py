@@ -24,6 +24,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -226,8 +227,26 @@ class Elector:
         self.seen: Seen | None = None
         self.lease: dict[str, Any] | None = None
         self.renewed_at: float | None = None  # monotonic, taken before the last successful write
-        self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # on the reconcile loop: the job loops wait on it
+        self._loop: asyncio.AbstractEventLoop | None = None  # that loop, when run() has its own thread
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self._reported: tuple[str, ...] = ()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Campaign on a thread with its own event loop: the reconcile loop (``loop``) may be busy
+        for seconds (a large sweep checked, a burst of events) and must never delay a renewal."""
+        self._loop = loop
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.run()), name="leader-election", daemon=True)
+        self._thread.start()
+
+    def _signal(self, changed: bool) -> None:
+        """Set or clear ``_changed`` on the loop that owns it, from whichever thread runs run()."""
+        action = self._changed.set if changed else self._changed.clear
+        if self._loop is None or self._loop.is_closed():
+            action()
+        else:
+            self._loop.call_soon_threadsafe(action)
 
     def leading(self) -> bool:
         return holds(self.renewed_at, time.monotonic(), self.timings)
@@ -253,7 +272,7 @@ class Elector:
 
     async def run(self) -> None:
         """Forever: one round every retry period (standbys with jitter, as client-go)."""
-        while True:
+        while not self._stop.is_set():
             # a holder's round may take only what is left of its deadline (a hung API call)
             left = self.renewed_at + self.timings.renew_deadline - time.monotonic() if self.leading() else None
             try:
@@ -261,9 +280,9 @@ class Elector:
             except TimeoutError:
                 pass
             lost = self._lost()
-            if lost:
+            if lost and not self._stop.is_set():
                 self.renewed_at = None
-                self._changed.clear()
+                self._signal(False)
                 LEADER.set(0)
                 self.on_lost(lost)
                 return
@@ -296,14 +315,19 @@ class Elector:
             # names us, but leading now would end at once; lead after a renewal that is in time
             return self._report("lease %s acquired by a round slower than %gs; leading after the next renewal",
                                 self.where, self.timings.renew_deadline)
+        if self._stop.is_set():
+            return  # release() runs: it writes the lease now
         self.renewed_at = started
         if first:
-            self._changed.set()
+            self._signal(True)
             LEADER.set(1)
             self._report("acquired leadership: lease %s as %s (transition %d)", self.where, self.me, new.transitions)
 
     async def release(self) -> None:
         """On a clean shutdown (all reconcile loops stopped): hand the lease over at once."""
+        self._stop.set()
+        if self._thread is not None:  # its round in flight ends before the release is written
+            await asyncio.to_thread(self._thread.join, self.timings.retry_period * 2)
         if not self.leading() or self.lease is None or self.seen is None or self.seen.record is None:
             return
         self.renewed_at = None

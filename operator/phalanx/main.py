@@ -12,6 +12,11 @@ Two optional companions run next to kopf on its event loop:
 
 The startup settings (operator config, kubeconfig, elector, namespaces) reach the handlers in
 kopf's ``memo`` (phalanx.handlers.new_memo).
+
+No tenant's object can stop the process serving the others: kopf's list and watch decode through
+phalanx.safejson (an object nested beyond Python's recursion is isolated, not fatal), the Lease is
+renewed on a thread of its own (phalanx.leader), and SIGTERM is taken by a thread that ends the
+process within its grace period whatever the loop is doing (phalanx.shutdown).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
+from phalanx import constants as C
 from phalanx.api.manifests import InputError, load_operator_config
+from phalanx.shutdown import TerminationGuard
 
 # kopf's liveness endpoint logs every probe through aiohttp's access logger at INFO (a line every
 # few seconds per probe); they are DEBUG here, shown with --verbose only.
@@ -48,6 +55,8 @@ def configure_logging(verbose: bool) -> None:
 
 
 def run_operator(args: argparse.Namespace) -> int:
+    guard = TerminationGuard(args.shutdown_grace)
+    guard.block()  # before any thread starts: they inherit the mask, so SIGTERM reaches the guard
     if args.kubeconfig:  # before the kubernetes client is imported: it reads $KUBECONFIG once
         os.environ["KUBECONFIG"] = args.kubeconfig
     from phalanx import handlers  # registers the handlers
@@ -69,12 +78,24 @@ def run_operator(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     namespaces = None if args.all_namespaces or not args.namespace else list(args.namespace)
-    asyncio.run(_serve(memo, args.kubeconfig, namespaces, liveness))
+    try:
+        asyncio.run(_serve(memo, args.kubeconfig, namespaces, liveness, guard))
+    finally:
+        # kopf has stopped (a signal, or a failure it could not survive): threads still busy
+        # (a decide, an API call) must not keep a process without a reconcile loop alive
+        guard.exit_within(C.EXIT_AFTER_STOP_SECONDS, "threads still running after the operator stopped")
     return 0
 
 
-async def _serve(memo: Any, kubeconfig: str | None, namespaces: list[str] | None, liveness: str | None) -> None:
+async def _serve(memo: Any, kubeconfig: str | None, namespaces: list[str] | None, liveness: str | None,
+                 guard: TerminationGuard) -> None:
     import kopf
+
+    from phalanx import safejson
+
+    safejson.install_in_kopf()
+    stop = asyncio.Event()
+    guard.start(asyncio.get_running_loop(), stop)
 
     memo.namespaces = namespaces  # the pod reflector (started by the startup handler) indexes their jobs' pods
     if namespaces:
@@ -82,10 +103,10 @@ async def _serve(memo: Any, kubeconfig: str | None, namespaces: list[str] | None
             "namespaced mode (%s): reading the pods of every namespace for capacity", ", ".join(namespaces))
     scope: dict[str, Any] = {"namespaces": namespaces} if namespaces else {"clusterwide": True}
     leader = memo.leader
-    campaign = asyncio.create_task(leader.run(), name="leader election") if leader is not None else None
+    if leader is not None:
+        leader.start(asyncio.get_running_loop())  # its own thread: a busy loop cannot starve the renewal
     try:
-        await kopf.operator(standalone=True, liveness_endpoint=liveness, memo=memo, **scope)
+        await kopf.operator(standalone=True, liveness_endpoint=liveness, memo=memo, stop_flag=stop, **scope)
     finally:
-        if campaign is not None:
-            campaign.cancel()
+        if leader is not None:
             await leader.release()  # kopf has stopped every job loop: hand over at once

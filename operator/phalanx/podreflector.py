@@ -22,7 +22,6 @@ loop (a self-pipe write) per batch, not per event.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import threading
@@ -31,6 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from phalanx import constants as C
+from phalanx import safejson
 
 log = logging.getLogger("phalanx.podreflector")
 
@@ -159,8 +159,10 @@ class Expired(Exception):
 
 
 def watch_event(line: str) -> tuple[str, dict[str, Any]]:
-    """One line of a watch stream → (type, raw object); raises Expired on a 410 ERROR."""
-    event = json.loads(line)
+    """One line of a watch stream → (type, raw object); raises Expired on a 410 ERROR. A line
+    that is not JSON is skipped (type PHALANX_UNDECODABLE), one nested too deep is cut
+    (phalanx.safejson): no pod can stop the inventory."""
+    event = safejson.watch_line(line)
     type_, obj = event.get("type"), event.get("object") or {}
     if type_ == "ERROR":
         if obj.get("code") == 410:
@@ -204,6 +206,8 @@ class PodReflector:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._inbox: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # for the loop, in order
         self._inbox_lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.failing_since: float | None = None  # monotonic; None while lists and watches succeed
 
     # kopf.Index look-alike: handlers read ``cluster_pods.get(None, [])``
     def get(self, key: Any, default: Any = None) -> Any:
@@ -211,7 +215,8 @@ class PodReflector:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        threading.Thread(target=self._run, name="pod-reflector", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name="pod-reflector", daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         version, failures = None, 0
@@ -220,12 +225,13 @@ class PodReflector:
                 if version is None:
                     version = self._relist()
                 version = self._watch(version)
-                failures = 0
+                failures, self.failing_since = 0, None
             except Expired as exc:
                 log.info("pod watch expired (%s); listing again", exc)
                 version = None
             except Exception as exc:  # noqa: BLE001 - the API may be briefly away; keep trying
                 failures += 1
+                self.failing_since = self.failing_since or time.monotonic()
                 if getattr(exc, "status", None) == 410:
                     version = None
                 log.warning("pod reflector: %s: %s (retry %d)", type(exc).__name__, exc, failures)
@@ -267,7 +273,7 @@ class PodReflector:
     def _call(self, fn: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
         response = fn(_preload_content=False, _request_timeout=60, **kwargs)
         try:
-            return json.loads(response.data)
+            return safejson.loads(response.data)
         finally:
             response.release_conn()
 

@@ -314,3 +314,23 @@ def test_a_slow_acquire_holds_the_lease_and_leads_after_a_timely_renewal():
         assert leases.lease["spec"]["leaseTransitions"] == 0
 
     asyncio.run(scenario())
+
+
+def test_a_busy_event_loop_never_delays_a_renewal():
+    """start(): the campaign runs on its own thread and loop. The reconcile loop blocked for
+    several renew deadlines (a large sweep checked inline, a burst of events) keeps the lease."""
+    async def scenario():
+        leases = FakeLeases()
+        lost = []
+        a = Elector(leases, "a", FAST, on_lost=lost.append)
+        a.start(asyncio.get_running_loop())
+        assert await asyncio.wait_for(a.wait_leading(), 2)
+        renewals = leases.version
+        time.sleep(FAST.renew_deadline * 4)  # the loop is blocked: no await for 1.6 s
+        assert a.leading() and lost == []
+        assert leases.version >= renewals + 10  # ~every retry period meanwhile
+        await a.release()
+        assert leases.lease["spec"]["holderIdentity"] == "" and not a.leading()
+        assert not a._thread.is_alive()
+
+    asyncio.run(scenario())

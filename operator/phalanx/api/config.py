@@ -114,6 +114,20 @@ class NetworkPolicyConfig(Model):
     scraper_pod_labels: dict[str, str] | None = Field(None, description="Prometheus' pods (metrics port).")
 
 
+class Limits(Model):
+    """What one object may cost the operator: every check runs off the event loop, and these
+    bound how long it takes. A refusal names the limit; an admin raises it in the chart values."""
+
+    max_spec_bytes: int = Field(
+        128 * 1024, ge=4096, le=3 << 20,
+        description="A TrainingJob's or TrainingSweep's spec, as compact JSON, at most this many bytes "
+        "(it is validated on every pass; a generous job with many env vars and volumes is under 16 KiB).")
+    max_sweep_check_bytes: int = Field(
+        8 << 20, ge=1 << 16, le=1 << 30,
+        description="A TrainingSweep is checked trial by trial: at most this many bytes of trial specs "
+        "(trials × the template's bytes) — 256 trials of a 32 KiB template.")
+
+
 class OperatorConfig(Model):
     network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
@@ -128,6 +142,7 @@ class OperatorConfig(Model):
     default_shm_size: Quantity = "2Gi"
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
+    limits: Limits = Field(default_factory=Limits, description="Bounds on the work one object may cost the operator.")
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")

@@ -40,8 +40,13 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _n
 
 
 def parse_documents(text: str) -> list[Any]:
-    """Every non-empty document of a YAML stream, parsed strictly."""
-    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+    """Every non-empty document of a YAML stream, parsed strictly. Nesting deeper than the
+    parser's recursion (a few hundred levels; a TrainingJob needs under 20) is refused."""
+    try:
+        return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+    except RecursionError:
+        raise InputError("the YAML is nested too deeply to read (hundreds of levels); "
+                         "no TrainingJob or TrainingSweep field nests like that") from None
 
 
 def read_documents(path: str) -> list[Any]:

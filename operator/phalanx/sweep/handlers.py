@@ -79,11 +79,12 @@ async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.D
             trials = {t["metadata"]["name"]: t for t in sweep_trials.get(key, [])}
             config = memo.config
             try:
-                # Expanding and checking every trial is the costly part: once per spec and policy.
-                ck = (json.dumps(obj["spec"], sort_keys=True), json.dumps(ns_labels, sort_keys=True), id(config))
+                # Expanding and checking every trial is the costly part: once per spec and policy,
+                # off the event loop (bounded by the operator's limits: policy/limits.py).
+                ck = await asyncio.to_thread(_check_key, obj["spec"], ns_labels, id(config))
                 if ck not in cache:
                     cache.clear()
-                    cache[ck] = check_sweep(obj, config, ns_labels)
+                    cache[ck] = await asyncio.to_thread(check_sweep, obj, config, ns_labels)
                 plan = decide(obj, trials, datetime.now(UTC), config, ns_labels, cache[ck])
                 await _execute(memo.kube.custom, namespace, name, obj, plan, body)
                 errors = 0
@@ -98,6 +99,13 @@ async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.D
             await sleep_or_wake(wake, RESYNC_SECONDS, coalesce=WAKE_COALESCE_SECONDS)  # one pass per burst
     finally:
         memo.sweep_wakeups.pop(key, None)
+
+
+def _check_key(spec: dict[str, Any], ns_labels: dict[str, str] | None, config_id: int) -> tuple[str, str, int]:
+    try:
+        return json.dumps(spec, sort_keys=True), json.dumps(ns_labels, sort_keys=True), config_id
+    except (RecursionError, ValueError):  # too deep to serialise: check_sweep refuses it by name
+        return repr(id(spec)), "", config_id
 
 
 async def _execute(api: client.CustomObjectsApi, namespace: str, name: str, obj: dict[str, Any],
