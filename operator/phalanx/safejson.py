@@ -104,7 +104,10 @@ def prune(value: Any, max_depth: int = MAX_DEPTH) -> list[str]:
 
 
 def depth_exceeds(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
-    """The first path nested deeper than ``max_depth`` (iterative), or None."""
+    """The first path nested deeper than ``max_depth`` (iterative), or None. Paths are built
+    only when the depth is exceeded: the common answer costs one walk of the containers."""
+    if not _deeper_than(value, max_depth):
+        return None
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         node, depth, path = stack.pop()
@@ -116,6 +119,21 @@ def depth_exceeds(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
                     return child_path
                 stack.append((child, depth + 1, child_path))
     return None
+
+
+def _deeper_than(value: Any, max_depth: int) -> bool:
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= max_depth:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def identify(value: Any) -> tuple[str, str]:

@@ -39,7 +39,7 @@ def test_a_spec_decoded_deeper_than_recursion_is_refused_without_recursing():
     assert problem.field.startswith("spec.volumes[0].emptyDir.a")
 
 
-@pytest.mark.parametrize("trials, template_bytes, refused", [(256, 30_000, False), (256, 40_000, True), (8, 190_000, False)])
+@pytest.mark.parametrize("trials, template_bytes, refused", [(256, 8_000, False), (256, 9_000, True), (64, 32_000, False), (8, 190_000, False)])
 def test_sweep_check_is_bounded_by_trials_times_template_bytes(trials, template_bytes, refused):
     template = {"spec": {"command": ["x" * template_bytes]}}
     problems = sweep_check_problems(trials, template, LIMITS)

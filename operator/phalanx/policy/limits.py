@@ -25,10 +25,13 @@ def spec_size_problems(obj: Any, limits: Limits) -> list[Problem]:
     spec = obj.get("spec") if isinstance(obj, dict) else None
     if not isinstance(spec, dict):
         return []
-    deep = depth_exceeds(spec, MAX_SPEC_DEPTH) or _too_deep_value(spec)  # the latter: cut by phalanx.safejson
+    deep = depth_exceeds(spec, MAX_SPEC_DEPTH)
+    text = json.dumps(spec, separators=(",", ":")) if deep is None else ""
+    if deep is None and TOO_DEEP in text:  # decoded with its deep part cut off (phalanx.safejson)
+        deep = _too_deep_value(spec)
     if deep is not None:
         return [_p(f"spec.{_short(deep)}", f"nested deeper than {MAX_SPEC_DEPTH} levels; no field of the API nests like that")]
-    size = len(json.dumps(spec, separators=(",", ":")))
+    size = len(text)
     if size > limits.max_spec_bytes:
         return [_p("spec", f"{size} bytes as JSON; at most {limits.max_spec_bytes} (operator limits.maxSpecBytes)")]
     return []
