@@ -363,6 +363,9 @@ def elector_from_args(args: Any, api_client: Any) -> Elector:
         raise ValueError(f"--leader-elect needs --leader-elect-namespace (or ${C.ENV_OPERATOR_POD_NAMESPACE}) outside a cluster")
     timings = Timings(args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period).check()
     me = identity(dict(os.environ), socket.gethostname(), uuid.uuid4().hex[:8])
-    leases = KubeLeases(api_client, namespace, args.leader_elect_lease_name, timeout=timings.retry_period)
+    # each request may take a third of the renew deadline: a loaded API server (or a busy process)
+    # answering in 1 s is no reason to give up a round; run() still bounds the round by the deadline
+    leases = KubeLeases(api_client, namespace, args.leader_elect_lease_name,
+                        timeout=max(timings.retry_period, timings.renew_deadline / 3))
     return Elector(leases, me, timings, where=f"{namespace}/{args.leader_elect_lease_name}")
 

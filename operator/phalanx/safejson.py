@@ -10,8 +10,8 @@ for the API server's limit, and every value nested deeper than :data:`MAX_DEPTH`
 say which field). Text that is not JSON at all becomes :data:`UNDECODABLE` for a watch event.
 
 Only the rare body that ``json.loads`` cannot take pays for the thread; the common path is
-``json.loads`` itself. :func:`install_in_kopf` points kopf's list and watch decoding here (kopf
-has no hook for it: its ``api.stream`` calls ``json.loads`` per line, ``api.get`` calls
+``json.loads`` itself. :func:`install_in_kopf` points kopf's decoding here (kopf has no hook for
+it: its ``api.stream`` calls ``json.loads`` per line, ``api.get/post/patch/delete`` call
 aiohttp's ``response.json()``); ``tests/unit/test_safejson.py`` fails if kopf's code moves.
 """
 
@@ -152,7 +152,7 @@ def _report_pruned(value: Any, where: list[str]) -> None:
     if items is None:
         kind, name = identify(value)
         log.warning("%s %s is nested deeper than %d levels at %s: those values are not decoded",
-                    kind, name, MAX_DEPTH, ", ".join(where[:3]))
+                    kind, name, MAX_DEPTH, ", ".join(w[:120] for w in where[:3]))
         UNDECODABLE_OBJECTS.labels(kind, "too_deep").inc()
         return
     for item in items:  # a list: name each object that was cut
@@ -199,19 +199,30 @@ class _KopfJson:
 
 
 def install_in_kopf() -> None:
-    """Route kopf's watch and list decoding through this module (idempotent)."""
+    """Route kopf's watch, list, patch, post and delete decoding through this module: a patch of
+    a poisoned object (kopf's finalizer) answers with the whole object too. Idempotent."""
     from kopf._cogs.clients import api
 
     if getattr(api, "_phalanx_safejson", False):
         return
-    original_get = api.get
+    for method in KOPF_DECODERS:
+        setattr(api, method, _decoding(api, method))
+    api.json = _KopfJson()  # type: ignore[attr-defined]
+    api._phalanx_safejson = True  # type: ignore[attr-defined]
 
-    async def get(url: str, **kwargs: Any) -> Any:
-        response = await api.request(method="get", url=url, **kwargs)
+
+# kopf's api functions that end in ``response.json()`` (aiohttp's, bound to json.loads).
+KOPF_DECODERS = ("get", "post", "patch", "delete")
+
+
+def _decoding(api: Any, method: str) -> Any:
+    original = getattr(api, method)
+
+    async def call(url: str, **kwargs: Any) -> Any:
+        response = await api.request(method=method, url=url, **kwargs)
         async with response:
             return loads(await response.read())
 
-    get.__wrapped__ = original_get  # type: ignore[attr-defined]
-    api.json = _KopfJson()  # type: ignore[attr-defined]
-    api.get = get
-    api._phalanx_safejson = True  # type: ignore[attr-defined]
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    call.__name__ = method
+    return call

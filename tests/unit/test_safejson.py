@@ -88,3 +88,6 @@ def test_kopf_still_decodes_where_safejson_is_installed():
 
     assert "json.loads(line" in inspect.getsource(api.stream)
     assert "api.get(" in inspect.getsource(fetching)
+    for method in safejson.KOPF_DECODERS:  # each ends in aiohttp's response.json(), replaced as a whole
+        original = getattr(getattr(api, method), "__wrapped__", getattr(api, method))
+        assert "response.json()" in inspect.getsource(original) and "request(" in inspect.getsource(original)

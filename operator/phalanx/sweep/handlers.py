@@ -9,6 +9,7 @@ phalanx.handlers.new_memo; its startup handler fills in the defaults).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import time
@@ -30,6 +31,9 @@ RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 WAKE_COALESCE_SECONDS = 0.2
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Sweep checks (seconds of CPU each at the limits) run one at a time on their own thread: many
+# sweeps at once queue here instead of taking every core from the job loops and the Lease.
+_CHECKS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-check")
 
 
 def _slim_trial(body: kopf.Body) -> dict[str, Any]:
@@ -84,7 +88,8 @@ async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.D
                 ck = await asyncio.to_thread(_check_key, obj["spec"], ns_labels, id(config))
                 if ck not in cache:
                     cache.clear()
-                    cache[ck] = await asyncio.to_thread(check_sweep, obj, config, ns_labels)
+                    cache[ck] = await asyncio.get_running_loop().run_in_executor(
+                        _CHECKS, check_sweep, obj, config, ns_labels)
                 plan = decide(obj, trials, datetime.now(UTC), config, ns_labels, cache[ck])
                 await _execute(memo.kube.custom, namespace, name, obj, plan, body)
                 errors = 0
