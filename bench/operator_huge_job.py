@@ -27,7 +27,8 @@ from aiohttp import web
 
 from phalanx import constants as C
 from phalanx import handlers
-from phalanx.api.config import TopologyConfig
+from phalanx.api.config import OperatorConfig, TopologyConfig
+from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
 from phalanx.lifecycle.reconcile import decide
 from phalanx.pending import as_sendable
@@ -125,7 +126,7 @@ async def main_async(args: argparse.Namespace) -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    memo = handlers.new_memo()
+    memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=None))))  # the default caps jobs at 1024 pods
     ix = handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                           cluster_nodes=node_index(args.nodes), usage={None: []}, priority_classes={}, namespace_labels={},
                           resource_quotas={})

@@ -124,6 +124,25 @@ HAND: list[tuple[str, dict[str, Any]]] = [
     ("base", {"spec.parallelism": {"zero": 1, "tensor": 2, "data": 4, "parameterServer": {"mode": "sync", "staleness": 1}}}),
     ("command", {"spec.parallelism": {"parameterServer": {"servers": 1}}}),
     ("base", {"spec.parallelism": {"parameterServer": {"servers": 0, "mode": "eventually"}}}),
+    # inside core/v1 types: Kubernetes' own schemas (issue #29)
+    ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"a": {"a": {"a": {}}}}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"sizeLimit": "1GB"}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"sizeLimit": 1.5}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "persistentVolumeClaim": {}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "configMap": {"name": "c", "defaultMode": 4294967296}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "configMap": {"name": "c", "defaultMode": 420.0}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "configMap": {"name": "c", "items": [{"key": "k"}]}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "csi": {"driver": "csi.example.com", "volumeAttributes": {"a": 1}}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"name": "x"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": {"a": "b"}}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]}),
+    ("base", {"spec.volumes": [{"name": "d", "projected": {"sources": [
+        {"configMap": {"name": "c"}}, {"downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}]}),
+    ("base", {"spec.env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k", "extra": 1}}}]}),
+    ("base", {"spec.env": [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}}]}),
+    ("base", {"spec.checkpoint": {"volume": {"nfs": {"server": "nfs", "path": "/ckpt", "bogus": True}}}}),
 ]
 
 # What a careless user writes, by field: right values, wrong types, out of range, malformed.

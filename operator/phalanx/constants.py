@@ -326,3 +326,29 @@ class SweepReason(StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a trial's gang is not placed: no more trials yet
     SWEEP_COMPLETE = "SweepComplete"
     NO_TRIAL_SUCCEEDED = "NoTrialSucceeded"
+
+# --- Env no job may set (api/kubetypes.py EnvVar, network.ncclEnv) ---------------------------
+# The rendezvous variables every worker pod gets (render/pod.py); a job's env comes after them
+# and would win. PYTHONUNBUFFERED and the scratch paths (HOME, TMPDIR, caches) stay the job's to
+# change; TF_CONFIG and HOROVOD_* are reserved only under their framework (api/types.py, horovod.py).
+RENDEZVOUS_ENV = (
+    ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,
+    ENV_PET_MASTER_ADDR, ENV_PET_MASTER_PORT, ENV_PET_NNODES, ENV_PET_NODE_RANK, ENV_PET_NPROC_PER_NODE,
+    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_MAX_RESTARTS,
+)
+# Env the node's container runtime reads from the container's spec to decide which devices and
+# driver files to inject: a grant, not a filter. In env-var mode the NVIDIA container toolkit
+# shows a pod every GPU of its node for NVIDIA_VISIBLE_DEVICES=all, whatever it requested, and
+# reads the other NVIDIA_* (DRIVER_CAPABILITIES, REQUIRE_*, MIG_*, IMEX_CHANNELS, ...) likewise;
+# the AMD container runtime (AMD_VISIBLE_DEVICES), habana-container-runtime (HABANA_VISIBLE_DEVICES,
+# HABANA_VISIBLE_MODULES), the Neuron OCI hook (AWS_NEURON_VISIBLE_DEVICES) and Ascend Docker
+# Runtime (ASCEND_VISIBLE_DEVICES, its mount and vNPU options) do the same. Only the device plugin
+# may set them. Not here: the process-level filters (CUDA_VISIBLE_DEVICES, ROCR_/HIP_VISIBLE_DEVICES,
+# NEURON_RT_VISIBLE_CORES, TPU_VISIBLE_CHIPS, ASCEND_RT_VISIBLE_DEVICES, ZE_AFFINITY_MASK) narrow
+# what a process uses among the devices its container already has.
+ENV_DEVICE_GRANT_PREFIXES = ("NVIDIA_",)
+ENV_DEVICE_GRANT_NAMES = (
+    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "AWS_NEURON_VISIBLE_DEVICES",
+    "ASCEND_VISIBLE_DEVICES", "ASCEND_RUNTIME_OPTIONS", "ASCEND_RUNTIME_MOUNTS", "ASCEND_ALLOW_LINK",
+    "ASCEND_VNPU_SPECS",
+)

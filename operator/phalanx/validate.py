@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from phalanx import constants as C
+from phalanx import safejson
 from phalanx.api import patterns as P
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.layout import check_layout
@@ -25,12 +26,18 @@ from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import render_backend
 from phalanx.policy import pod_security_problems, policy_problems
+from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
 from phalanx.render.configmap import runtime_config
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GENERATED_SUFFIX = 5  # the API server appends 5 characters to metadata.generateName
 MAX_CONFIG_MAP_BYTES = 1 << 20  # the API server refuses larger ConfigMaps
+# Deeper than any field of a TrainingJob or TrainingSweep (under 25 levels); the API server's
+# schema refuses or prunes whatever is nested below a field it does not know. The same bound as
+# the operator's decoder cuts at (phalanx.safejson).
+MAX_DEPTH = safejson.MAX_DEPTH
+TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (no field of a TrainingJob is)"
 
 
 class InvalidJob(ValueError):
@@ -58,10 +65,15 @@ def schema_problems(error: ValidationError, prefix: str = "spec") -> list[Proble
 # --- What reaches the API server ----------------------------------------------------------------
 
 
-def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None) -> Any:
+def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None, depth: int = 0) -> Any:
     """``value`` as the API server receives it from kubectl: nulls pruned (the server drops null
-    fields before defaulting), YAML dates as strings. Values JSON cannot carry (NaN, infinities, non-string keys) become problems."""
+    fields before defaulting), YAML dates as strings. Values JSON cannot carry (NaN, infinities, non-string keys) become problems,
+    and so does a value nested deeper than :data:`MAX_DEPTH`: it becomes :data:`TOO_DEEP`, so the
+    schema still names the first field where the nesting went wrong, and nothing recurses on it."""
     problems = problems if problems is not None else []
+    if isinstance(value, dict | list) and depth >= MAX_DEPTH:
+        problems.append(Problem(path, TOO_DEEP))
+        return TOO_DEEP
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
@@ -69,10 +81,10 @@ def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None)
             if not isinstance(key, str):
                 problems.append(Problem(where, f"key {key!r} is not a string (JSON object keys are strings)"))
             elif item is not None:
-                out[key] = wire_form(item, where, problems)
+                out[key] = wire_form(item, where, problems, depth + 1)
         return out
     if isinstance(value, list):
-        return [wire_form(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+        return [wire_form(item, f"{path}[{i}]", problems, depth + 1) for i, item in enumerate(value)]
     if isinstance(value, float):
         if not math.isfinite(value):
             problems.append(Problem(path, f"{value} is not a number JSON can carry (NaN and infinities are refused)"))
@@ -133,20 +145,28 @@ def parse_job(obj: Any) -> TrainingJob:
         raise InvalidJob([Problem("<root>", f"a TrainingJob must be a mapping, got {type(obj).__name__}")])
     problems: list[Problem] = []
     wire = wire_form(obj, "", problems)
-    problems += _identity_problems(wire)
+    too_deep = [p for p in problems if p.message == TOO_DEEP]
+    problems = [p for p in problems if p.message != TOO_DEEP] + _identity_problems(wire)
     if problems:
-        raise InvalidJob(problems)
+        raise InvalidJob(problems + too_deep)
     meta = {**wire["metadata"], "name": _effective_name(wire["metadata"])}
     doc = {"apiVersion": wire["apiVersion"], "kind": wire["kind"], "metadata": meta,
            "spec": wire["spec"]}  # status is the operator's own, read leniently by lifecycle
     try:
-        return TrainingJob.model_validate_json(json.dumps(doc), strict=True, by_alias=True, by_name=False)
-    except ValidationError as exc:
+        job = TrainingJob.model_validate_json(json.dumps(doc), strict=True, by_alias=True, by_name=False)
+    except ValidationError as exc:  # the schema names where a too deep value went wrong
         raise InvalidJob([_problem(err) for err in exc.errors()]) from None
+    if too_deep:
+        raise InvalidJob(too_deep)
+    return job
 
 
 def _problem(err: Any) -> Problem:
     value = err.get("input")
+    if err["type"] in ("kube_schema", "kube_schema_operator"):  # inside a core/v1 type: its own path
+        ctx = err["ctx"]
+        source = "api" if err["type"] == "kube_schema" else "operator"
+        return Problem(field_path(err["loc"]) + ctx["path"], ctx["message"], source)
     if err["type"] == "int_type" and isinstance(value, float) and value.is_integer():
         # The API server stores 2.0 for an integer field; its CEL rules then refuse it where
         # they read it, the runtime never should see it: refused here, whatever the field.
@@ -291,6 +311,9 @@ def validate_job(obj: Any, config: OperatorConfig | None = None,
     """Parse and check a whole object, under the policy for a namespace with ``namespace_labels``
     (None: the default policy, no Pod Security label). Returns (job or None, problems); never raises."""
     config = config or OperatorConfig()
+    too_big = spec_size_problems(obj, config.limits)  # before any parsing: bounded work per object
+    if too_big:
+        return None, too_big
     try:
         job = parse_job(obj)
     except InvalidJob as exc:

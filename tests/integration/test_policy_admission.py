@@ -1,7 +1,8 @@
-"""The cluster policy on the real API server (issue #12): the chart's ValidatingAdmissionPolicy
-refuses hostPath / Secret / foreign service account / tolerate-all jobs at apply with the
-rule's words; where it does not apply, the operator refuses them before creating anything; the
-examples are accepted, and their pods admitted, in a namespace that enforces `restricted`."""
+"""The cluster policy on the real API server (issues #12, #29): the chart's ValidatingAdmissionPolicy
+refuses every hostile TrainingJob and TrainingSweep of tests/policy_cases.py at apply with the
+rule's words (the env rules: the CRD's CEL), and admits every harmless one; where it does not apply,
+the operator refuses them before creating anything; the examples are accepted, and their pods
+admitted, in a namespace that enforces `restricted`."""
 
 from __future__ import annotations
 
@@ -18,93 +19,81 @@ from kubernetes.client.rest import ApiException
 from phalanx.api.config import OperatorConfig
 from phalanx.render.job import render_children
 from phalanx.validate import validate_job
-from tests.corpus import BASE, examples
+from tests.corpus import examples
 from tests.integration.harness import GROUP, PLURAL, VERSION, Jobs, wait_for
 from tests.integration.test_chart import CHART, helm
+from tests.policy_cases import ENTRIES, HARMLESS, HOSTILE, Case, manifest
 
-HOSTILE = {
-    "hostPath": ({"nodes": 1, "checkpoint": {"volume": {"hostPath": {"path": "/"}}}}, "spec.checkpoint.volume: a volume type"),
-    "socket": ({"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd/containerd.sock"}}]}, "spec.volumes: a volume type"),
-    "secret": ({"volumes": [{"name": "s", "secret": {"secretName": "db"}}]}, "spec.volumes: a volume type"),
-    "secretEnv": ({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}, "spec.env: Secret references"),
-    "roleSecretEnv": ({"roles": [{"name": "ps", "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]},
-                      "spec.roles[].env: Secret references"),
-    "rolePods": ({"roles": [{"name": "ps", "replicas": 6}, {"name": "chief"}]}, "spec.nodes: at most 8 pods per job"),
-    "foreignSA": ({"serviceAccountName": "kube-admin"}, "spec.serviceAccountName: not allowed"),
-    "tolerateAll": ({"tolerations": [{"operator": "Exists"}]}, "spec.tolerations: a toleration without a key"),
-    "controlPlane": ({"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}, "spec.nodeSelector: these node label keys"),
-    "scheduler": ({"scheduling": {"schedulerName": "rogue"}}, "spec.scheduling.schedulerName: not allowed"),
-}
-
-
-def hostile(name: str) -> dict:
-    obj = copy.deepcopy(BASE)
-    obj["metadata"]["name"] = name.lower()
-    obj["spec"].update(HOSTILE[name][0])
-    if "roles" in obj["spec"]:  # roles are for command jobs
-        obj["spec"].pop("model")
-        obj["spec"]["command"] = ["python", "train.py"]
-    return obj
+SWEEPS = "trainingsweeps"
+KEY = "phalanx.dev/policy-test"
+BY_NAME = {c.name: c for c in HOSTILE}
 
 
 @pytest.fixture(scope="module")
 def policy(cluster):
-    """The chart's policy, bound (through a policy entry) only to namespaces with this label."""
+    """The chart's policies, one entry per ENTRIES key, each bound to namespaces with this label
+    and its own value; a value the entry leaves out takes the chart's default."""
     # A letter first and --set-string: an all-digit hex value would reach helm as a number.
-    key, value = "phalanx.dev/policy-test", "t" + uuid.uuid4().hex[:8]
-    out = subprocess.run([helm(), "template", "pol", str(CHART), "-n", "phalanx-system",
-                          "--set-string", "policy.namespaces[0].matchLabels.phalanx\\.dev/policy-test=" + value,
-                          "--set", "policy.namespaces[0].rules.maxNodes=8"],
-                         check=True, capture_output=True, text=True).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d and d["metadata"]["name"].endswith("-policy-0")]
+    run = "t" + uuid.uuid4().hex[:8]
+    args = [helm(), "template", "pol", str(CHART), "-n", "phalanx-system"]
+    labels = {}
+    for i, (entry, rules) in enumerate(ENTRIES.items()):
+        labels[entry] = {KEY: f"{run}-{entry}"}
+        args += ["--set-string", f"policy.namespaces[{i}].matchLabels.phalanx\\.dev/policy-test={run}-{entry}",
+                 "--set-json", f"policy.namespaces[{i}].rules=" + json.dumps(rules.model_dump(by_alias=True, mode="json", exclude_defaults=True))]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d and "-policy-" in d["metadata"]["name"] and not d["metadata"]["name"].endswith("-default")]
     assert {d["kind"] for d in docs} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     text = "\n---\n".join(json.dumps(d) for d in docs)
     subprocess.run([cluster.kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", "apply", "--server-side",
                     "--force-conflicts", "-f", "-"], input=text, text=True, check=True, capture_output=True)
-    yield {key: value}
+    yield labels
     for d in docs:
         cluster.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found", check=False)
 
 
 def _create(custom, ns, obj, dry_run=False):
     body = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
-    return custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body, **({"dry_run": "All"} if dry_run else {}))
+    plural = SWEEPS if obj["kind"] == "TrainingSweep" else PLURAL
+    return custom.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body, **({"dry_run": "All"} if dry_run else {}))
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_admission_policy_refuses_at_apply(cluster, crd, api, namespace, policy, name):
-    client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": policy}})
-    custom = client.CustomObjectsApi(api)
-
-    def refused():
-        try:
-            _create(custom, namespace, hostile(name), dry_run=True)
-        except ApiException as exc:
-            message = json.loads(exc.body)["message"]
-            return HOSTILE[name][1] in message and message  # else: the params may not have arrived yet
-        return False  # the binding may take a moment to reach the admission plugin
-
-    message = wait_for(refused, 20, f"{name} refused by the admission policy")
-    assert "ValidatingAdmissionPolicy" in message and HOSTILE[name][1] in message, message
-
-
-def test_good_job_passes_the_admission_policy(cluster, crd, api, namespace, policy):
-    client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": policy}})
-    wait_for(lambda: _refuses_hostpath(api, namespace), 20, "policy active")
-    _create(client.CustomObjectsApi(api), namespace, copy.deepcopy(BASE), dry_run=True)
-
-
-def _refuses_hostpath(api, namespace):
+def _refusal(api, namespace, case: Case) -> str | None:
+    """The API server's message if it refuses the case (dry run), else None."""
     try:
-        _create(client.CustomObjectsApi(api), namespace, hostile("hostPath"), dry_run=True)
+        _create(client.CustomObjectsApi(api), namespace, manifest(case), dry_run=True)
     except ApiException as exc:
-        return HOSTILE["hostPath"][1] in json.loads(exc.body)["message"]
-    return False
+        return json.loads(exc.body)["message"]
+    return None
+
+
+def _under(api, namespace, policy, entry: str) -> None:
+    """Label the namespace for ``entry`` and wait until its policy answers (the binding and the
+    namespace's labels reach the admission plugin a moment after they are written)."""
+    client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": policy[entry]}})
+    probe = next(c for c in HOSTILE if c.entry == entry and c.source == "policy" and c.sweep is None)
+    wait_for(lambda: probe.words in (_refusal(api, namespace, probe) or ""), 20, f"policy {entry} active")
+
+
+@pytest.mark.parametrize("name", [c.name for c in HOSTILE])
+def test_refused_at_apply_with_the_rules_words(cluster, crd, api, namespace, policy, name):
+    case = BY_NAME[name]
+    _under(api, namespace, policy, case.entry)
+    message = _refusal(api, namespace, case)
+    assert message is not None and case.words in message, message
+    if case.source != "crd":
+        assert "ValidatingAdmissionPolicy" in message, message
+
+
+@pytest.mark.parametrize("case", HARMLESS, ids=[c.name for c in HARMLESS])
+def test_harmless_admitted(cluster, crd, api, namespace, policy, case):
+    _under(api, namespace, policy, case.entry)
+    assert _refusal(api, namespace, case) is None
 
 
 def test_without_the_policy_the_operator_refuses_before_creating_anything(api, namespace, operator):
     jobs = Jobs(api, namespace)
-    jobs.create(hostile("socket"))
+    jobs.create(manifest(BY_NAME["socket"]))
     status = jobs.wait_phase("socket", "Failed", 30)
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
     assert valid["reason"] == "InvalidSpec" and "spec.volumes[0]: hostPath volumes are not allowed here" in valid["message"]
@@ -131,3 +120,17 @@ def test_examples_accepted_and_pods_admitted_under_restricted(api, crd, namespac
             if exc.status != 409:
                 raise
     core.create_namespaced_pod(namespace, pod, dry_run="All")  # Pod Security admission says yes
+
+
+def test_a_job_stored_before_a_stricter_policy_stays_manageable(cluster, crd, api, namespace, policy):
+    """The policy looks at what a request writes to the spec: the operator can still update the
+    metadata (finalizers, labels) of a job the policy would now refuse; a spec change is refused."""
+    custom = client.CustomObjectsApi(api)
+    nfs = manifest(BY_NAME["nfs"])
+    _create(custom, namespace, nfs)  # no policy binds the namespace yet
+    _under(api, namespace, policy, "strict")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nfs", {"metadata": {"labels": {"seen": "yes"}}})
+    with pytest.raises(ApiException) as refused:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nfs", {"spec": {"suspend": True}})
+    assert "spec.volumes: a volume type" in json.loads(refused.value.body)["message"]
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "nfs")

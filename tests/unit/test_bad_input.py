@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from phalanx.api.config import OperatorConfig
 from phalanx.cli import main
 from phalanx.validate import validate_job
 from tests.conftest import MINIMAL
@@ -135,7 +136,20 @@ def test_pod_level_input_refused(spec, field, words):
 
 
 def test_args_too_large_for_the_config_map():
-    refused(spec_with(args=["x" * 4096] * 256), "spec", "a ConfigMap holds at most")
+    """1 MiB of args: over the operator's spec-size limit by default; with the limit raised,
+    still refused for the ConfigMap it would need."""
+    big = spec_with(args=["x" * 4096] * 256)
+    refused(big, "spec", "limits.maxSpecBytes")
+    config = OperatorConfig(limits={"maxSpecBytes": 3 << 20})
+    assert any(str(p).startswith("spec:") and "a ConfigMap holds at most" in str(p) for p in validate_job(big, config)[1])
+
+
+def test_a_spec_nested_past_any_field_is_refused_before_it_is_parsed():
+    deep: dict = {}
+    for _ in range(50):
+        deep = {"a": deep}
+    (problem,) = problems(spec_with(volumes=[{"name": "v", "emptyDir": deep}]))
+    assert problem.startswith("spec.volumes[0].emptyDir.a.a") and "nested deeper than 32 levels" in problem
 
 
 # --- The API server's verdict, offline ---------------------------------------------------------
@@ -184,14 +198,17 @@ def test_generate_name_is_accepted():
 # --- Multi-node checkpoints need shared storage ------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [{"emptyDir": {}}, {"hostPath": {"path": "/ckpt"}}, {"ephemeral": {"volumeClaimTemplate": {}}}])
+EPHEMERAL = {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}
+
+
+@pytest.mark.parametrize("source", [{"emptyDir": {}}, {"hostPath": {"path": "/ckpt"}}, {"ephemeral": EPHEMERAL}])
 def test_per_node_checkpoint_volume_refused_for_multi_node(source):
     refused(spec_with(checkpoint={"volume": source}), "spec.checkpoint.volume", "lost on a gang restart")
 
 
 def test_per_node_checkpoint_volume_fine_on_one_node_and_shared_volume_fine_on_many():
     assert problems(spec_with(nodes=1, procsPerNode=8, checkpoint={"volume": {"emptyDir": {}}})) == []
-    assert problems(spec_with(checkpoint={"volume": {"nfs": {"server": "nfs", "path": "/x"}}, "intervalSteps": 5})) == []
+    assert problems(spec_with(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}, "intervalSteps": 5})) == []
 
 
 def test_elastic_job_counts_as_multi_node():

@@ -15,6 +15,8 @@ from aiohttp import web
 
 from phalanx import constants as C
 from phalanx import handlers
+from phalanx.api.config import OperatorConfig
+from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
 from phalanx.gang.inventory import Reservation
 from phalanx.lifecycle.reconcile import decide
@@ -74,7 +76,8 @@ def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
     """Rendering a 2,048-node gang takes seconds of CPU; on the loop it would stall everything (no
     tick, /healthz unanswered) for all of it. Off the loop, the ticks and probes go on."""
     async def main():
-        memo = handlers.new_memo()
+        # 2,048 pods: above the policy's default maxNodes (1024), which an admin raises for such jobs
+        memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
         runner, port = await _healthz_server()
         loop_ = handlers.JobLoop(memo, "default", "huge", {}, indexes())
         obj = job()

@@ -69,7 +69,7 @@ def test_rdma_profile_adds_only_ipc_lock():
     ({"checkpoint": {"volume": {"hostPath": {"path": "/"}}}}, "spec.checkpoint.volume", "hostPath volumes are not allowed"),
     ({"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd/containerd.sock"}}]}, "spec.volumes[0]", "hostPath volumes are not allowed"),
     ({"volumes": [{"name": "s", "secret": {"secretName": "db"}}]}, "spec.volumes[0]", "secret volumes are not allowed"),
-    ({"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "db"}}]}}]}, "spec.volumes[0]", "projected volumes are not allowed"),
+    ({"volumes": [{"name": "p", "projected": {"sources": [{"secret": {"name": "db"}}]}}]}, "spec.volumes[0].projected.sources[0].secret", "Secrets are not allowed"),
     ({"env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}, "spec.env[0].valueFrom.secretKeyRef", "Secret references"),
     ({"serviceAccountName": "cluster-admin-sa"}, "spec.serviceAccountName", "not allowed here"),
     ({"scheduling": {"schedulerName": "my-scheduler"}}, "spec.scheduling.schedulerName", "not allowed here"),
@@ -127,3 +127,142 @@ def test_profile_levels_declared_and_derived():
     assert profile_level(NetworkProfile())[0] == "restricted"
     assert profile_level(NetworkProfile(topo_file=TopoFile(path="/t.xml", host_path="/opt/t.xml")))[0] == "privileged"
     assert profile_level(NetworkProfile(pod_security_level="baseline"))[0] == "baseline"
+
+
+# --- The tables the policy keeps against Kubernetes and the renderer ----------------------------
+
+
+def _core_v1() -> dict:
+    """The core/v1 OpenAPI of the Kubernetes version hack/cluster/go.mod pins (from the Go module cache)."""
+    import json
+    import os
+    import re
+    import subprocess
+    from pathlib import Path
+
+    version = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (Path(__file__).parents[2] / "hack/cluster/go.mod").read_text(), re.M).group(1)
+    try:
+        cache = os.environ.get("GOMODCACHE") or subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError:
+        cache = ""
+    spec = Path(cache or Path.home() / "go/pkg/mod") / f"k8s.io/kubernetes@{version}/api/openapi-spec/v3/api__v1_openapi.json"
+    if not spec.exists():
+        pytest.skip(f"{spec} not in the Go module cache")
+    return json.loads(spec.read_text())["components"]["schemas"]
+
+
+def _ref(prop: dict) -> str | None:
+    ref = prop.get("$ref") or (prop.get("allOf") or [{}])[0].get("$ref")
+    return ref.rsplit(".", 1)[-1] if ref else None
+
+
+def test_volume_tables_match_core_v1():
+    """Every VolumeSource member, every field of one that names a Secret, every projected source."""
+    from phalanx.api.kubetypes import VOLUME_SOURCES
+    from phalanx.api.policy import PROJECTED_SOURCES, VOLUME_SECRET_REFS
+
+    core = _core_v1()
+    volume = core["io.k8s.api.core.v1.Volume"]["properties"]
+    assert sorted(VOLUME_SOURCES) == sorted(k for k in volume if k != "name")
+    refs = {}
+    for source in VOLUME_SOURCES:
+        fields = core[f"io.k8s.api.core.v1.{_ref(volume[source])}"]["properties"]
+        for name, prop in fields.items():
+            # a LocalObjectReference or a name called secret*: a Secret (cephfs.secretFile is a path on the node)
+            if source != "secret" and "secret" in name.lower() and name != "secretFile":
+                refs[source] = name
+                assert _ref(prop) == "LocalObjectReference" or prop.get("type") == "string", (source, name)
+    assert refs == VOLUME_SECRET_REFS
+    assert sorted(PROJECTED_SOURCES) == sorted(core["io.k8s.api.core.v1.VolumeProjection"]["properties"])
+
+
+def test_the_scheduler_a_backend_implies_is_the_one_its_pods_get():
+    from phalanx.api.policy import effective_scheduler_name
+    from phalanx.api.types import GangBackend
+    from phalanx.backends import workload
+
+    workload.use_served(["v1alpha2"])
+    try:
+        for backend in GangBackend:
+            for named in (None, "custom"):
+                scheduling = {"backend": str(backend), "queue": "q"} | ({"schedulerName": named} if named else {})
+                parsed, found = validate_job(job(scheduling=scheduling), OperatorConfig(policy=ClusterPolicy(default=PolicyRules(
+                    allowed_backends=list(GangBackend), allowed_scheduler_names=["volcano", "scheduler-plugins-scheduler", "custom"]))))
+                assert not found, found
+                parsed.metadata.uid = "u"
+                pod = next(c for c in render_children(parsed, OperatorConfig(), attempt=0) if c["kind"] == "Pod")
+                assert pod["spec"].get("schedulerName") == effective_scheduler_name(named, backend), (backend, named)
+    finally:
+        workload.use_served(None)
+
+
+def test_reserved_rendezvous_env_is_what_every_worker_gets():
+    """Derived from the renderer: the names a worker and a role pod get, but the operator's own
+    (PHALANX_*), the framework ones (reserved under their framework) and the ones a job may change."""
+    from phalanx import constants as C
+    from phalanx.render.pod import scratch_env
+
+    obj = job(model=None, command=["python", "train.py"], roles=[{"name": "ps"}])
+    pods = [c for c in render_children(validate_job(obj)[0], OperatorConfig(), attempt=0) if c["kind"] == "Pod"]
+    rendered = {e["name"] for pod in pods for e in pod["spec"]["containers"][0]["env"]}
+    own = {n for n in rendered if n.startswith(C.ENV_RESERVED_PREFIX)} | {e["name"] for e in scratch_env()}
+    network = {e["name"] for e in (pods[0]["spec"]["containers"][0]["env"]) if e["name"].startswith(("NCCL_", "TORCH_NCCL_"))}
+    assert rendered - own - network - {C.ENV_PYTHONUNBUFFERED, C.ENV_NVIDIA_VISIBLE_DEVICES} == set(C.RENDEZVOUS_ENV)
+
+
+@pytest.mark.parametrize("env", [
+    {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+    {"env": [{"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=12"}]},
+    {"env": [{"name": "AWS_NEURON_VISIBLE_DEVICES", "value": "ALL"}]},
+    {"env": [{"name": "ASCEND_RUNTIME_MOUNTS", "value": "hostlog"}]},
+    {"env": [{"name": "WORLD_SIZE", "value": "1"}]},
+    {"env": [{"name": "PET_RDZV_ENDPOINT", "value": "evil:29400"}]},
+    {"network": {"ncclEnv": {"NVIDIA_VISIBLE_DEVICES": "all"}}},
+    {"network": {"ncclEnv": {"MASTER_PORT": "1"}}},
+])
+def test_env_no_job_may_set(env):
+    assert any(p.split(":")[0] in ("spec.env[0].name", "spec.network.ncclEnv") for p in problems(job(**env)))
+
+
+def test_process_level_device_filters_stay_the_jobs():
+    env = [{"name": n, "value": "0"} for n in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                               "NEURON_RT_VISIBLE_CORES", "TPU_VISIBLE_CHIPS", "ASCEND_RT_VISIBLE_DEVICES")]
+    assert problems(job(env=env, network={"ncclEnv": {"CUDA_VISIBLE_DEVICES": "0"}})) == []
+
+
+def test_projected_sources_one_by_one():
+    from phalanx.policy.cluster import _projected
+
+    rules = PolicyRules(allowed_projected_sources=["configMap", "secret"])
+    found = _projected("spec.volumes[0]", {"sources": [{"configMap": {}}, {"secret": {}}, {"unknownSource": {}}]}, rules)
+    assert [p.field for p in found] == ["spec.volumes[0].projected.sources[1].secret", "spec.volumes[0].projected.sources[2].unknownSource"]
+    assert _projected("spec.volumes[0]", {"sources": [{"secret": {}}]}, rules.model_copy(update={"allow_secrets": True})) == []
+    assert [p.field for p in _projected("v", {"sources": [{"secret": {}}]}, PolicyRules(allow_secrets=True))] == []
+
+
+def test_secret_volume_needs_allow_secrets_whatever_the_list_says():
+    listed = OperatorConfig(policy=ClusterPolicy(default=PolicyRules(allowed_volume_types=["secret"])))
+    refused(job(volumes=[{"name": "s", "secret": {"secretName": "db"}}]), "spec.volumes[0]", "secret volumes are not allowed", listed)
+    opened = OperatorConfig(policy=ClusterPolicy(default=PolicyRules(allow_secrets=True)))
+    assert problems(job(volumes=[{"name": "s", "secret": {"secretName": "db"}}]), opened) == []
+
+
+def test_priority_classes_any_but_system_unless_listed():
+    listed = OperatorConfig(policy=ClusterPolicy(default=PolicyRules(allowed_priority_classes=["system-cluster-critical"])))
+    assert problems(job(scheduling={"priorityClassName": "system-cluster-critical"}), listed) == []
+    assert problems(job(scheduling={"priorityClassName": "batch-low"})) == []
+    refused(job(scheduling={"priorityClassName": "system-cluster-critical"}), "spec.scheduling.priorityClassName", "system-* classes")
+
+
+def test_a_sweep_template_is_a_job_and_every_value_counts():
+    from phalanx.sweep.check import check_sweep
+
+    def sweep(template=None, **spec):
+        return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingSweep", "metadata": {"name": "s", "namespace": "team"},
+                "spec": {"template": {"spec": {**MINIMAL["spec"], **(template or {})}}, **spec}}
+
+    # random sampling might never pick 5, the policy refuses it anyway (as the admission policy does)
+    lots = sweep(algorithm="random", maxTrials=1, seed=1, parameters=[{"path": "scheduling.priorityClassName", "values": ["a", "system-node-critical"]}])
+    assert [p.field for p in check_sweep(lots).problems] == ["spec.parameters[0].values[1]"]
+    assert [p.field for p in check_sweep(sweep({"tolerations": [{"operator": "Exists"}]}, parameters=[{"path": "training.lr", "values": [0.1]}])).problems] \
+        == ["spec.template.spec.tolerations[0]"]

@@ -12,8 +12,8 @@ from pydantic_core import PydanticCustomError
 from phalanx.api import patterns as P
 from phalanx.api.rules import Rule, add_cel
 
-# Free-form Kubernetes content (inside a typed VolumeSource, EnvVarSource, ...): the API server
-# validates it when the operator creates the pods (and the operator dry-runs a pod first).
+# Free-form Kubernetes content. No API field uses it: volume and env sources carry Kubernetes'
+# own schemas (api/kubeschemas.py), and a free-form node would let a tenant store anything there.
 KubeObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
 
 QUANTITY_SCHEMA = {

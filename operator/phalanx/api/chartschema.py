@@ -9,15 +9,30 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from phalanx.api.config import NetworkPolicyConfig, NetworkProfile, TopologyConfig
+from phalanx.api.config import Limits, NetworkPolicyConfig, NetworkProfile, TopologyConfig
 from phalanx.api.crd import _inline, _structural
 from phalanx.api.policy import NamespacePolicy, PolicyRules
+
+NULLABLE = "x-phalanx-nullable"
 
 
 def _model(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    schema = _structural(_inline(raw, raw.get("$defs", {})))
+    schema = _structural(_mark_nullable(_inline(raw, raw.get("$defs", {}))))
     return _strip(schema)
+
+
+def _mark_nullable(schema: Any) -> Any:
+    """A field that may be null (``X | None``; null: "any" or "no limit") stays nullable in Helm's
+    schema: the CRD's structural schema drops the null, Helm's validator must not refuse it."""
+    if isinstance(schema, list):
+        return [_mark_nullable(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _mark_nullable(v) for k, v in schema.items()}
+    if any(isinstance(o, dict) and o.get("type") == "null" for o in schema.get("anyOf", ())):
+        out[NULLABLE] = True
+    return out
 
 
 def _strip(schema: Any) -> Any:
@@ -26,7 +41,9 @@ def _strip(schema: Any) -> Any:
         return [_strip(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _strip(v) for k, v in schema.items() if not k.startswith("x-kubernetes-") and k != "format"}
+    out = {k: _strip(v) for k, v in schema.items() if not k.startswith(("x-kubernetes-", NULLABLE)) and k != "format"}
+    if schema.get(NULLABLE) and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
     if out.get("type") == "object" and "properties" in out:
         out["additionalProperties"] = False
     if "exclusiveMinimum" in out and out["exclusiveMinimum"] is True:  # OpenAPI 3.0 → draft 7
@@ -63,6 +80,8 @@ def values_schema() -> dict[str, Any]:
             "resources": MAP,
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
             "createPinned": BOOL,
+            "limits": _model(Limits),
+            "terminationGracePeriodSeconds": {"type": "integer", "minimum": 10},
             "livenessPort": PORT,
             "metricsPort": PORT,
             "metrics": _obj({"service": BOOL, "serviceMonitor": MONITOR, "podMonitor": MONITOR}),

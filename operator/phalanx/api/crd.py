@@ -2,7 +2,8 @@
 ``custom_resource_definition`` and ``unchanged_checks``, the TrainingSweep's: api/sweep.py).
 
 Pydantic's JSON schema is turned into a Kubernetes structural schema: references inlined,
-``Optional[X]`` becomes ``X``, free-form objects keep unknown fields, titles dropped.
+``Optional[X]`` becomes ``X``, a union of scalars is bounded to scalars, titles dropped. The
+core/v1 types inside (volume and env sources) carry Kubernetes' own schemas (api/kubeschemas.py).
 """
 
 from __future__ import annotations
@@ -63,9 +64,8 @@ def _structural(schema: Any) -> Any:
             merged.update(schema)
             schema = merged
         else:
-            # e.g. float | int | bool overrides: accept any scalar (checked by the operator).
             schema.pop(combinator)
-            schema["x-kubernetes-preserve-unknown-fields"] = True
+            schema.update(_any_scalar(non_null))
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(schema.get(bound), int | float) and not isinstance(schema.get(bound), bool):
             schema[plain] = schema.pop(bound)  # OpenAPI v3.0: a number bound plus a boolean flag
@@ -83,6 +83,24 @@ def _structural(schema: Any) -> Any:
     if schema.get("additionalProperties") is False:
         schema.pop("additionalProperties")
     return schema
+
+
+_SCALARS = {"boolean", "integer", "number", "string"}
+
+
+def _any_scalar(options: list[dict[str, Any]]) -> dict[str, Any]:
+    """A union of scalar types (a sweep's bool | int | float | str values). A structural schema
+    has no type for it and CEL cannot see an untyped node, so the value validations that apply
+    by the value's kind bound it: no object or list, not even an empty one, can be stored; the
+    longest string any option takes. The operator checks which scalar fits the field."""
+    if not all(o.get("type") in _SCALARS for o in options):
+        raise ValueError(f"no structural schema for a union of {options}")
+    out: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True, "maxProperties": 0, "maxItems": 0,
+                           "not": {"enum": [{}, []]}}
+    lengths = [o.get("maxLength") for o in options if o["type"] == "string"]
+    if lengths and None not in lengths:
+        out["maxLength"] = max(lengths)
+    return out
 
 
 def _pattern_as_cel(schema: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The core/v1 pieces a TrainingJob passes to its pods (volumes, mounts, env, tolerations), typed
 down to the level where the API server, phalanx validate and the admission policy can all see
-what is asked for (which volume source, which env source). Their insides stay free-form and are
-checked by the API server when the operator (dry-)creates the pod."""
+what is asked for (which volume source, which env source). Each source's insides carry the
+Kubernetes API's own schema (api/kubeschemas.py): unknown fields and nesting are refused at
+apply; the API server checks the values' meaning when the operator (dry-)creates the pod."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pydantic import Field, create_model
 
 from phalanx import constants as C
 from phalanx.api import patterns as P
-from phalanx.api.base import KubeObject, Model, bounded_str
+from phalanx.api.base import Model, bounded_str
+from phalanx.api.kubeschemas import kube_object
 from phalanx.api.rules import Rule
 
 # Every core/v1 VolumeSource member (Kubernetes 1.36).
@@ -46,12 +48,12 @@ def _one_source_rule() -> Rule:
 
 _VolumeSourceBase = create_model(
     "_VolumeSourceBase", __base__=Model,
-    **{s: (KubeObject | None, Field(None, alias=s)) for s in VOLUME_SOURCES},
+    **{s: (kube_object("volumeSources", s) | None, Field(None, alias=s)) for s in VOLUME_SOURCES},
 )
 
 
 class VolumeSource(_VolumeSourceBase):
-    """A core/v1 VolumeSource: exactly one member, its content free-form."""
+    """A core/v1 VolumeSource: exactly one member, typed by Kubernetes' schema."""
 
     checks = (_one_source_rule(),)
 
@@ -102,11 +104,11 @@ class VolumeMount(Model):
 
 
 class EnvVarSource(Model):
-    field_ref: KubeObject | None = None
-    resource_field_ref: KubeObject | None = None
-    config_map_key_ref: KubeObject | None = None
-    secret_key_ref: KubeObject | None = None
-    file_key_ref: KubeObject | None = None
+    field_ref: kube_object("envVarSources", "fieldRef") | None = None
+    resource_field_ref: kube_object("envVarSources", "resourceFieldRef") | None = None
+    config_map_key_ref: kube_object("envVarSources", "configMapKeyRef") | None = None
+    secret_key_ref: kube_object("envVarSources", "secretKeyRef") | None = None
+    file_key_ref: kube_object("envVarSources", "fileKeyRef") | None = None
 
     checks = (
         Rule("[has(self.fieldRef), has(self.resourceFieldRef), has(self.configMapKeyRef), "
@@ -115,6 +117,24 @@ class EnvVarSource(Model):
              lambda s: sum(v is not None for v in (s.field_ref, s.resource_field_ref, s.config_map_key_ref,
                                                     s.secret_key_ref, s.file_key_ref)) == 1),
     )
+
+
+def device_grant_env(name: str) -> bool:
+    """The container runtime reads ``name`` to pick the devices it injects (constants.py)."""
+    return name.startswith(C.ENV_DEVICE_GRANT_PREFIXES) or name in C.ENV_DEVICE_GRANT_NAMES
+
+
+DEVICE_ENV_MESSAGE = (
+    f"{', '.join(p + '*' for p in C.ENV_DEVICE_GRANT_PREFIXES)} and {', '.join(C.ENV_DEVICE_GRANT_NAMES)} tell the "
+    "node's container runtime which devices to give the container; only the device plugin sets them "
+    "(request devices in resources)")
+RENDEZVOUS_ENV_MESSAGE = (
+    f"{', '.join(C.RENDEZVOUS_ENV)} are the rendezvous variables the operator sets on every pod and cannot be overridden")
+
+
+def reserved_env(name: str) -> bool:
+    """A device-grant or rendezvous variable: EnvVar's rules, for env given as a map (ncclEnv)."""
+    return device_grant_env(name) or name in C.RENDEZVOUS_ENV
 
 
 class EnvVar(Model):
@@ -128,6 +148,11 @@ class EnvVar(Model):
         Rule(f"!self.name.startsWith('{C.ENV_RESERVED_PREFIX}')",
              f"{C.ENV_RESERVED_PREFIX}* variables are set by the operator and cannot be overridden",
              lambda e: not e.name.startswith(C.ENV_RESERVED_PREFIX), ".name"),
+        Rule(" && ".join([f"!self.name.startsWith('{p}')" for p in C.ENV_DEVICE_GRANT_PREFIXES]
+                         + [f"!(self.name in {_cel_list(C.ENV_DEVICE_GRANT_NAMES)})"]),
+             DEVICE_ENV_MESSAGE, lambda e: not device_grant_env(e.name), ".name"),
+        Rule(f"!(self.name in {_cel_list(C.RENDEZVOUS_ENV)})", RENDEZVOUS_ENV_MESSAGE,
+             lambda e: e.name not in C.RENDEZVOUS_ENV, ".name"),
     )
 
     def to_kube(self) -> dict:

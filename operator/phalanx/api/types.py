@@ -24,6 +24,7 @@ from phalanx.api.kubetypes import (
     Volume,
     VolumeMount,
     VolumeSource,
+    reserved_env,
 )
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
@@ -269,6 +270,10 @@ class NetworkSpec(Model):
         Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*)",
              lambda n: keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
              and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
+        # added to the trainer's env where nothing set the name yet: reserved as in spec.env
+        Rule(None, "ncclEnv keys must not be device-grant (NVIDIA_*, AMD_VISIBLE_DEVICES, ...) or rendezvous "
+             "(MASTER_ADDR, WORLD_SIZE, ...) variables: the rules of spec.env apply",
+             lambda n: not any(reserved_env(k) for k in n.nccl_env), ".ncclEnv"),
     )
 
 

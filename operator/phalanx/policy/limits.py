@@ -26,7 +26,7 @@ def spec_size_problems(obj: Any, limits: Limits) -> list[Problem]:
     if not isinstance(spec, dict):
         return []
     deep = depth_exceeds(spec, MAX_SPEC_DEPTH)
-    text = json.dumps(spec, separators=(",", ":")) if deep is None else ""
+    text = json.dumps(spec, separators=(",", ":"), default=str) if deep is None else ""  # default: YAML dates
     if deep is None and TOO_DEEP in text:  # decoded with its deep part cut off (phalanx.safejson)
         deep = _too_deep_value(spec)
     if deep is not None:

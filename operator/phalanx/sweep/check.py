@@ -17,6 +17,8 @@ from phalanx.api import patterns as P
 from phalanx.api.config import OperatorConfig
 from phalanx.api.rules import broken_rules
 from phalanx.api.sweep import MAX_SWEEP_NAME, MAX_TRIALS, OPERATOR_RULES, TrainingSweep
+from phalanx.policy.cluster import sweep_policy_problems
+from phalanx.policy.limits import spec_size_problems, sweep_check_problems
 from phalanx.problems import Problem
 from phalanx.sweep.params import Leaf, Trial, expand, resolve_path, total_trials
 from phalanx.validate import field_path, type_problems, wire_form
@@ -85,6 +87,9 @@ def _value_hint(value: Any, leaf: Leaf) -> str:
 def check_sweep(obj: Any, config: OperatorConfig | None = None,
                 namespace_labels: dict[str, str] | None = None) -> Expansion:
     config = config or OperatorConfig()
+    too_big = spec_size_problems(obj, config.limits)  # before any parsing: bounded work per object
+    if too_big:
+        return Expansion(None, problems=too_big)
     sweep, problems = parse_sweep(obj)
     if sweep is None:
         return Expansion(None, problems=problems)
@@ -116,6 +121,12 @@ def check_sweep(obj: Any, config: OperatorConfig | None = None,
     if total is None or total > MAX_TRIALS:
         what = "random sampling without maxTrials" if total is None else f"{total} trials"
         problems.append(Problem("spec.maxTrials", f"{what}; a sweep runs at most {MAX_TRIALS} (set maxTrials to run the first ones)", "operator"))
+    if not problems:
+        problems = sweep_check_problems(total, spec.template.model_dump(by_alias=True, mode="json", exclude_none=True), config.limits)
+    if problems:
+        return Expansion(sweep, problems=problems)
+    # The cluster policy on the template and every value, as the admission policy checks them.
+    problems = sweep_policy_problems(spec, config.policy.for_namespace(namespace_labels))
     if problems:
         return Expansion(sweep, problems=problems)
     try:
