@@ -10,7 +10,7 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 
 include hack/cluster/cluster.mk
 
-.PHONY: help install test test-unit test-runtime test-horovod horovod-venv test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
+.PHONY: kube-schemas help install test test-unit test-runtime test-horovod horovod-venv test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
 
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
@@ -21,7 +21,7 @@ install: ## pip install -e '.[dev,runtime]'
 
 # What `make crds` generates, under the root dir $(1): the CRD (crds/ and the chart's copy), the
 # API reference, the chart's ValidatingAdmissionPolicy and values schema, the chart's appVersion.
-GENERATED := crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/phalanx.dev_trainingjobs.yaml docs/api.md \
+GENERATED := crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/phalanx.dev_trainingjobs.yaml docs/api.md docs/policy.md \
   crds/phalanx.dev_trainingsweeps.yaml charts/phalanx/crds/phalanx.dev_trainingsweeps.yaml \
   charts/phalanx/templates/admission-policy.yaml charts/phalanx/values.schema.json charts/phalanx/Chart.yaml
 define generate
@@ -31,14 +31,18 @@ define generate
 	$(PYTHON) -m phalanx crd --sweep -o $(1)/crds/phalanx.dev_trainingsweeps.yaml
 	cp $(1)/crds/phalanx.dev_trainingsweeps.yaml $(1)/charts/phalanx/crds/
 	$(PYTHON) -m phalanx crd --reference -o $(1)/docs/api.md
+	$(PYTHON) -m phalanx crd --policy-reference -o $(1)/docs/policy.md
 	$(PYTHON) -m phalanx crd --admission-policy -o $(1)/charts/phalanx/templates/admission-policy.yaml
 	$(PYTHON) -m phalanx crd --values-schema -o $(1)/charts/phalanx/values.schema.json
 	sed 's/^appVersion: .*/appVersion: "$(VERSION)"/' charts/phalanx/Chart.yaml >$(1)/charts/phalanx/Chart.yaml.new
 	mv $(1)/charts/phalanx/Chart.yaml.new $(1)/charts/phalanx/Chart.yaml
 endef
 
-crds: ## regenerate crds/, docs/api.md, the chart's CRD, admission policy, values schema, appVersion
+crds: ## regenerate crds/, docs/api.md, docs/policy.md, the chart's CRD, admission policy, values schema, appVersion
 	$(call generate,.)
+
+kube-schemas: ## regenerate operator/phalanx/api/kube_schemas.json from the pinned Kubernetes OpenAPI (Go module cache)
+	$(PYTHON) hack/kube_schemas.py
 
 crds-check: ## fail if what `make crds` writes drifted, or an image tag in examples/docs is not pyproject's version
 	@rm -rf build/crds-check

@@ -75,6 +75,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_crd(args: argparse.Namespace) -> int:
     from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
+    from phalanx.api.policyref import policy_reference
     from phalanx.api.reference import api_reference
     from phalanx.policy.admission import admission_policy_template
 
@@ -82,6 +83,8 @@ def cmd_crd(args: argparse.Namespace) -> int:
         text = sweep_crd
     elif args.reference:
         text = api_reference()
+    elif args.policy_reference:
+        text = policy_reference()
     elif args.admission_policy:
         text = admission_policy_template()
     elif args.values_schema:
@@ -175,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("crd", help="print the TrainingJob CRD")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
+    p.add_argument("--policy-reference", action="store_true", help="the Markdown policy and limits reference (docs/policy.md) instead")
     p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
     p.add_argument("--values-schema", action="store_true", help="the chart's values.schema.json instead")
     p.add_argument("--sweep", action="store_true", help="the TrainingSweep CRD instead")
