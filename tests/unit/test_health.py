@@ -32,3 +32,25 @@ def test_threads_the_job_loops_need(alive, failing, deciding, words):
     problems = health.thread_problems(alive, failing, deciding)
     assert len(problems) == len(words)
     assert all(w in p for w, p in zip(words, problems, strict=True))
+
+
+def test_the_probe_handler_fails_once_a_watch_task_it_saw_is_gone():
+    """handlers.serving over real asyncio tasks named as kopf names its watchers."""
+    import asyncio
+
+    import kopf
+
+    from phalanx import handlers
+
+    async def main():
+        memo = handlers.new_memo()
+        watch = asyncio.create_task(asyncio.Event().wait(), name=W + "trainingjobs.v1alpha1.phalanx.dev@None")
+        await asyncio.sleep(0)
+        assert await handlers.serving(memo=memo) == "ok"
+        watch.cancel()
+        await asyncio.sleep(0)
+        with pytest.raises(kopf.PermanentError, match="trainingjobs.v1alpha1.phalanx.dev@None: its watch has stopped"):
+            await handlers.serving(memo=memo)
+        memo.decider.shutdown()
+
+    asyncio.run(main())
