@@ -75,9 +75,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_crd(args: argparse.Namespace) -> int:
     from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
-    from phalanx.api.policyref import policy_reference
     from phalanx.api.reference import api_reference
     from phalanx.policy.admission import admission_policy_template
+    from phalanx.policy.reference import policy_reference
 
     if (sweep_crd := _sweep_cli().crd(args)) is not None:  # --sweep: the TrainingSweep's (phalanx.sweep.cli)
         text = sweep_crd

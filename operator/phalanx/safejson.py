@@ -50,9 +50,12 @@ def loads(data: bytes | bytearray | str) -> Any:
     """``json.loads``, except that a body nested beyond Python's recursion is decoded anyway
     with its deep values cut at :data:`MAX_DEPTH` (see the module doc)."""
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except RecursionError:
         value = _loads_deep(data)
+    else:  # decoded, but deeper than kopf's deepcopy or pydantic survive: cut it all the same
+        if not _deeper_than(value, MAX_DEPTH):
+            return value
     where = prune(value)
     _report_pruned(value, where)
     return value

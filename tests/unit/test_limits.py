@@ -54,7 +54,7 @@ def test_the_policy_reference_is_current():
     """docs/policy.md lists every policy value and limit with its default (make crds writes it)."""
     from pathlib import Path
 
-    from phalanx.api.policyref import policy_reference
+    from phalanx.policy.reference import policy_reference
 
     text = policy_reference()
     assert (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text() == text, "run `make crds`"

@@ -91,3 +91,8 @@ def test_kopf_still_decodes_where_safejson_is_installed():
     for method in safejson.KOPF_DECODERS:  # each ends in aiohttp's response.json(), replaced as a whole
         original = getattr(getattr(api, method), "__wrapped__", getattr(api, method))
         assert "response.json()" in inspect.getsource(original) and "request(" in inspect.getsource(original)
+
+
+def test_a_body_json_loads_can_take_is_still_cut_past_max_depth():
+    obj = safejson.loads(nested(500))
+    assert safejson.depth_exceeds(obj, safejson.MAX_DEPTH + 1) is None and safejson.TOO_DEEP in json.dumps(obj)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from phalanx import constants as C
+from phalanx import safejson
 from phalanx.api.config import OperatorConfig
 
 
@@ -42,6 +43,13 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _n
 def parse_documents(text: str) -> list[Any]:
     """Every non-empty document of a YAML stream, parsed strictly. Nesting deeper than the
     parser's recursion (a few hundred levels; a TrainingJob needs under 20) is refused."""
+    if text.lstrip()[:1] in ("{", "["):  # JSON as JSON: YAML 1.1 reads 1e-05 as a string, refuses DEL
+        try:
+            doc = safejson.loads(text)
+        except ValueError:
+            pass  # YAML flow style that is not JSON
+        else:
+            return [d for d in (doc if isinstance(doc, list) else [doc]) if d is not None]
     try:
         return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
     except RecursionError:

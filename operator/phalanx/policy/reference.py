@@ -17,7 +17,7 @@ from phalanx.safejson import MAX_DEPTH
 HEADER = """\
 # Policy and limits reference
 
-Generated from `operator/phalanx/api/policy.py` and `api/config.py` by `make crds`. Do not edit.
+Generated from `operator/phalanx/api/policy.py` and `api/config.py` (policy/reference.py) by `make crds`. Do not edit.
 The defaults are for tenants who do not trust each other; README "Security model" says why.
 
 """
