@@ -340,12 +340,12 @@ def _owner(body: kopf.Body) -> str | None:
 
 @kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
 def job_services(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, name): _owner(body)}
+    return {(namespace, name): (_owner(body), True)}
 
 
 @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
 def job_network_policies(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, name): _owner(body)}
+    return {(namespace, name): (_owner(body), True)}
 
 
 @kopf.index("configmaps", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
@@ -354,9 +354,8 @@ def job_config_maps(namespace: str, name: str, annotations: dict[str, str], body
 
 
 def owned(index: kopf.Index, key: tuple[str, str], uid: str | None) -> list[Any]:
-    """The index's values under ``key`` whose owner is ``uid`` (the owner stripped)."""
-    return [v[1] if isinstance(v, tuple) else v for v in index.get(key, [])
-            if (v[0] if isinstance(v, tuple) else v) == uid]
+    """The values under ``key`` (each indexed as ``(owner uid, value)``) whose owner is ``uid``."""
+    return [value for owner, value in index.get(key, []) if owner == uid]
 
 
 @kopf.index("nodes")

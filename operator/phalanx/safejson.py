@@ -86,23 +86,28 @@ def _loads_deep(data: bytes | bytearray | str) -> Any:
     return out["value"]
 
 
-def prune(value: Any, max_depth: int = MAX_DEPTH) -> list[str]:
-    """Replace, in place, every dict/list nested deeper than ``max_depth`` by :data:`TOO_DEEP`.
-    Iterative (no recursion); returns the paths cut, e.g. ``spec.volumes[0].emptyDir.a``."""
-    cut: list[str] = []
+def _walk(value: Any, max_depth: int) -> Any:
+    """Every (parent, key, child, depth, path) of ``value`` down to ``max_depth``, iteratively;
+    ``depth`` is the parent's. Children deeper than ``max_depth`` are yielded, not entered."""
     stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
         node, depth, path = stack.pop()
         children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, child in list(children):
-            if not isinstance(child, dict | list):
-                continue
             child_path = f"{path}[{key}]" if isinstance(node, list) else f"{path}.{key}" if path else str(key)
-            if depth >= max_depth:
-                node[key] = TOO_DEEP
-                cut.append(child_path)
-            else:
+            yield node, key, child, depth, child_path
+            if isinstance(child, dict | list) and depth < max_depth:
                 stack.append((child, depth + 1, child_path))
+
+
+def prune(value: Any, max_depth: int = MAX_DEPTH) -> list[str]:
+    """Replace, in place, every dict/list nested deeper than ``max_depth`` by :data:`TOO_DEEP`.
+    Iterative (no recursion); returns the paths cut, e.g. ``spec.volumes[0].emptyDir.a``."""
+    cut: list[str] = []
+    for node, key, child, depth, path in _walk(value, max_depth):
+        if isinstance(child, dict | list) and depth >= max_depth:
+            node[key] = TOO_DEEP
+            cut.append(path)
     return cut
 
 
@@ -111,17 +116,13 @@ def depth_exceeds(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     only when the depth is exceeded: the common answer costs one walk of the containers."""
     if not _deeper_than(value, max_depth):
         return None
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
-    while stack:
-        node, depth, path = stack.pop()
-        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, child in children:
-            if isinstance(child, dict | list):
-                child_path = f"{path}[{key}]" if isinstance(node, list) else f"{path}.{key}" if path else str(key)
-                if depth >= max_depth:
-                    return child_path
-                stack.append((child, depth + 1, child_path))
-    return None
+    return next((path for _, _, child, depth, path in _walk(value, max_depth)
+                 if isinstance(child, dict | list) and depth >= max_depth), None)
+
+
+def cut_path(value: Any) -> str | None:
+    """The path of the first value :func:`prune` cut (:data:`TOO_DEEP`), or None."""
+    return next((path for _, _, child, _, path in _walk(value, MAX_DEPTH + 1) if child == TOO_DEEP), None)
 
 
 def _deeper_than(value: Any, max_depth: int) -> bool:
@@ -159,21 +160,11 @@ def _report_pruned(value: Any, where: list[str]) -> None:
         UNDECODABLE_OBJECTS.labels(kind, "too_deep").inc()
         return
     for item in items:  # a list: name each object that was cut
-        if isinstance(item, dict) and any(v == TOO_DEEP for v in _values(item)):
+        if isinstance(item, dict) and cut_path(item) is not None:
             kind, name = identify(item)
             log.warning("%s %s (in a list) is nested deeper than %d levels: those values are not decoded",
                         kind if kind != "unknown" else "object", name, MAX_DEPTH)
             UNDECODABLE_OBJECTS.labels(kind, "too_deep").inc()
-
-
-def _values(value: Any) -> Any:
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        for child in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
-            yield child
-            if isinstance(child, dict | list):
-                stack.append(child)
 
 
 def watch_line(line: bytes | str) -> dict[str, Any]:

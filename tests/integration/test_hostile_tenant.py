@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from phalanx import safejson
 from phalanx.api.crd import build_crd
 from tests.integration.harness import Jobs, OperatorProcess, install_crd, job_manifest, wait_for
-from tests.integration.test_operator_ha import alone, drain  # noqa: F401 - fixtures
+from tests.integration.test_operator_ha import _service_account, alone, drain  # noqa: F401 - fixtures
 
 GROUP, VERSION = "phalanx.dev", "v1alpha1"
 
@@ -61,15 +61,8 @@ def _second_namespace(api):
     core = client.CoreV1Api(api)
     name = f"it-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"phalanx.dev/test": "true"}}})
-    wait_for(lambda: _has_default_sa(core, name), 60, "default service account")
+    wait_for(lambda: _service_account(core, name), 60, "default service account")
     return name
-
-
-def _has_default_sa(core, namespace):
-    try:
-        return core.read_namespaced_service_account("default", namespace)
-    except ApiException:
-        return None
 
 
 def _running(jobs: Jobs, name: str) -> bool:

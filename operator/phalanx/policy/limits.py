@@ -9,7 +9,7 @@ from typing import Any
 
 from phalanx.api.config import Limits
 from phalanx.problems import Problem
-from phalanx.safejson import TOO_DEEP, depth_exceeds
+from phalanx.safejson import TOO_DEEP, cut_path, depth_exceeds
 
 # No TrainingJob or TrainingSweep field nests deeper than ~20 levels (a sweep's template's
 # ephemeral volume's claim's selector's expression): 32 refuses nothing real.
@@ -28,7 +28,7 @@ def spec_size_problems(obj: Any, limits: Limits) -> list[Problem]:
     deep = depth_exceeds(spec, MAX_SPEC_DEPTH)
     text = json.dumps(spec, separators=(",", ":"), default=str) if deep is None else ""  # default: YAML dates
     if deep is None and TOO_DEEP in text:  # decoded with its deep part cut off (phalanx.safejson)
-        deep = _too_deep_value(spec)
+        deep = cut_path(spec)
     if deep is not None:
         return [_p(f"spec.{_short(deep)}", f"nested deeper than {MAX_SPEC_DEPTH} levels; no field of the API nests like that")]
     size = len(text)
@@ -39,19 +39,6 @@ def spec_size_problems(obj: Any, limits: Limits) -> list[Problem]:
 
 def _short(path: str, keep: int = 80) -> str:
     return path if len(path) <= keep else path[:keep] + "..."
-
-
-def _too_deep_value(spec: dict[str, Any]) -> str | None:
-    stack: list[tuple[Any, str]] = [(spec, "")]
-    while stack:
-        node, path = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, child in items:
-            child_path = f"{path}[{key}]" if isinstance(node, list) else f"{path}.{key}" if path else str(key)
-            if child == TOO_DEEP:
-                return child_path
-            stack.append((child, child_path))
-    return None
 
 
 def sweep_check_problems(trials: int, template: dict[str, Any], limits: Limits) -> list[Problem]:
