@@ -99,10 +99,21 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from phalanx.plan import run_plan
+    from phalanx.plan import EXIT_INPUT_ERROR, run_plan
 
+    config = load_operator_config(args.config)
+    try:
+        jobs = read_jobs(args.job)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if len(jobs) != 1:
+        print(f"error: {args.job}: expected one TrainingJob, found {len(jobs)} documents", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if _checked(jobs[0], config, args.job) is None:
+        return EXIT_INPUT_ERROR  # the operator's verdict first: it would never plan this job
     levels = args.levels.split(",") if args.levels else None
-    code, text = run_plan(args.job, args.nodes, pods_yaml=args.pods, levels=levels, json_out=args.json)
+    code, text = run_plan(jobs[0], args.nodes, pods_yaml=args.pods, levels=levels, json_out=args.json, config=config)
     print(text)
     return code
 
@@ -190,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pods", help="running pods YAML (their requests are taken as used)")
     p.add_argument("--levels", help="comma-separated topology label keys, coarse to fine")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--config", help="operator config YAML (network profiles, topology, policy) for the checks and levels")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("local", help="run a job's runtime on this machine as local processes")

@@ -1,9 +1,10 @@
 """End-to-end tests: real pods that train, on a cluster with Phalanx installed by its chart.
 
-The cluster, first match wins: the one ``PHALANX_E2E_KUBECONFIG`` names; with ``PHALANX_E2E_UP=1``
-(``make test`` sets it) the kind cluster of ``hack/kind-e2e.sh up`` — created when missing, images
-loaded, chart installed — once the earlier suites are done; else ``KUBECONFIG``. ``hack/kind-e2e.sh
-test`` runs this suite alone. Without a cluster the tests skip, unless ``PHALANX_REQUIRE_E2E=1``
+The cluster, first match wins: the one ``PHALANX_E2E_KUBECONFIG`` names (a cluster with the chart
+installed that the suite may use: it creates jobs, namespaces and PVCs there); with
+``PHALANX_E2E_UP=1`` (``make test`` sets it) the kind cluster of ``hack/kind-e2e.sh up`` — created
+when missing, images loaded, chart installed — once the earlier suites are done. ``KUBECONFIG`` is
+never read. ``hack/kind-e2e.sh test`` runs this suite alone. Without a cluster the tests skip, unless ``PHALANX_REQUIRE_E2E=1``
 (then they fail).
 
 Environment: ``PHALANX_E2E_IMAGE`` (runtime image, default phalanx/runtime:<version>),
@@ -41,10 +42,9 @@ def e2e_api():
     path = os.environ.get("PHALANX_E2E_KUBECONFIG")
     if not path and os.environ.get("PHALANX_E2E_UP") == "1":
         path = kind_up()
-    path = path or os.environ.get("KUBECONFIG")
     if not path or not Path(path).is_file():
         if os.environ.get("PHALANX_REQUIRE_E2E") == "1":
-            pytest.fail("PHALANX_REQUIRE_E2E=1 but no kubeconfig (PHALANX_E2E_KUBECONFIG / KUBECONFIG)")
+            pytest.fail("PHALANX_REQUIRE_E2E=1 but no cluster: set PHALANX_E2E_KUBECONFIG or PHALANX_E2E_UP=1")
         pytest.skip("no e2e cluster: run hack/kind-e2e.sh test")
     api_client = config.new_client_from_config(config_file=path)
     yield api_client

@@ -2,13 +2,15 @@
 
 Which cluster the session-scoped ``cluster`` fixture uses, first match wins:
 
-1. ``KUBECONFIG_PHALANX`` (a kubeconfig path): that cluster, as is.
-2. ``KUBECONFIG`` (when it names an existing file): that cluster, as is.
-3. a cluster from ``make cluster-up`` (``.local-cluster/cluster.json``, still running).
-4. a fresh ``LocalCluster`` in a temp dir, with the ``PHALANX_TOPOLOGY`` (default
+1. ``KUBECONFIG_PHALANX`` (a kubeconfig path) with ``PHALANX_CLUSTER_DISPOSABLE=1``: that
+   cluster, as is. The tests replace the CRDs, create kwok Node objects, and start operators
+   without leader election, so they refuse a cluster they did not start unless told it is
+   disposable; ``KUBECONFIG`` is never used.
+2. a cluster from ``make cluster-up`` (``.local-cluster/cluster.json``, still running).
+3. a fresh ``LocalCluster`` in a temp dir, with the ``PHALANX_TOPOLOGY`` (default
    ``small-4``) kwok nodes; stopped at session end.
 
-If 4 is needed but the binaries are missing (``make cluster-binaries``), the tests are
+If 3 is needed but the binaries are missing (``make cluster-binaries``), the tests are
 skipped, or fail when ``PHALANX_REQUIRE_CLUSTER`` is set (CI sets it).
 ``PHALANX_TOPOLOGY`` also adds that topology's nodes to a reused cluster.
 """
@@ -59,7 +61,7 @@ def pytest_runtest_makereport(item, call):
 class ClusterHandle:
     kubeconfig: Path
     kubectl_bin: str | None
-    source: str  # "env:KUBECONFIG_PHALANX", "env:KUBECONFIG", "cluster-up", "local"
+    source: str  # "env:KUBECONFIG_PHALANX", "cluster-up", "local"
     local: LocalCluster | None = None
 
     def api(self, pool_size: int = 4):
@@ -86,6 +88,19 @@ class ClusterHandle:
         )
 
 
+def foreign_cluster_refusal(kubeconfig: str, disposable: str | None) -> str | None:
+    """Why the tests must not run against the cluster `kubeconfig` names (None: they may)."""
+    if not Path(kubeconfig).is_file():
+        return f"KUBECONFIG_PHALANX={kubeconfig}: no such file"
+    if disposable != "1":
+        return (
+            f"KUBECONFIG_PHALANX={kubeconfig}: the integration tests replace the CRDs, create kwok "
+            "Node objects and start operators without leader election; run them only against a "
+            "disposable cluster and say so with PHALANX_CLUSTER_DISPOSABLE=1"
+        )
+    return None
+
+
 def _kubectl_for(bin_dir: Path) -> str | None:
     p = bin_dir / "kubectl"
     return str(p) if os.access(p, os.X_OK) else shutil.which("kubectl")
@@ -95,14 +110,16 @@ def _kubectl_for(bin_dir: Path) -> str | None:
 def cluster(tmp_path_factory) -> ClusterHandle:
     bin_dir = default_bin_dir()
     topology = os.environ.get("PHALANX_TOPOLOGY")
-    for var in ("KUBECONFIG_PHALANX", "KUBECONFIG"):
-        kc = os.environ.get(var)
-        if kc and Path(kc).is_file():
-            h = ClusterHandle(Path(kc), _kubectl_for(bin_dir), f"env:{var}")
-            if topology:
-                create_nodes(h.kubeconfig, topology)
-            yield h
-            return
+    kc = os.environ.get("KUBECONFIG_PHALANX")
+    if kc:
+        refusal = foreign_cluster_refusal(kc, os.environ.get("PHALANX_CLUSTER_DISPOSABLE"))
+        if refusal:
+            pytest.fail(refusal, pytrace=False)
+        h = ClusterHandle(Path(kc), _kubectl_for(bin_dir), "env:KUBECONFIG_PHALANX")
+        if topology:
+            create_nodes(h.kubeconfig, topology)
+        yield h
+        return
 
     attached = LocalCluster.attach()
     if attached is not None and attached.running():
@@ -115,9 +132,9 @@ def cluster(tmp_path_factory) -> ClusterHandle:
     missing = missing_binaries(bin_dir)
     if missing:
         msg = (
-            f"no cluster: KUBECONFIG_PHALANX/KUBECONFIG unset and control-plane binaries "
-            f"missing from {bin_dir} ({', '.join(missing)}); run `make cluster-binaries` "
-            "(hack/cluster/build.sh) or point KUBECONFIG_PHALANX at a cluster"
+            f"no cluster: control-plane binaries missing from {bin_dir} ({', '.join(missing)}); "
+            "run `make cluster-binaries` (hack/cluster/build.sh), or point KUBECONFIG_PHALANX at a "
+            "disposable cluster (with PHALANX_CLUSTER_DISPOSABLE=1)"
         )
         if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
             pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)

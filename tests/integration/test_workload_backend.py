@@ -7,8 +7,8 @@ the default test cluster stays without them). The operator renders a Workload an
 the served version and ungated pods with ``spec.schedulingGroup``; kube-scheduler places the whole
 group or nothing, and the job's ``Schedulable`` condition is the PodGroup's ``PodGroupScheduled``.
 
-Which cluster, first match wins: ``KUBECONFIG_PHALANX``/``KUBECONFIG`` when that cluster serves
-scheduling.k8s.io/v1alpha2 podgroups; a ``make cluster-up FEATURES=workload`` cluster; else a
+Which cluster, first match wins: ``KUBECONFIG_PHALANX`` (disposable, as in conftest.py) when that
+cluster serves scheduling.k8s.io/v1alpha2 podgroups; a ``make cluster-up FEATURES=workload`` cluster; else a
 fresh feature-gated ``LocalCluster`` in a temp dir (skipped without the binaries, failed with
 ``PHALANX_REQUIRE_CLUSTER``).
 """
@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from localcluster import LocalCluster, create_nodes, default_bin_dir, finish_pod, missing_binaries
 from localcluster.nodes import api_client
-from tests.integration.conftest import ClusterHandle, _kubectl_for
+from tests.integration.conftest import ClusterHandle, _kubectl_for, foreign_cluster_refusal
 from tests.integration.harness import Jobs, OperatorProcess, install_crd, pooled, wait_for
 
 PG_API = ("scheduling.k8s.io", "v1alpha2")
@@ -45,10 +45,13 @@ def serves_workload_api(kubeconfig: Path) -> bool:
 def cluster(tmp_path_factory):
     """A cluster that serves the Workload API (overrides the session cluster for this module)."""
     bin_dir = default_bin_dir()
-    for var in ("KUBECONFIG_PHALANX", "KUBECONFIG"):
-        kc = os.environ.get(var)
-        if kc and Path(kc).is_file() and serves_workload_api(Path(kc)):
-            yield ClusterHandle(Path(kc), _kubectl_for(bin_dir), f"env:{var}")
+    kc = os.environ.get("KUBECONFIG_PHALANX")
+    if kc:
+        refusal = foreign_cluster_refusal(kc, os.environ.get("PHALANX_CLUSTER_DISPOSABLE"))
+        if refusal:
+            pytest.fail(refusal, pytrace=False)
+        if serves_workload_api(Path(kc)):
+            yield ClusterHandle(Path(kc), _kubectl_for(bin_dir), "env:KUBECONFIG_PHALANX")
             return
     attached = LocalCluster.attach()
     if attached is not None and attached.running() and "workload" in attached.features:
