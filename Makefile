@@ -100,8 +100,8 @@ kind-images: ## build or reuse the kind node image and Phalanx's images
 kind-down: ## delete the kind cluster
 	hack/kind-e2e.sh down
 
-images: ## Phalanx's images (phalanx/operator, phalanx/runtime) without a registry
-	hack/kind/app-images.sh operator runtime
+images: ## Phalanx's two images; REGISTRY=reg/path builds them from the Dockerfiles and pushes (PUSH=0: no push); without, offline
+	REGISTRY="$(REGISTRY)" PUSH="$(or $(PUSH),1)" hack/images.sh
 
 bench: ## list the benchmarks (results go to docs/benchmarks.md by hand)
 	@ls bench/*.py | sed 's/^/  python /'
