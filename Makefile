@@ -10,7 +10,7 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 
 include hack/cluster/cluster.mk
 
-.PHONY: kube-schemas help install test test-unit test-runtime test-horovod horovod-venv test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
+.PHONY: kube-schemas help install check test test-unit test-runtime test-horovod horovod-venv test-integration test-e2e lint crds crds-check demo demo-local kind-up kind-down kind-images images bench clean tf-venv
 
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
@@ -55,6 +55,8 @@ crds-check: ## fail if what `make crds` writes drifted, or an image tag in examp
 
 lint: ## ruff
 	$(PYTHON) -m ruff check operator runtime tests bench hack
+
+check: lint crds-check test-unit ## the fast subset (a few minutes, no cluster): lint, generated files, unit tests
 
 test-unit: ## unit tests
 	$(PYTEST) tests/unit -q
