@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.chaos_harness import Workers, ckpt_job, run  # noqa: E402
-from bench.runtime_common import machine  # noqa: E402
+from bench.runtime_common import commit, machine, write_result  # noqa: E402
 
 SECTION = "## Checkpoints and recovery"
 STEP_LINE = re.compile(r"step (\d+)/(\d+) loss ([0-9.]+)")
@@ -148,19 +148,6 @@ def stall(*, world: int, dim: int, steps: int, interval: int, work: Path) -> dic
     return out
 
 
-def append_doc(text: str) -> None:
-    doc = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-    cur = doc.read_text()
-    if SECTION not in cur:
-        cur = cur.rstrip("\n") + f"\n\n{SECTION}\n\nNumbers from `bench/chaos_checkpoint.py` (see docs/runtime.md, Checkpoints).\n"
-    # Append at the end of our section (before the next "## " heading, if any).
-    i = cur.index(SECTION)
-    j = cur.find("\n## ", i + len(SECTION))
-    j = len(cur) if j < 0 else j
-    cur = cur[:j].rstrip("\n") + "\n\n" + text.strip("\n") + "\n" + cur[j:]
-    doc.write_text(cur if cur.endswith("\n") else cur + "\n")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=50)
@@ -180,10 +167,11 @@ def main(argv=None) -> int:
               seed=args.seed, work=work) if args.kills else None
     s = None if args.no_stall else stall(world=args.world, dim=args.stall_dim, steps=22, interval=2, work=work)
     cmd = "python bench/chaos_checkpoint.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = [f"**{time.strftime('%Y-%m-%d')}** — {machine()}. "
-             f"Command: `{cmd.strip()}` ({time.time() - t0:.0f} s)", ""]
+    head = [f"**{time.strftime('%Y-%m-%d')}**, commit {commit()} — {machine()}. "
+            f"Command: `{cmd.strip()}` ({time.time() - t0:.0f} s)", ""]
+    results = {}
     if c:
-        lines += [
+        results["chaos-kills"] = head + [
             f"Chaos: {c['kills']} SIGKILLs of a random rank ({c['mid_write']} while a checkpoint was being written), "
             f"{c['world']} ranks, tiny transformer, {c['steps']} steps, checkpoint every {c['interval']} steps "
             f"(async, keepLast 3), each rank's write slowed by {c['write_delay']} s.",
@@ -197,7 +185,7 @@ def main(argv=None) -> int:
             "",
         ]
     if s:
-        lines += [
+        results["chaos-stall"] = head + [
             f"Save stall per checkpoint (training blocked), {s['world']} ranks, dim {s['dim']} "
             f"({s['bytes'] / 2**20:.1f} MiB of shards per checkpoint), median of {s['async']['n']} saves:",
             "",
@@ -209,10 +197,10 @@ def main(argv=None) -> int:
             f"{1e3 * s['async']['step']:.1f} ms | **{s['ratio']:.3f}** |",
             "",
         ]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_doc:
-        append_doc(text)
+    for name, lines in results.items():
+        print("\n".join(lines))
+        if not args.no_doc:  # each kind of result replaces its own previous one
+            write_result(name, SECTION, "\n".join(lines))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -1,12 +1,11 @@
-"""Shared helpers of the runtime benchmarks: machine line, appending results to the runtime
-sections of docs/benchmarks.md (other teams own the other sections)."""
+"""Shared helpers of the runtime benchmarks: machine line, and writing a result into
+docs/benchmarks.md — a page of current results, so a run replaces its own previous result."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 
@@ -41,24 +40,44 @@ def machine() -> str:
             f"{platform.python_version()}, load avg {load:.1f} at start")
 
 
+def commit() -> str:
+    """The commit measured (``-dirty`` with uncommitted changes), for the result's header."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("-dirty" if git("status", "--porcelain", "-uno") else "")
+
+
 def append_result(section: str, body: str, *, command: str | None = None) -> None:
-    """Append a dated entry under the runtime subsection ``section`` of docs/benchmarks.md."""
+    """This run's result as the runtime subsection ``section``'s current one in docs/benchmarks.md."""
     command = command or "python " + " ".join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
-    entry = (f"\n**{_dt.date.today().isoformat()}** — {machine()}. Command: `{command}`\n\n{body.strip()}\n")
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if RUNTIME_HEADING + "\n" not in text:
-        text = text.rstrip("\n") + f"\n\n{RUNTIME_HEADING}\n\nNumbers from `bench/runtime_*.py` (see docs/runtime.md).\n"
-        for h in SECTIONS.values():
-            text += f"\n{h}\n"
-    heading = SECTIONS[section]
-    if heading not in text:
-        text = text.rstrip("\n") + f"\n\n{heading}\n"
-    start = text.index(heading) + len(heading)
-    nxt = re.search(r"^#{2,3} ", text[start:], flags=re.M)
-    end = start + nxt.start() if nxt else len(text)
-    text = text[:end].rstrip("\n") + "\n" + entry + ("\n" + text[end:] if nxt else "")
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    entry = (f"**{_dt.date.today().isoformat()}**, commit {commit()} — {machine()}. Command: `{command}`"
+             f"\n\n{body.strip()}")
+    write_result(section, SECTIONS[section], entry, parent=RUNTIME_HEADING)
+
+
+def write_result(name: str, heading: str, body: str, *, parent: str | None = None, doc: Path = DOC) -> None:
+    """Put ``body`` between ``<!-- bench: name -->`` and ``<!-- end bench -->`` in ``doc``, replacing
+    the previous result there (history lives in git); the block goes right under ``heading`` (made,
+    under ``parent``, when missing), so the prose around it stays."""
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    begin, end = f"<!-- bench: {name} -->", "<!-- end bench -->"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    if begin in text:
+        start = text.index(begin)
+        stop = text.index(end, start) + len(end)
+        text = text[:start] + block + text[stop:]
+    else:
+        if heading not in text:
+            if parent and parent + "\n" not in text:
+                text = text.rstrip("\n") + f"\n\n{parent}\n"
+            text = text.rstrip("\n") + f"\n\n{heading}\n"
+        at = text.index(heading) + len(heading)
+        text = text[:at] + f"\n\n{block}\n\n" + text[at:].lstrip("\n")
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text.rstrip("\n") + "\n")
 
 
 def median(xs):
