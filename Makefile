@@ -24,6 +24,10 @@ install: ## pip install -e '.[dev,runtime]'
 GENERATED := crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/phalanx.dev_trainingjobs.yaml docs/api.md docs/policy.md \
   crds/phalanx.dev_trainingsweeps.yaml charts/phalanx/crds/phalanx.dev_trainingsweeps.yaml \
   charts/phalanx/templates/admission-policy.yaml charts/phalanx/values.schema.json charts/phalanx/Chart.yaml
+# Markdown files whose `<!-- generated: NAME -->` blocks `make crds` fills from the code in place
+# (phalanx/docstables.py: reasons, conditions, cli, rbac, printer-columns, ...); crds-check fails
+# naming each block that differs. A file without blocks is left as it is.
+DOCS_TABLES := README.md $(wildcard docs/*.md)
 define generate
 	mkdir -p $(1)/crds $(1)/docs $(1)/charts/phalanx/crds $(1)/charts/phalanx/templates
 	$(PYTHON) -m phalanx crd -o $(1)/crds/phalanx.dev_trainingjobs.yaml
@@ -38,16 +42,18 @@ define generate
 	mv $(1)/charts/phalanx/Chart.yaml.new $(1)/charts/phalanx/Chart.yaml
 endef
 
-crds: ## regenerate crds/, docs/api.md, docs/policy.md, the chart's CRD, admission policy, values schema, appVersion
+crds: ## regenerate crds/, docs/api.md, docs/policy.md, the chart's CRD, admission policy, values schema, appVersion, the docs' generated tables
 	$(call generate,.)
+	$(PYTHON) -m phalanx crd --docs-tables $(DOCS_TABLES)
 
 kube-schemas: ## regenerate operator/phalanx/api/kube_schemas.json from the pinned Kubernetes OpenAPI (Go module cache)
 	$(PYTHON) hack/kube_schemas.py
 
-crds-check: ## fail if what `make crds` writes drifted, or an image tag in examples/docs is not pyproject's version
+crds-check: ## fail if what `make crds` writes (files, the docs' generated tables) drifted, or an image tag in examples/docs is not pyproject's version
 	@rm -rf build/crds-check
 	@$(call generate,build/crds-check) >/dev/null
 	@drift=0; for f in $(GENERATED); do diff -u $$f build/crds-check/$$f || drift=1; done; \
+	  $(PYTHON) -m phalanx crd --docs-tables $(DOCS_TABLES) --check || drift=1; \
 	  if grep -rnoE 'phalanx/(operator|runtime):[0-9][0-9A-Za-z.+-]*' examples README.md docs | grep -v ':$(VERSION)$$'; then \
 	    echo "image tags above are not $(VERSION) (pyproject.toml)"; drift=1; fi; \
 	  rm -rf build/crds-check; \

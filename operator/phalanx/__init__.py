@@ -4,7 +4,8 @@ Layers, low → high; a module imports only from layers below its own, function-
 included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 
 1. ``constants`` (names, keys, ``Reason``), ``problems``, ``proc``, ``decision`` (Observed, Plan,
-   GangDecision: the types every layer shares; imports nothing of ours)
+   GangDecision: the types every layer shares; imports nothing of ours); ``reasons`` (what each
+   reason means and what to do, for the docs)
 2. ``api`` — the pydantic models (TrainingJob, OperatorConfig), layout rules, CRD, manifest loading
 3. ``policy`` (shared-cluster rules) and ``gang`` (placement: inventory, topology, planner, cost
    model, native admission)
@@ -15,7 +16,8 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
    elastic resizing, progress
 7. I/O: ``kube`` (carries out a Plan), ``metrics``, ``jobmetrics``, ``podreflector``, ``leader``
 8. ``handlers`` (kopf wiring, state in kopf's ``memo``) → ``main`` (the operator process)
-9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``
+9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables``
+   (the docs' generated tables)
 
 Nothing in this package's import path may import kopf or the kubernetes client at the top level:
 the runtime image imports ``phalanx.api`` and ``phalanx.constants`` only.

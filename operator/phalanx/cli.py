@@ -73,6 +73,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
+    if args.docs_tables or args.check:
+        return _docs_tables(args)
     from phalanx.api.chartschema import values_schema_json
     from phalanx.api.crd import crd_yaml
     from phalanx.api.reference import api_reference
@@ -96,6 +98,19 @@ def cmd_crd(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _docs_tables(args: argparse.Namespace) -> int:
+    from phalanx.docstables import DocsTableError, Sources, update
+
+    if not args.docs_tables:
+        print("error: --check goes with --docs-tables FILE...", file=sys.stderr)
+        return 2
+    try:
+        return update(args.docs_tables, Sources(build_parser()), check=args.check)
+    except DocsTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -170,82 +185,127 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+JOB_FILE = "JOB.yaml"
+OPCONFIG = "OPCONFIG.yaml"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description="Distributed training on Kubernetes.")
     parser.add_argument("--version", action="version", version=f"phalanx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _offline_commands(sub)
+    _cluster_commands(sub)
+    return parser
 
-    p = sub.add_parser("render", help="print every object the operator would create for a job (before placement)")
-    p.add_argument("job", help="TrainingJob YAML file ('-' for stdin)")
-    p.add_argument("--config", help="operator config YAML (network profiles, topology)")
-    p.add_argument("--attempt", type=int, default=0, help="restart attempt to render")
+
+def _offline_commands(sub: Any) -> None:
+    """render, validate, crd, plan, local: files in, no cluster."""
+    p = sub.add_parser("render", help="print every object the operator would create for a job (before placement)",
+                       description="Print every object the operator would create for a job (a YAML stream, before "
+                       "placement), or a sweep's trial TrainingJobs; an invalid one exits 1 naming the field and rule.")
+    p.add_argument("job", metavar=JOB_FILE, help="TrainingJob or TrainingSweep YAML file ('-' for stdin)")
+    p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology)")
+    p.add_argument("--attempt", type=int, default=0, metavar="N", help="restart attempt to render")
     p.set_defaults(fn=cmd_render)
 
-    p = sub.add_parser("validate", help="check a job against the schema and the operator's rules")
-    p.add_argument("job")
-    p.add_argument("--config")
+    p = sub.add_parser("validate", help="check a job against the schema and the operator's rules",
+                       description="The API server's verdict (schema and CEL rules) and the operator's rules on a "
+                       "job or sweep, offline; exit 1 naming the field and the rule.")
+    p.add_argument("job", metavar=JOB_FILE, help="TrainingJob or TrainingSweep YAML file ('-' for stdin)")
+    p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology, policy)")
     p.set_defaults(fn=cmd_validate)
 
-    p = sub.add_parser("crd", help="print the TrainingJob CRD")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p = sub.add_parser("crd", help="print the TrainingJob CRD (or, by flag, another generated file)",
+                       description="Print the TrainingJob CRD, or by flag the Markdown API reference, the policy "
+                       "reference, the chart's admission policy or values schema, or the TrainingSweep CRD; "
+                       "--docs-tables fills the generated tables of Markdown files. `make crds` runs them all.")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to this file instead of stdout")
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
     p.add_argument("--policy-reference", action="store_true", help="the Markdown policy and limits reference (docs/policy.md) instead")
     p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
     p.add_argument("--values-schema", action="store_true", help="the chart's values.schema.json instead")
     p.add_argument("--sweep", action="store_true", help="the TrainingSweep CRD instead")
+    p.add_argument("--docs-tables", nargs="+", metavar="FILE", help="instead, rewrite the `<!-- generated: NAME -->` "
+                   "blocks of these Markdown files from the code (phalanx/docstables.py)")
+    p.add_argument("--check", action="store_true", help="with --docs-tables: change nothing; exit 1 naming each "
+                   "block that differs from the code")
     p.set_defaults(fn=cmd_crd)
 
-    p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`")
-    p.add_argument("job")
-    p.add_argument("--nodes", required=True, help="nodes YAML (a List, as kubectl prints it)")
-    p.add_argument("--pods", help="running pods YAML (their requests are taken as used)")
-    p.add_argument("--levels", help="comma-separated topology label keys, coarse to fine")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config", help="operator config YAML (network profiles, topology, policy) for the checks and levels")
+    p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`",
+                       description="Offline placement on `kubectl get nodes -o yaml` output, after the operator's "
+                       "verdict on the job: rank → node, span per topology level, the predicted ring and "
+                       "hierarchical allreduce against the most compact placement, ZeRO model-state memory per GPU; "
+                       "exit 0 placed, 1 unschedulable, 2 bad input.")
+    p.add_argument("job", metavar=JOB_FILE, help="TrainingJob YAML file (one job)")
+    p.add_argument("--nodes", required=True, metavar="NODES.yaml", help="nodes YAML (a List, as kubectl prints it)")
+    p.add_argument("--pods", metavar="PODS.yaml", help="running pods YAML (their requests are taken as used)")
+    p.add_argument("--levels", metavar="KEY,…", help="comma-separated topology label keys, coarse to fine")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology, policy) for the checks and levels")
     p.set_defaults(fn=cmd_plan)
 
-    p = sub.add_parser("local", help="run a job's runtime on this machine as local processes")
-    p.add_argument("job")
+    p = sub.add_parser("local", help="run a job's runtime on this machine as local processes",
+                       description="Run a job's runtime (or a sweep's trials) on this machine as local processes, "
+                       "after the operator's verdict; --json ends with one JSON line: final_loss, steps, "
+                       "tokens_per_s, world_size (command jobs: exit_codes, seconds).")
+    p.add_argument("job", metavar=JOB_FILE, help="TrainingJob or TrainingSweep YAML file")
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds")
-    p.add_argument("--checkpoint-dir", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
-    p.add_argument("--config", help="operator config YAML (network profiles, policy) for the checks")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this many seconds (exit 124)")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
+    p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, policy) for the checks")
     p.set_defaults(fn=cmd_local)
 
-    p = sub.add_parser("watch", help="follow a TrainingJob's phase, step, loss and tokens/s until it finishes")
-    p.add_argument("job", help="TrainingJob name")
-    p.add_argument("-n", "--namespace", default="default")
-    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
-    p.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds (exit 3)")
+
+def _cluster_commands(sub: Any) -> None:
+    """watch, plot, operator."""
+    p = sub.add_parser("watch", help="follow a TrainingJob's phase, step, loss and tokens/s until it finishes",
+                       description="Follow a TrainingJob: a line per change of phase, nodes, step, loss, tokens/s, "
+                       "restarts, checkpoint or latest condition, with loss and tokens/s charts on a terminal; a "
+                       "TrainingSweep (tsw/NAME): its trials. Exit 0 Succeeded, 1 Failed, 3 timeout.")
+    p.add_argument("job", metavar="NAME", help="TrainingJob name (tsw/NAME: a TrainingSweep)")
+    p.add_argument("-n", "--namespace", default="default", metavar="NS", help="its namespace (default: default)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--timeout", type=float, default=3600, metavar="SECONDS", help="give up after this many seconds (exit 3)")
     p.add_argument("--no-chart", action="store_true", help="lines only: no loss and tokens/s charts")
     p.add_argument("--sweep", action="store_true", help="NAME is a TrainingSweep (as is tsw/NAME): follow its trials")
     p.set_defaults(fn=cmd_watch)
 
-    p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log")
-    p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job>) or its {C.METRICS_LOG_FILE}")
-    p.add_argument("-o", "--output", default="curves.png", help="PNG to write (default: curves.png)")
-    p.add_argument("--title", help="figure title (default: the job's directory name)")
+    p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log",
+                       description=f"Write a PNG of a job's loss, tokens/s, MFU and step time from the "
+                       f"{C.METRICS_LOG_FILE} rank 0 appends to in the job's checkpoint dir.")
+    p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job> on its checkpoint volume, or "
+                                f"phalanx local's --checkpoint-dir) or its {C.METRICS_LOG_FILE}; a job without a "
+                                "checkpoint volume writes none")
+    p.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="PNG to write (default: curves.png)")
+    p.add_argument("--title", metavar="TITLE", help="figure title (default: the job's directory name)")
     p.set_defaults(fn=cmd_plot)
 
-    p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)")
-    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)",
+                       description=f"Run the operator (in-cluster, or given a kubeconfig): liveness on "
+                       f":{C.DEFAULT_LIVENESS_PORT}/healthz, Prometheus metrics on :{C.DEFAULT_OPERATOR_METRICS_PORT}/metrics.")
+    p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS", help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
-    p.add_argument("--config", help="operator config YAML (network profiles, topology)")
-    p.add_argument("--liveness-port", type=int, default=C.DEFAULT_LIVENESS_PORT)
-    p.add_argument("--metrics-port", type=int, default=C.DEFAULT_OPERATOR_METRICS_PORT)
-    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology)")
+    p.add_argument("--liveness-port", type=int, default=C.DEFAULT_LIVENESS_PORT, metavar="PORT",
+                   help="serve /healthz here (0: not at all)")
+    p.add_argument("--metrics-port", type=int, default=C.DEFAULT_OPERATOR_METRICS_PORT, metavar="PORT",
+                   help="serve Prometheus /metrics here (0: not at all)")
+    p.add_argument("--verbose", action="store_true", help="debug logging")
     p.add_argument("--leader-elect", action="store_true", help="run as one of several replicas: only the Lease holder reconciles")
-    p.add_argument("--leader-elect-lease-name", default=C.LEADER_LEASE_NAME)
-    p.add_argument("--leader-elect-namespace", help=f"the Lease's namespace (default: ${C.ENV_OPERATOR_POD_NAMESPACE}, then the in-cluster one)")
-    p.add_argument("--leader-elect-lease-duration", type=float, default=C.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS")
-    p.add_argument("--leader-elect-renew-deadline", type=float, default=C.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS")
-    p.add_argument("--leader-elect-retry-period", type=float, default=C.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS")
+    p.add_argument("--leader-elect-lease-name", default=C.LEADER_LEASE_NAME, metavar="NAME",
+                   help=f"the Lease's name (default: {C.LEADER_LEASE_NAME})")
+    p.add_argument("--leader-elect-namespace", metavar="NS", help=f"the Lease's namespace (default: ${C.ENV_OPERATOR_POD_NAMESPACE}, then the in-cluster one)")
+    p.add_argument("--leader-elect-lease-duration", type=float, default=C.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS",
+                   help="a standby takes over this long after the Lease last changed")
+    p.add_argument("--leader-elect-renew-deadline", type=float, default=C.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS",
+                   help="a holder that has not renewed for this long stops")
+    p.add_argument("--leader-elect-retry-period", type=float, default=C.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS",
+                   help="how often to try to acquire or renew the Lease")
     p.add_argument("--shutdown-grace", type=float, default=C.SHUTDOWN_GRACE_SECONDS, metavar="SECONDS",
                    help="after SIGTERM, exit within this long whatever is still running")
     p.set_defaults(fn=cmd_operator)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,8 +166,9 @@ COND_RECONCILED = "Reconciled"  # False while the operator cannot decide the job
 
 class Reason(StrEnum):
     """Every reason the operator writes into a condition or an Event (a str: it compares and
-    serialises as its value). Failure reasons taken from pods (Evicted, exited, ...) and the
-    planner's Unschedulable reasons pass through as they are."""
+    serialises as its value). Failure reasons taken from pods (Evicted, exited, ...) pass through
+    as they are; the planner's and the backends' reasons are the enums below. Each member's
+    meaning and fix: phalanx/reasons.py (a unit test fails for a member without them)."""
 
     # spec
     INVALID_SPEC = "InvalidSpec"
@@ -212,6 +213,41 @@ class Reason(StrEnum):
     LOSS_NOT_FINITE = "LossNotFinite"
     LOSS_FINITE = "LossFinite"
     RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
+
+
+class UnschedulableReason(StrEnum):
+    """The native planner's reasons for Schedulable=False (gang/planner.py)."""
+
+    INSUFFICIENT = "Insufficient"  # fewer feasible nodes than the gang needs
+    TOPOLOGY_REQUIRED = "TopologyRequired"  # no domain of the required level holds the gang
+    INVALID_REQUEST = "InvalidRequest"  # the request names an unknown level, or no nodes
+    QUEUED = "Queued"  # a gang ahead in the queue waits: no backfill past it
+
+
+class KueueReason(StrEnum):
+    """The kueue backend's reasons in Schedulable (and Suspended when Kueue takes the gang away),
+    backends/kueue.py; where Kueue's Workload or pods carry a reason of their own, that one
+    passes through instead of the fallbacks marked so."""
+
+    ADMITTED = "Admitted"
+    QUOTA_RESERVED = "QuotaReserved"  # quota held; admission checks pending
+    PENDING = "Pending"  # fallback: QuotaReserved=False without a reason
+    QUEUED = "Queued"  # the Workload exists; Kueue has not evaluated it
+    WAITING = "WaitingForKueue"  # pods gated, no Workload yet
+    DEACTIVATED = "Deactivated"  # the Workload's spec.active is false
+    EVICTED = "Evicted"  # fallback: Evicted=True without a reason
+    STOPPED = "StoppedByKueue"  # fallback: pods' TerminationTarget without a reason
+
+
+class WorkloadReason(StrEnum):
+    """The workload backend's reasons in Schedulable, from its PodGroup's status
+    (backends/workload.py); kube-scheduler's own reason passes through where it gave one."""
+
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"  # fallback: PodGroupScheduled=False without a reason
+    WAITING_FOR_SCHEDULER = "WaitingForScheduler"
+    POD_GROUP_MISSING = "PodGroupMissing"
+    DISRUPTED = "Disrupted"  # fallback: DisruptionTarget=True without a reason
 
 
 # Operator process defaults.
@@ -272,6 +308,49 @@ ENV_PARENT_PID = "PHALANX_PARENT_PID"
 ENV_JOB_UID = "PHALANX_JOB_UID"
 COND_LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
 COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
+
+# --- Why a pod failed (runtime/phalanx_runtime/failure_report.py → lifecycle/failure_cause.py) ---
+# Every training container's termination message: what the process wrote to its
+# terminationMessagePath, else (a failed container that wrote nothing) the last lines of its log.
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+TERMINATION_MESSAGE_MAX_BYTES = 4096  # what the kubelet keeps of one container's message
+# A failing runtime process writes {"phase": "Failed", "error": {<ErrorKey>: ...}} there.
+REPORT_KEY_ERROR = "error"
+REPORT_PHASE_FAILED = "Failed"
+# The launcher's own report types (its other reports carry the exception's type).
+REPORT_TYPE_INVALID_JOB = "InvalidJob"  # it refused its config or layout: nothing started
+REPORT_TYPE_WORKER_FAILED = "WorkerFailed"  # a worker ended without a report of its own
+
+
+class ErrorKey(StrEnum):
+    """The keys of the runtime's error report (its ``error`` object)."""
+
+    TYPE = "type"  # the exception's class, e.g. PermissionError
+    MESSAGE = "message"  # its message
+    CAUSE = "cause"  # "Type: message" of the exception it was raised from, if any
+    FRAMES = "frames"  # the innermost frames, "file.py:12 in fn", outermost first
+    RANK = "rank"  # the global rank of the process that failed, when known
+    SOURCE = "source"  # ErrorSource
+
+
+class ErrorSource(StrEnum):
+    WORKER = "worker"  # a training process's own exception
+    LAUNCHER = "launcher"  # the pod's launcher: its own error, or a worker that died without a report
+
+
+class FailureCategory(StrEnum):
+    """What kind of failure ended a pod (status.lastFailure.category, and the Failed and Restarting
+    messages): lifecycle/failure_cause.py classifies the pod's exit and termination message."""
+
+    OUT_OF_MEMORY = "OutOfMemory"  # OOMKilled, exit 137 (SIGKILL), a CUDA or host allocation failure
+    PERMISSION_DENIED = "PermissionDenied"  # EACCES/EPERM, a read-only file system
+    COMMUNICATION = "CommunicationError"  # NCCL, gloo, c10d store or rendezvous, a peer gone
+    MISSING_FILE_OR_MODULE = "MissingFileOrModule"  # an import error, a missing file or executable
+    INVALID_CONFIG = "InvalidConfig"  # the runtime refused its config before starting
+    USER_CODE = "UserCodeError"  # any other exception with a traceback
+    INFRASTRUCTURE = "Infrastructure"  # evicted, preempted, the node or the pod lost
+    HANG = "Hang"  # no step progress for hangTimeoutSeconds
+    UNKNOWN = "Unknown"
 
 # --- The operator's own availability (leader.py, podreflector.py, charts/phalanx) ---------------
 # Leader election: one coordination.k8s.io Lease; only its holder reconciles. Timings as

@@ -62,7 +62,13 @@ def _condition(c: Mapping[str, Any]) -> dict[str, Any]:
 
 def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
     term = (state or {}).get("terminated")
-    return {"terminated": {k: term.get(k) for k in ("exitCode", "reason", "message")}} if term else {}
+    if not term:
+        return {}
+    # The termination message (the pod's own words: read by lifecycle/progress and failure_cause)
+    # is kept to what a kubelet writes, its tail: that is where a log's error is.
+    message = term.get("message")
+    message = message[-C.TERMINATION_MESSAGE_MAX_BYTES:] if isinstance(message, str) else None
+    return {"terminated": {"exitCode": term.get("exitCode"), "reason": _s(term.get("reason")), "message": message}}
 
 
 def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ procsPerNode + local rank; one node: ``--standalone``) — nccl on GPUs, gloo on
 
 Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 143 stopped by
 SIGTERM (preemption, suspend, pod deletion) after the workers saved a checkpoint (retryable).
+On a failure the pod's termination message says why (``failure_report``): the failing worker's
+exception, else the launcher's (an invalid config, a worker killed by a signal, the rendezvous).
 SIGTERM (and SIGINT, taken as SIGTERM) reaches the workers through torchrun's agent; each worker
 has ``$PHALANX_STOP_GRACE_SECONDS`` (90 s in pods) to checkpoint, the agent kills them 5 s later,
 and this process exits 5 s after that whatever happens — inside the pod's 120 s grace period. When
@@ -44,9 +46,16 @@ from phalanx.constants import (
     ENV_PYTHONUNBUFFERED,
     ENV_RESTART_ATTEMPT,
     ENV_WORLD_SIZE,
+    ErrorSource,
 )
 from phalanx_runtime import env as E
 from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
+from phalanx_runtime.failure_report import (
+    child_failure,
+    invalid_job,
+    report_exception,
+    write_report,
+)
 from phalanx_runtime.lifetime import (
     EXIT_PREEMPTED,
     StopWatchdog,
@@ -221,8 +230,21 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = _arm_early_stop()
     try:
         return _run(args)
+    except Exception as exc:  # the rendezvous, torchrun itself, a direct-mode worker: say why
+        if getattr(exc, "sigval", None) is None:  # torchrun's SignalException is a stop, no failure
+            report_exception(exc, source=ErrorSource.LAUNCHER)
+        raise
     finally:
         watchdog.stop()
+
+
+def _invalid(lines: list[str]) -> int:
+    """Nothing started: say why on stderr and in the termination message; a permanent failure."""
+    print("phalanx-runtime: invalid job, nothing started:", file=sys.stderr)
+    for line in lines:
+        print(f"  - {line}", file=sys.stderr)
+    write_report(invalid_job(lines))
+    return EXIT_INVALID
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -231,16 +253,14 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_config(config_path)
     except Exception as e:  # noqa: BLE001 — any unreadable config is a permanent error
         print(f"phalanx-runtime: cannot read config {config_path}: {e}", file=sys.stderr)
+        write_report(invalid_job([f"cannot read config {config_path}: {type(e).__name__}: {e}"]))
         return EXIT_INVALID
     import torch
 
     le = resolve_env(cfg.spec, job_name=cfg.name)
     errors = validate(cfg, le, cuda_available=torch.cuda.is_available())
     if errors:
-        print("phalanx-runtime: invalid job, nothing started:", file=sys.stderr)
-        for e in errors:
-            print(f"  - {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return _invalid(errors)
     if args.check:
         print(f"ok: world {cfg.spec.nodes * cfg.spec.procs_per_node}, mesh (pp, dp_replicate, dp_shard, tp) = {cfg.layout.shape}")
         return 0
@@ -289,6 +309,9 @@ def _torchrun(targs: list[str]) -> int:
             log.warning("workers stopped after a SIGTERM checkpoint (exit %d)", EXIT_PREEMPTED)
             return EXIT_PREEMPTED
         log.error("worker failed: %s", e.format_msg() if hasattr(e, "format_msg") else e)
+        named = child_failure(getattr(e, "failures", {}))
+        if named is not None:
+            write_report(named[0], replace=named[1])
         return EXIT_WORKER_FAILED
     return 0
 

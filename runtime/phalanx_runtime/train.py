@@ -20,6 +20,7 @@ import threading
 
 from phalanx_runtime.config import RuntimeConfig, load_config
 from phalanx_runtime.env import ENV_RANK, ENV_RESULT_FILE
+from phalanx_runtime.failure_report import report_exception
 from phalanx_runtime.lifetime import (
     EXIT_PREEMPTED,
     StopWatchdog,
@@ -74,6 +75,13 @@ def write_result(result: TrainResult, path: str) -> None:
                    "checkpoint_save_s": result.checkpoint_save_s}, f)
 
 
+def _rank() -> int | None:
+    try:
+        return int(os.environ.get(ENV_RANK, ""))
+    except ValueError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.train")
     ap.add_argument("--config", default=None, help="runtime config JSON (default: $PHALANX_CONFIG)")
@@ -85,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if parent is not None:
         die_with_parent(signal.SIGKILL, parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    result = train(load_config(args.config))
+    try:
+        result = train(load_config(args.config))
+    except Exception as exc:  # the pod's termination message names this rank and its error
+        report_exception(exc, rank=_rank())
+        raise
     if int(os.environ.get(ENV_RANK, 0)) == 0 and os.environ.get(ENV_RESULT_FILE):
         write_result(result, os.environ[ENV_RESULT_FILE])
     return EXIT_PREEMPTED if result.preempted else 0

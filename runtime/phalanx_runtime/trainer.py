@@ -80,8 +80,9 @@ class TrainResult:
 
 
 def checkpoint_dir() -> str | None:
-    """``$PHALANX_CHECKPOINT_DIR`` (the operator sets ``<mountPath>/<namespace>/<job>``; local mode a
-    temporary or ``--checkpoint-dir`` directory). None: this run does not checkpoint."""
+    """``$PHALANX_CHECKPOINT_DIR``: the operator sets ``<mountPath>/<namespace>/<job>`` for a job
+    with ``checkpoint.volume`` only, local mode a temporary or ``--checkpoint-dir`` directory. None:
+    this run saves no checkpoints and writes no metrics.jsonl (it creates no directory at all)."""
     return os.environ.get(ENV_CHECKPOINT_DIR) or None
 
 

@@ -62,7 +62,7 @@ def test_pod_rendezvous_env_and_identity(job_obj):
         assert env["PET_RDZV_ENDPOINT"] == "job-node-0.job:29500"
         assert env["PET_RDZV_ID"] == "team-job-3"
         assert env["PHALANX_CONFIG"] == "/etc/phalanx/config.json"
-        assert env["PHALANX_CHECKPOINT_DIR"] == "/checkpoints/team/job"
+        assert "PHALANX_CHECKPOINT_DIR" not in env  # no checkpoint volume: nowhere to save checkpoints
         assert env["PYTHONUNBUFFERED"] == "1"
         assert pod["metadata"]["name"] == f"job-node-{rank}-3"
         assert pod["spec"]["hostname"] == f"job-node-{rank}"
@@ -86,6 +86,7 @@ def test_pod_resources_shm_and_checkpoint_volume(job_obj):
     mounts = {m["mountPath"]: m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts == {"/etc/phalanx": "phalanx-config", "/dev/shm": "dshm", "/ckpt": "checkpoint",
                       "/phalanx/scratch": "phalanx-scratch"}
+    assert _env(pod)["PHALANX_CHECKPOINT_DIR"] == "/ckpt/team/job"
 
 
 def test_user_fields_are_carried(job_obj):

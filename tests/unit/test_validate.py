@@ -64,7 +64,7 @@ def test_minimal_is_valid():
         ({"scheduling": {"topology": {"required": "rack"}}}, "spec.scheduling.topology.required", "unknown topology level 'rack'"),
         ({"elastic": {"minNodes": 3, "maxNodes": 4}}, "spec.elastic", "elastic.minNodes <= nodes <= elastic.maxNodes"),
         ({"failurePolicy": {"retryableExitCodes": [3], "permanentExitCodes": [3]}}, "spec.failurePolicy", "both retryable and permanent"),
-        ({"checkpoint": {"intervalSteps": 10}}, "spec.checkpoint.volume", "shared storage"),
+        ({"checkpoint": {"intervalSteps": 10}}, "spec.checkpoint.intervalSteps", "needs checkpoint.volume"),
         ({"model": None, "command": ["python", "x.py"], "failurePolicy": {"hangTimeoutSeconds": 60}}, "spec.failurePolicy.hangTimeoutSeconds", "reports no progress"),
         ({"nodes": 0}, "spec.nodes", "greater than or equal to 1"),
         ({"parallelism": {"zero": 4}}, "spec.parallelism.zero", "less than or equal to 3"),

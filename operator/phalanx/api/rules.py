@@ -10,6 +10,7 @@ are ``None`` in Python and ``!has(...)`` in CEL (the API server prunes nulls, as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,16 @@ def parallelism_default(guard: str, applies: Callable[[Any], bool], who: str, fi
     return Rule(guard + f"self.parallelism.{field} == {cel_default}",
                 f"{who}: spec.parallelism.{field} must be {cel_default} ({why})",
                 lambda s: not applies(s) or getattr(s.parallelism, attr) == default, f".parallelism.{field}")
+
+
+def default_unless(guard: str, applies: Callable[[Any], bool], field: str, attr: str, default: Any,
+                   message: str) -> Rule:
+    """``self.<field>`` keeps its default unless ``guard`` (CEL) / ``applies`` (its Python twin)
+    holds. "Set" means "differs from its default": the CRD's defaults fill an absent field before
+    the API server runs CEL, so ``has()`` cannot tell a field the user wrote from one left out, and
+    writing the default value changes nothing. ``default`` is a JSON scalar (its CEL literal)."""
+    return Rule(f"{guard} || !has(self.{field}) || self.{field} == {json.dumps(default)}", message,
+                lambda o: applies(o) or getattr(o, attr) == default, f".{field}")
 
 
 def full_replica_rules(default: Callable[..., Rule], why: str) -> tuple[Rule, ...]:

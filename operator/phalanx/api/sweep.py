@@ -100,7 +100,8 @@ class Objective(Model):
 class EarlyStopping(Model):
     """Stop trials that are behind, from the progress the runtime reports (step and loss in the
     trial's status). A stopped trial is suspended as ``spec.suspend: true`` does: its pods get
-    SIGTERM, save a checkpoint at the next step boundary, and the checkpoint stays."""
+    SIGTERM, save a checkpoint at the next step boundary, and the checkpoint stays (with the
+    template's `checkpoint.volume`; without one nothing is kept)."""
 
     rule: StopRule = Field(StopRule.NONE, description="none, median (median stopping rule) or asha (asynchronous successive halving).")
     grace_steps: int = Field(10, ge=1, le=1 << 40, description="No trial is stopped before this step (ASHA: the first rung).")

@@ -7,6 +7,7 @@ them; the runtime reads the same spec from its ConfigMap. Field names are camelC
 from __future__ import annotations
 
 import functools
+import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -28,7 +29,13 @@ from phalanx.api.kubetypes import (
 )
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
-from phalanx.api.rules import Rule, full_replica_rules, parallelism_default, script_framework_rules
+from phalanx.api.rules import (
+    Rule,
+    default_unless,
+    full_replica_rules,
+    parallelism_default,
+    script_framework_rules,
+)
 
 __all__ = ["KubeObject", "Model", "Quantity", "Resources", "Role", "SuccessPolicy"]  # re-exported
 
@@ -224,19 +231,44 @@ class TrainingSpec(Model):
     log_every: int = Field(1, ge=1, le=1 << 31)
 
 
+# The checkpoint settings besides the volume, with their defaults: (wire name, attribute, default).
+CHECKPOINT_SETTINGS: tuple[tuple[str, str, Any], ...] = (
+    ("mountPath", "mount_path", "/checkpoints"),
+    ("intervalSteps", "interval_steps", 0),
+    ("keepLast", "keep_last", 3),
+    ("async", "async_save", True),
+    ("resume", "resume", True),
+    ("exportConsolidated", "export_consolidated", False),
+)
+_CKPT_DEFAULT = {attr: default for _, attr, default in CHECKPOINT_SETTINGS}
+
+
+def _needs_volume(field: str, attr: str, default: Any) -> Rule:
+    """A job saves checkpoints only on checkpoint.volume: without one its pods get no checkpoint
+    dir (the image is read-only to them), so any other checkpoint setting is a mistake."""
+    return default_unless("has(self.volume)", lambda c: c.volume is not None, field, attr, default,
+                          f"needs checkpoint.volume: a job without one saves no checkpoints (set checkpoint.volume, "
+                          f"e.g. {{persistentVolumeClaim: {{claimName: ckpt}}}}, or leave {field} at its default "
+                          f"{json.dumps(default)})")
+
+
 class CheckpointSpec(Model):
     volume: VolumeSource | None = Field(
-        None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}."
+        None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}. "
+                          "Without it the job saves no checkpoints, and the other fields must keep their defaults."
     )
-    mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024, default="/checkpoints")
-    interval_steps: int = Field(0, ge=0, le=1 << 31, description="Save every N steps; 0 saves only at the end.")
-    keep_last: int = Field(3, ge=1, le=1000)
-    async_save: bool = Field(True, alias="async", description="Stage, then write in the background.")
-    resume: bool = Field(True, description="Resume from the last committed checkpoint.")
-    export_consolidated: bool = Field(False, description="Write a consolidated model at the end.")
+    mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"])
+    interval_steps: int = Field(_CKPT_DEFAULT["interval_steps"], ge=0, le=1 << 31,
+                                description="Save every N steps; 0 saves only at the end.")
+    keep_last: int = Field(_CKPT_DEFAULT["keep_last"], ge=1, le=1000)
+    async_save: bool = Field(_CKPT_DEFAULT["async_save"], alias="async", description="Stage, then write in the background.")
+    resume: bool = Field(_CKPT_DEFAULT["resume"], description="Resume from the last committed checkpoint.")
+    export_consolidated: bool = Field(_CKPT_DEFAULT["export_consolidated"],
+                                      description="Write a consolidated model at the end.")
 
     checks = (
         RESERVED_PATH_RULE,
+        *(_needs_volume(*setting) for setting in CHECKPOINT_SETTINGS),
     )
 
 
@@ -379,10 +411,6 @@ SPEC_RULES = (
          "hang detection reads the built-in runtime's progress endpoint; a command-only job reports no progress",
          lambda s: s.model is not None or s.failure_policy.hang_timeout_seconds == 0,
          ".failurePolicy.hangTimeoutSeconds"),
-    Rule(_RUNTIME + f"!{_MULTI_NODE_CEL} || self.checkpoint.intervalSteps == 0 || has(self.checkpoint.volume)",
-         "checkpoints of a multi-node job need shared storage (a volume every node can mount)",
-         _runtime(lambda s: not _multi_node(s) or s.checkpoint.interval_steps == 0 or s.checkpoint.volume is not None),
-         ".checkpoint.volume"),
     Rule(f"!{_MULTI_NODE_CEL} || !has(self.checkpoint.volume) || !({_PER_NODE_CEL})",
          "a multi-node job's checkpoints need storage every node shares; "
          f"{', '.join(PER_NODE_SOURCES)} volumes live on one node and are lost on a gang restart "
@@ -669,6 +697,21 @@ class RoleStatus(Model):
     ready: int = 0
 
 
+class FailureStatus(Model):
+    """The gang's last failure: the pod that named it and why (lifecycle/failure_cause.py)."""
+
+    pod: str = Field(..., description="The failed pod (or what was lost, or 'rank 0' for a hang).")
+    node_rank: int | None = Field(None, description="The pod's node-rank (workers).")
+    rank: int | None = Field(None, description="The global rank of the process that failed, when the pod named it.")
+    exit_code: int | None = Field(None, description="The trainer container's exit code.")
+    reason: str = Field(..., description="'exited', or the pod's reason (Evicted, NodeLost, PodLost, Hang, ...).")
+    # a str, not the enum: a status written by an operator that knows more categories still reads
+    category: str = Field(..., description="What kind of failure it was.",
+                          json_schema_extra={"enum": [c.value for c in C.FailureCategory]})
+    message: str = Field("", description="The error's last line(s), from the container's termination message.")
+    time: str | None = None
+
+
 class TrainingJobStatus(Model):
     phase: Phase = Phase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
@@ -695,6 +738,8 @@ class TrainingJobStatus(Model):
     start_time: str | None = None
     completion_time: str | None = None
     last_progress_time: str | None = None
+    last_failure: FailureStatus | None = Field(
+        None, description="Why the gang last failed (kept through restarts; the Restarting or Failed condition says it too).")
     message: str | None = None
 
 

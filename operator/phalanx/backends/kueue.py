@@ -20,6 +20,7 @@ from typing import Any
 from phalanx import constants as C
 from phalanx.api.config import TopologyLevel
 from phalanx.backends.base import BackendRender, PodMutation, level_label
+from phalanx.constants import KueueReason
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -149,10 +150,10 @@ def admission(workload: Mapping[str, Any] | None, pods: Sequence[Mapping[str, An
     stopped = next((c for p in pods if (c := _stopped_by_kueue(p))), None)
     if workload is None:
         if stopped is not None:
-            return Admission("False", stopped.get("reason") or "StoppedByKueue",
+            return Admission("False", stopped.get("reason") or KueueReason.STOPPED,
                              f"Kueue stopped the gang: {stopped.get('message') or ''}".rstrip(": "), evicted=True)
         if any(_gated(p) for p in pods):
-            return Admission("Unknown", "WaitingForKueue",
+            return Admission("Unknown", KueueReason.WAITING,
                              f"pods held by the {C.KUEUE_ADMISSION_GATE} gate; Kueue has not made a Workload for the pod group yet")
         return None
     conds = _conditions(workload)
@@ -161,7 +162,7 @@ def admission(workload: Mapping[str, Any] | None, pods: Sequence[Mapping[str, An
         return None
     if (workload.get("spec") or {}).get("active") is False:
         c = conds.get("Evicted") or {}
-        return Admission("False", "Deactivated", f"Kueue Workload {name} is deactivated: {c.get('message') or 'spec.active is false'}",
+        return Admission("False", KueueReason.DEACTIVATED, f"Kueue Workload {name} is deactivated: {c.get('message') or 'spec.active is false'}",
                          evicted=True)
     if _is(conds, "Evicted"):
         ev = conds["Evicted"]
@@ -169,20 +170,20 @@ def admission(workload: Mapping[str, Any] | None, pods: Sequence[Mapping[str, An
         qr = conds.get("QuotaReserved") or {}
         if qr.get("status") == "False" and qr.get("message"):
             message += f"; requeued: {qr['message']}"
-        return Admission("False", ev.get("reason") or "Evicted", message, evicted=True)
+        return Admission("False", ev.get("reason") or KueueReason.EVICTED, message, evicted=True)
     if _is(conds, "Admitted"):
         adm = ((workload.get("status") or {}).get("admission")) or {}
         cq = adm.get("clusterQueue")
         message = f"admitted by Kueue (Workload {name}, ClusterQueue {cq})" + _topology_summary(adm)
-        return Admission("True", "Admitted", message)
+        return Admission("True", KueueReason.ADMITTED, message)
     if _is(conds, "QuotaReserved"):
         qr = conds["QuotaReserved"]
-        return Admission("Unknown", "QuotaReserved",
+        return Admission("Unknown", KueueReason.QUOTA_RESERVED,
                          f"Kueue reserved quota for Workload {name}; waiting for admission checks: {qr.get('message') or ''}".rstrip(": "))
     qr = conds.get("QuotaReserved")
     if qr is not None:  # False: pending, with Kueue's reason (Pending, Inadmissible, ...) and message
-        return Admission("False", qr.get("reason") or "Pending", f"Kueue: {qr.get('message') or 'pending'}")
-    return Admission("Unknown", "Queued", f"Kueue Workload {name} created; not yet evaluated")
+        return Admission("False", qr.get("reason") or KueueReason.PENDING, f"Kueue: {qr.get('message') or 'pending'}")
+    return Admission("Unknown", KueueReason.QUEUED, f"Kueue Workload {name} created; not yet evaluated")
 
 
 def withdrawal(evicted: tuple[str, str] | None, pods: Sequence[Mapping[str, Any]], attempt_created: bool,
@@ -195,7 +196,7 @@ def withdrawal(evicted: tuple[str, str] | None, pods: Sequence[Mapping[str, Any]
     if stopped is not None and evicted is not None:
         return evicted  # the Workload's reason (Preempted), not the pods' (WorkloadEvictedDueToPreempted)
     if stopped is not None:
-        reason = stopped.get("reason") or "StoppedByKueue"
+        reason = stopped.get("reason") or KueueReason.STOPPED
         return reason, f"Kueue stopped the gang ({reason}): {stopped.get('message') or ''}".rstrip(": ")
     if evicted is None or not attempt_created:
         return None

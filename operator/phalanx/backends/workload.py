@@ -28,6 +28,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.backends.base import BackendRender, PodMutation, level_label, object_meta
+from phalanx.constants import WorkloadReason
 
 API_VERSIONS = ("v1alpha1", "v1alpha2")  # oldest → newest
 LATEST = API_VERSIONS[-1]
@@ -132,18 +133,18 @@ def schedulable(pod_group: Mapping[str, Any] | None) -> tuple[bool | str, str, s
     - no condition yet: Unknown ``WaitingForScheduler`` (fewer than minCount pods seen, or not tried).
     """
     if not pod_group:
-        return "Unknown", "PodGroupMissing", "the PodGroup does not exist (yet)"
+        return "Unknown", WorkloadReason.POD_GROUP_MISSING, "the PodGroup does not exist (yet)"
     name = (pod_group.get("metadata") or {}).get("name", "")
     conds = {c.get("type"): c for c in ((pod_group.get("status") or {}).get("conditions") or []) if isinstance(c, Mapping)}
     disrupted = conds.get(COND_DISRUPTION)
     if disrupted and disrupted.get("status") == "True":
-        return False, str(disrupted.get("reason") or "Disrupted"), _msg(name, disrupted, "the PodGroup is being disrupted")
+        return False, str(disrupted.get("reason") or WorkloadReason.DISRUPTED), _msg(name, disrupted, "the PodGroup is being disrupted")
     cond = conds.get(COND_SCHEDULED)
     if cond is None or cond.get("status") not in ("True", "False"):
-        return "Unknown", "WaitingForScheduler", f"PodGroup {name}: kube-scheduler has not placed the gang yet"
+        return "Unknown", WorkloadReason.WAITING_FOR_SCHEDULER, f"PodGroup {name}: kube-scheduler has not placed the gang yet"
     if cond["status"] == "True":
-        return True, "Scheduled", _msg(name, cond, "kube-scheduler placed the whole gang")
-    return False, str(cond.get("reason") or "Unschedulable"), _msg(name, cond, "kube-scheduler cannot place the gang")
+        return True, WorkloadReason.SCHEDULED, _msg(name, cond, "kube-scheduler placed the whole gang")
+    return False, str(cond.get("reason") or WorkloadReason.UNSCHEDULABLE), _msg(name, cond, "kube-scheduler cannot place the gang")
 
 
 def _msg(name: str, cond: Mapping[str, Any], default: str) -> str:

@@ -34,6 +34,7 @@ from phalanx.constants import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
     ROLE_WORKER,
+    UnschedulableReason,
 )
 from phalanx.gang.inventory import (
     NodeInfo,
@@ -161,7 +162,7 @@ class Placement:
 class Unschedulable:
     key: str
     message: str
-    reason: str = "Insufficient"  # Insufficient | TopologyRequired | InvalidRequest | Queued
+    reason: str = UnschedulableReason.INSUFFICIENT
     fit: int = 0  # feasible nodes
     excluded: dict[str, int] = field(default_factory=dict)
 
@@ -401,14 +402,14 @@ def _levels_checked(request: GangRequest, topo: Topology) -> list[tuple[str, int
                 out.append((which, topo.level_index(lvl)))
             except KeyError as e:
                 return Unschedulable(request.key, f"scheduling.topology.{which}: {e.args[0]}",
-                                     reason="InvalidRequest")
+                                     reason=UnschedulableReason.INVALID_REQUEST)
     return out
 
 
 def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> Placement | Unschedulable:
     """The walk over ``fit_of()``'s feasible nodes (called once the request is known valid)."""
     if request.count < 1:
-        return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
+        return Unschedulable(request.key, "needs at least 1 node", reason=UnschedulableReason.INVALID_REQUEST)
     levels_checked = _levels_checked(request, topo)
     if isinstance(levels_checked, Unschedulable):
         return levels_checked
@@ -436,7 +437,7 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
         largest = max((walk.count[p] for p in cands), default=0)
         msg = f"needs {request.describe()} under one {lvl_name}; the largest has {largest}"
         if which == "required":
-            return Unschedulable(request.key, msg, reason="TopologyRequired", fit=n_fit,
+            return Unschedulable(request.key, msg, reason=UnschedulableReason.TOPOLOGY_REQUIRED, fit=n_fit,
                                  excluded=excluded)
         notes.append(f"preferred {lvl_name} not met: {msg.split('needs ', 1)[1]}")
     if chosen is None:
@@ -682,7 +683,7 @@ def plan_gang(
     ``usage``, ``reservations`` (own reservations ignored) and the levels.
     """
     if request.count < 1:
-        return Unschedulable(request.key, "needs at least 1 node", reason="InvalidRequest")
+        return Unschedulable(request.key, "needs at least 1 node", reason=UnschedulableReason.INVALID_REQUEST)
     topo = topology or topology_for(nodes, topology_config)
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
@@ -742,7 +743,7 @@ def plan_queue(
     blocked_by: str | None = None
     for g in ordered:
         if blocked_by is not None:
-            results[g.key] = Unschedulable(g.key, f"queued behind {blocked_by}", reason="Queued")
+            results[g.key] = Unschedulable(g.key, f"queued behind {blocked_by}", reason=UnschedulableReason.QUEUED)
             continue
         res = _place_gang(g, topo, cap)
         results[g.key] = res

@@ -1,6 +1,6 @@
 """What went wrong with a gang (pure): failed pods classified by Kubeflow's ExitCode policy,
-refined; lost nodes and pods; hangs; pods stuck terminating; a released gang left unbound; and
-the restart backoff."""
+refined, each with its cause (failure_cause.py); lost nodes and pods; hangs; pods stuck
+terminating; a released gang left unbound; and the restart backoff."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.slots import slot_of, slots
-from phalanx.api.types import FailurePolicy, Phase
-from phalanx.constants import Reason
+from phalanx.api.types import FailurePolicy, FailureStatus, Phase
+from phalanx.constants import FailureCategory, Reason
 from phalanx.lifecycle.conditions import get_condition
+from phalanx.lifecycle.failure_cause import Cause, cause_of, one_line, precedence, terminated
 from phalanx.lifecycle.pods import is_alive, is_gated
 from phalanx.lifecycle.status import StatusView, parse_iso
 
@@ -28,12 +29,21 @@ class Failure:
     message: str
     exit_code: int | None
     retryable: bool
+    cause: Cause | None = None  # why, when the pod says (failure_cause.cause_of)
 
     def describe(self) -> str:
         code = f" with code {self.exit_code}" if self.exit_code is not None else ""
         kind = "retryable" if self.retryable else "permanent"
         where = f" (node-rank {self.rank})" if self.rank >= 0 else ""
-        return f"pod {self.pod}{where} {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
+        text = f"pod {self.pod}{where} {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
+        return f"{text}; cause: {self.cause.describe()}" if self.cause is not None and self.cause.text else text
+
+    def record(self, now: str) -> FailureStatus:
+        """The failure as status.lastFailure."""
+        cause = self.cause or Cause(FailureCategory.UNKNOWN)
+        return FailureStatus(pod=self.pod, node_rank=self.rank if self.rank >= 0 else None, rank=cause.rank,
+                             exit_code=self.exit_code, reason=self.reason, category=cause.category,
+                             message=cause.text or one_line(self.message), time=now)
 
 
 def exit_code_retryable(code: int, policy: FailurePolicy) -> bool:
@@ -45,13 +55,8 @@ def exit_code_retryable(code: int, policy: FailurePolicy) -> bool:
 
 
 def _exit_code(pod: dict[str, Any]) -> int | None:
-    for status in pod.get("status", {}).get("containerStatuses") or []:
-        if status.get("name") != C.CONTAINER_NAME:
-            continue
-        term = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
-        if term and term.get("exitCode") is not None:
-            return int(term["exitCode"])
-    return None
+    term = terminated(pod)
+    return int(term["exitCode"]) if term and term.get("exitCode") is not None else None
 
 
 def pod_rank(pod: dict[str, Any]) -> int:
@@ -72,12 +77,13 @@ def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
     name, rank = pod["metadata"]["name"], pod_rank(pod)
     reason = status.get("reason") or "Failed"
     message = status.get("message") or ""
+    infra = Cause(FailureCategory.INFRASTRUCTURE)
     if reason in INFRA_REASONS:
-        return Failure(name, rank, reason, message, None, True)
+        return Failure(name, rank, reason, message, None, True, infra)
     code = _exit_code(pod)
     if code is None:
-        return Failure(name, rank, reason, message or "no exit code recorded", None, True)
-    return Failure(name, rank, "exited", message, code, exit_code_retryable(code, policy))
+        return Failure(name, rank, reason, message or "no exit code recorded", None, True, infra)
+    return Failure(name, rank, "exited", message, code, exit_code_retryable(code, policy), cause_of(pod))
 
 
 def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
@@ -89,23 +95,24 @@ def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
 
 def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime, lost_nodes: frozenset[str],
                   progress: dict[str, Any] | None) -> Failure | None:
-    """The current gang's first failure, by rank: a failed pod, a pod on a lost node, a pod lost
-    after the gang was created, or a hang (no step progress for hangTimeoutSeconds)."""
-    for pod in sorted(current, key=_rank_order):
-        failure = classify_pod(pod, spec.failure_policy)
-        if failure is not None:
-            return failure
+    """The current gang's first failure: a failed pod (by failure_cause.precedence, then rank), a
+    pod on a lost node, a pod lost after the gang was created, or a hang (no step progress for
+    hangTimeoutSeconds)."""
+    failed = [f for pod in sorted(current, key=_rank_order) if (f := classify_pod(pod, spec.failure_policy))]
+    if failed:
+        return min(failed, key=lambda f: precedence(f.cause))  # the first of the lowest: rank order
     for pod in sorted(current, key=_rank_order):
         node = pod.get("spec", {}).get("nodeName")
         if node and node in lost_nodes and is_alive(pod):
-            return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.NODE_LOST, f"node {node} is gone or NotReady", None, True)
+            return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.NODE_LOST, f"node {node} is gone or NotReady", None, True,
+                           Cause(FailureCategory.INFRASTRUCTURE))
     if st.s.attempt_created:
         present = {slot_of(p) for p in current}
         missing = [s for s in slots(spec) if s not in present]
         if missing:
             lost = missing[0]
             return Failure(str(lost), lost.index if lost.is_worker else -1, Reason.POD_LOST,
-                           "pod disappeared (deleted, or its node is gone)", None, True)
+                           "pod disappeared (deleted, or its node is gone)", None, True, Cause(FailureCategory.INFRASTRUCTURE))
     return _hang(st, spec, now, progress)
 
 
@@ -115,7 +122,8 @@ def _hang(st: StatusView, spec: Any, now: datetime, progress: dict[str, Any] | N
     # A step reported in this very pass is progress (it is applied to the status only at the end).
     fresh = (progress or {}).get("step") not in (None, st.s.step)
     if hang and not fresh and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
-        return Failure("rank 0", 0, Reason.HANG, f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})", None, True)
+        return Failure("rank 0", 0, Reason.HANG, f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})",
+                       None, True, Cause(FailureCategory.HANG))
     return None
 
 

@@ -7,6 +7,8 @@ the operator takes from them goes through :func:`parse_progress`: at most ``MAX_
 The one exception is ``loss``: a NaN or infinite loss is a real outcome (a diverged run), so it
 is kept as a float here and the reconcile reports it (condition ``LossNotFinite``) instead of
 writing it into the status, where it would make the patch invalid JSON.
+A termination message may instead be a failing process's error report (``{"phase": "Failed",
+"error": {...}}``, no step): lifecycle/failure_cause.py reads that one.
 """
 
 from __future__ import annotations

@@ -261,6 +261,7 @@ def admission_withdrawn(ctx: Pass) -> Plan | None:
 def _restart_or_fail(ctx: Pass, failure: Failure) -> Plan:
     st, plan, policy = ctx.st, ctx.plan, ctx.spec.failure_policy
     what = failure.describe()
+    st.s.last_failure = failure.record(st.now)
     if not failure.retryable or st.s.restarts >= policy.max_restarts:
         if failure.retryable:
             st.finish(Phase.FAILED, Reason.MAX_RESTARTS_EXCEEDED,

@@ -53,6 +53,16 @@ def _rank_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> li
     ]
 
 
+def _checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
+    """``$PHALANX_CHECKPOINT_DIR`` on the checkpoint volume; none without one, and then the job
+    saves no checkpoints: the image is read-only to the pod's uid and the scratch emptyDir dies
+    with the pod, so there is nowhere else to keep them."""
+    ckpt = job.spec.checkpoint
+    if ckpt.volume is None:
+        return []
+    return [_env(C.ENV_CHECKPOINT_DIR, f"{ckpt.mount_path.rstrip('/')}/{job.metadata.namespace}/{job.metadata.name}")]
+
+
 def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
     """What every pod of the gang gets: the job, its attempt, config and checkpoint paths."""
     spec, name = job.spec, job.metadata.name
@@ -63,7 +73,7 @@ def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
         _env(C.ENV_NAMESPACE, job.metadata.namespace),
         _env(C.ENV_RESTART_ATTEMPT, attempt),
         _env(C.ENV_JOB_UID, job.metadata.uid or ""),  # recorded in checkpoints (provenance)
-        _env(C.ENV_CHECKPOINT_DIR, f"{spec.checkpoint.mount_path.rstrip('/')}/{job.metadata.namespace}/{name}"),
+    ] + _checkpoint_env(job) + [
         _env(C.ENV_PROGRESS_PORT, C.PROGRESS_PORT),
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
         {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -191,6 +201,8 @@ def build_pod(
             {"name": C.PORT_NAME_METRICS, "containerPort": C.METRICS_PORT, "protocol": "TCP"},
         ] + horovod_port(job),
         "volumeMounts": mounts,
+        # a failed program that wrote no termination message gets its log's last lines as one
+        "terminationMessagePolicy": C.TERMINATION_MESSAGE_POLICY,
     }
     if args:
         container["args"] = args

@@ -1,6 +1,8 @@
 """Sharded, atomically committed checkpoints with ``torch.distributed.checkpoint`` (DCP).
 
-Layout under the checkpoint directory (``$PHALANX_CHECKPOINT_DIR`` = ``<mountPath>/<ns>/<job>``)::
+Layout under the checkpoint directory (``$PHALANX_CHECKPOINT_DIR`` = ``<mountPath>/<ns>/<job>`` on
+the job's checkpoint volume; the operator sets it only for a job with ``checkpoint.volume``, and a
+run without it makes no Checkpointer)::
 
     step-<N>/                committed: DCP shards + .metadata + rng/rank-<r>.pt + COMMITTED
     .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
@@ -256,6 +258,15 @@ SafeLoadPlanner = _weights_only(DefaultLoadPlanner)
 SafeEmptyLoadPlanner = _weights_only(_EmptyStateDictLoadPlanner)
 
 
+def _make_dir(path: Path) -> None:
+    """The checkpoint dir, or an error that says which volume must be writable."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot create the checkpoint dir {path} ($PHALANX_CHECKPOINT_DIR): {e.strerror} "
+                               "(in a pod it is on spec.checkpoint.volume, which the pod's user must be able to write)") from e
+
+
 @dataclass
 class CheckpointConfig:
     directory: str
@@ -297,7 +308,7 @@ class Checkpointer:
         self.job_uid = os.environ.get(ENV_JOB_UID) or None  # the operator's job; None locally
         self.resumed_from: dict | None = None  # {"uid", "step"} when resuming another uid's checkpoint
         if self.rank == 0:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            _make_dir(self.dir)
             for p in self.dir.glob(TMP_PREFIX + "*"):
                 log.info("removing uncommitted checkpoint %s", p)
                 shutil.rmtree(p, ignore_errors=True)

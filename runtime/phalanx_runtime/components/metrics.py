@@ -1,6 +1,10 @@
 """Step metrics: step time, tokens/s, MFU (torchtitan formula), loss, grad norm, peak memory;
 exported per pod on a Prometheus endpoint (prometheus_client) and, on rank 0, appended as one JSON
-line per step to ``metrics.jsonl`` in the checkpoint dir (shared storage; ``phalanx plot``).
+line per step to ``metrics.jsonl`` in the checkpoint dir (``phalanx plot``). Only a run with a
+checkpoint dir writes the file: a pod has one only on its job's checkpoint volume (``phalanx
+local`` always, on local disk); without one the Prometheus endpoint and the job status carry the
+same figures, and nothing is written (the pod's other writable place, its scratch dir, dies
+with it).
 
 Prometheus names: ``phalanx_runtime_`` prefix, base units, ``_total`` on counters, ``_ratio`` for
 0-1 values; labels ``namespace``, ``trainingjob`` (never ``job``: the scrape job's label) and
@@ -117,6 +121,7 @@ def metric_labels(namespace: str, job: str, rank: int) -> dict[str, str]:
 
 
 def metrics_log_path(checkpoint_dir: str | os.PathLike | None) -> Path | None:
+    """``<checkpoint dir>/metrics.jsonl``; None (no file) for a run without a checkpoint dir."""
     return Path(checkpoint_dir) / METRICS_LOG_FILE if checkpoint_dir else None
 
 

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from phalanx_runtime.failure_report import write_message
 
 
 class Progress:
@@ -30,15 +31,12 @@ class Progress:
 
 def write_final(progress: Progress, path: str | None) -> bool:
     """The final snapshot as the container's termination message (Kubernetes keeps up to 4 KiB of
-    it in the pod status), so the job status shows the last step even after the endpoint is gone."""
-    if not path or not os.path.exists(path):
+    it in the pod status), so the job status shows the last step even after the endpoint is gone.
+    A failing rank's error report there (failure_report) stays: it says why the pod failed."""
+    if not path:
         return False
-    try:
-        with open(path, "w") as f:
-            json.dump({k: v for k, v in progress.snapshot().items() if k not in ("job", "startTime")}, f)
-    except OSError:
-        return False
-    return True
+    data = json.dumps({k: v for k, v in progress.snapshot().items() if k not in ("job", "startTime")}).encode()
+    return write_message(data, path, keep=lambda report, _rank: report)
 
 
 class ProgressServer:

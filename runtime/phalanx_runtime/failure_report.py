@@ -1,0 +1,235 @@
+"""What a failing runtime process leaves for the operator: a short report of its error as the
+container's termination message (``$PHALANX_TERMINATION_LOG``, ``/dev/termination-log`` in a pod;
+the kubelet keeps 4 KiB of it in the pod status), which the operator classifies and shows in the
+job's Failed or Restarting condition (``phalanx/lifecycle/failure_cause.py`` parses it):
+
+    {"phase": "Failed", "error": {"type": "PermissionError", "message": "[Errno 13] ...",
+     "cause": "...", "frames": ["checkpoint.py:88 in save", ...], "rank": 3, "source": "worker"}}
+
+Every process of the pod shares the file, so the first report stays (under a lock): the process
+that failed first names the cause, not the peers that failed because it was gone. One exception:
+the launcher's report of a worker killed by a signal (the OOM killer's SIGKILL) replaces a peer's
+report, since that worker could write none and its death is what the peers report.
+
+Nothing is written outside a pod (no such file), as for rank 0's final progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from phalanx.constants import (
+    DEFAULT_TERMINATION_LOG,
+    ENV_TERMINATION_LOG,
+    REPORT_KEY_ERROR,
+    REPORT_PHASE_FAILED,
+    REPORT_TYPE_INVALID_JOB,
+    REPORT_TYPE_WORKER_FAILED,
+    ErrorKey,
+    ErrorSource,
+)
+
+MAX_REPORT_BYTES = 3072  # well under the kubelet's 4096
+MAX_FRAMES = 4
+MAX_MESSAGE_CHARS = 1000
+MAX_CAUSE_CHARS = 300
+MAX_FRAME_CHARS = 160
+MAX_TYPE_CHARS = 120
+READ_BACK_BYTES = 8192  # of a report already there
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ in ("builtins", "__main__") else f"{cls.__module__}.{cls.__qualname__}"
+    return _clip(name, MAX_TYPE_CHARS)
+
+
+def _frame(f: traceback.FrameSummary) -> str:
+    path = "/".join(f.filename.replace("\\", "/").split("/")[-2:])  # enough to find it, a path costs bytes
+    return _clip(f"{path}:{f.lineno} in {f.name}", MAX_FRAME_CHARS)
+
+
+def _root_cause(exc: BaseException) -> BaseException | None:
+    """The innermost exception ``exc`` was raised from or while handling (a PermissionError under
+    the RuntimeError a library wrapped it in), if any."""
+    seen, inner = {id(exc)}, exc.__cause__ or exc.__context__
+    root = None
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        root, inner = inner, inner.__cause__ or inner.__context__
+    return root
+
+
+def summarize(exc: BaseException, *, rank: int | None = None, source: str = ErrorSource.WORKER) -> dict[str, Any]:
+    """The ``error`` object for ``exc``: type, message, root cause, the innermost frames."""
+    error: dict[str, Any] = {ErrorKey.TYPE: _type_name(exc), ErrorKey.MESSAGE: _clip(str(exc), MAX_MESSAGE_CHARS)}
+    root = _root_cause(exc)
+    if root is not None:
+        error[ErrorKey.CAUSE] = _clip(f"{_type_name(root)}: {root}", MAX_CAUSE_CHARS)
+    frames = traceback.extract_tb(exc.__traceback__)[-MAX_FRAMES:]
+    if frames:
+        error[ErrorKey.FRAMES] = [_frame(f) for f in frames]
+    if rank is not None:
+        error[ErrorKey.RANK] = rank
+    error[ErrorKey.SOURCE] = str(source)
+    return error
+
+
+def signal_name(exitcode: int) -> str | None:
+    """``-9`` (a process killed by SIGKILL, as multiprocessing and torchrun report it) → SIGKILL."""
+    if exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def worker_death(rank: int, local_rank: int | None, exitcode: int) -> dict[str, Any]:
+    """The launcher's report of a worker process that ended with ``exitcode``."""
+    sig = signal_name(exitcode)
+    how = f"was killed by {sig}" if sig else f"exited with code {exitcode}"
+    if sig == "SIGKILL":
+        how += " (most often the kernel's out-of-memory killer)"
+    where = f"worker rank {rank}" + (f" (local rank {local_rank})" if local_rank is not None else "")
+    return {ErrorKey.TYPE: REPORT_TYPE_WORKER_FAILED, ErrorKey.MESSAGE: f"{where} {how}", ErrorKey.RANK: rank,
+            ErrorKey.SOURCE: str(ErrorSource.LAUNCHER)}
+
+
+# Signals torchrun's agent sends the other workers once one has failed: their deaths follow.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+
+
+def _precedence(exitcode: int) -> int:
+    """A worker killed by a signal of its own (the OOM killer's SIGKILL, a SIGSEGV) first, then one
+    that exited with a code, then one the agent stopped after another failed."""
+    if exitcode >= 0:
+        return 1
+    return 2 if -exitcode in STOP_SIGNALS else 0
+
+
+def child_failure(failures: Mapping[int, Any]) -> tuple[dict[str, Any], bool] | None:
+    """From torchrun's ``ChildFailedError.failures`` (global rank → ProcessFailure): the report of
+    the worker to name, and whether it may replace a report already written. A worker killed by a
+    signal of its own wrote none and is named first (its peers' errors follow from its death);
+    else the earliest failure, whose own report is normally there already (then this one is
+    dropped)."""
+    if not failures:
+        return None
+    rank, failure = min(failures.items(), key=lambda rf: (_precedence(int(rf[1].exitcode)),
+                                                          getattr(rf[1], "timestamp", 0), rf[0]))
+    code = int(failure.exitcode)
+    return worker_death(rank, getattr(failure, "local_rank", None), code), _precedence(code) == 0
+
+
+def invalid_job(lines: Iterable[str]) -> dict[str, Any]:
+    """The launcher refused its config or layout before starting any worker."""
+    return {ErrorKey.TYPE: REPORT_TYPE_INVALID_JOB, ErrorKey.MESSAGE: _clip("; ".join(lines), MAX_MESSAGE_CHARS),
+            ErrorKey.SOURCE: str(ErrorSource.LAUNCHER)}
+
+
+def encode(error: Mapping[str, Any]) -> bytes:
+    """The report as at most MAX_REPORT_BYTES of JSON (ASCII): frames go first, then the message
+    is halved, until it fits."""
+    error = {str(k): v for k, v in error.items()}
+    while True:
+        data = json.dumps({"phase": REPORT_PHASE_FAILED, REPORT_KEY_ERROR: error}, ensure_ascii=True).encode()
+        if len(data) <= MAX_REPORT_BYTES:
+            return data
+        frames = error.get(ErrorKey.FRAMES)
+        if frames:
+            error[ErrorKey.FRAMES] = frames[1:]
+        elif len(error.get(ErrorKey.MESSAGE, "")) > 16:
+            error[ErrorKey.MESSAGE] = _clip(error[ErrorKey.MESSAGE], len(error[ErrorKey.MESSAGE]) // 2)
+        elif len(error.get(ErrorKey.CAUSE, "")) > 16:
+            error[ErrorKey.CAUSE] = _clip(error[ErrorKey.CAUSE], len(error[ErrorKey.CAUSE]) // 2)
+        else:
+            error = {ErrorKey.TYPE: _clip(str(error.get(ErrorKey.TYPE, "")), 64)}
+
+
+def _existing(data: bytes) -> tuple[bool, Any]:
+    """Whether ``data`` is a report already, and the rank it names."""
+    try:
+        found = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False, None
+    if not isinstance(found, dict) or not isinstance(found.get(REPORT_KEY_ERROR), dict):
+        return False, None
+    return True, found[REPORT_KEY_ERROR].get(ErrorKey.RANK)
+
+
+def termination_log() -> str:
+    return os.environ.get(ENV_TERMINATION_LOG, DEFAULT_TERMINATION_LOG)
+
+
+def write_report(error: Mapping[str, Any], path: str | None = None, *, replace: bool = False) -> bool:
+    """Write ``error`` as the termination message unless a report is there already (``replace``:
+    unless it is this same rank's). False when nothing was written; never raises."""
+    rank = error.get(ErrorKey.RANK)
+    return write_message(encode(error), path or termination_log(),
+                         keep=lambda there, by: there and not (replace and by != rank))
+
+
+def write_message(data: bytes, path: str, keep: Callable[[bool, Any], bool]) -> bool:
+    """Write ``data`` as the termination message at ``path`` (an existing file: in a pod) unless
+    ``keep(is a report, its rank)`` says the message there stays; under a lock, as every process
+    of the pod may write it. False when nothing was written; never raises."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "r+b") as f, _locked(f):
+            if keep(*_existing(f.read(READ_BACK_BYTES))):
+                return False
+            f.seek(0)
+            f.truncate()
+            f.write(data)
+    except PermissionError:  # writable, not readable: no first-report rule, but a report
+        return _overwrite(path, data)
+    except OSError:
+        return False
+    return True
+
+
+def _overwrite(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _locked(f):
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no other process of a pod to race with here
+        yield
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def report_exception(exc: BaseException, *, rank: int | None = None, source: str = ErrorSource.WORKER,
+                     path: str | None = None) -> bool:
+    """:func:`summarize` ``exc`` into the termination message. Only errors: a SystemExit (a chosen
+    exit code: preemption is 143) or a KeyboardInterrupt is no failure to explain. Never raises."""
+    if not isinstance(exc, Exception):
+        return False
+    try:
+        return write_report(summarize(exc, rank=rank, source=source), path)
+    except Exception:  # noqa: BLE001 - the report must never hide the error it reports
+        return False
