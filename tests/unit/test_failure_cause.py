@@ -103,6 +103,10 @@ CASES = {
     "the launcher refused its config": (2, "Error", report(type="InvalidJob", message="cannot read config /etc/phalanx/config.json: FileNotFoundError"),
                                         F.INVALID_CONFIG, "InvalidJob: cannot read config", None),
     "user code": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank"), F.USER_CODE, "RuntimeError: boom from rank", None),
+    "user code, stdout interleaved after it": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank 1\nstarting"), F.USER_CODE,
+                                               "RuntimeError: boom from rank 1", None),
+    "a message continued after a colon": (1, "Error", TRACEBACK.format("RuntimeError: NCCL failed:\nunhandled system error"),
+                                          F.COMMUNICATION, "RuntimeError: NCCL failed: unhandled system error", None),
     "report: user code": (1, "Error", report(type="ValueError", message="bad shape", rank=2), F.USER_CODE, "ValueError: bad shape", 2),
     "torchrun: the worker's own error, not its peer's": (1, "Error", TORCHRUN_TAIL.format(code=1, trace="x"),
                                                          F.PERMISSION_DENIED, "PermissionError: [Errno 13]", 1),
@@ -174,7 +178,11 @@ def test_hostile_messages_give_a_bounded_printable_cause(name):
 def test_a_huge_message_is_read_from_its_tail_and_control_characters_go():
     assert cause_of(failed_pod(HOSTILE["huge"])).text == "RuntimeError: the tail is read"
     text = cause_of(failed_pod(HOSTILE["control and escape characters"])).text
-    assert text == "RuntimeError: red evil more"
+    assert text == "RuntimeError: red evil"  # "more", the next line, is not part of its message
+
+
+def test_output_interleaved_after_the_exception_is_not_its_message():
+    assert cause_of(failed_pod(TRACEBACK.format("RuntimeError: boom from rank 1\nstarting"))).text == "RuntimeError: boom from rank 1"
 
 
 def test_a_report_takes_only_known_valid_keys():

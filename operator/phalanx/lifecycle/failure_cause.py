@@ -164,13 +164,16 @@ def _torchrun_root(lines: list[str]) -> dict[str, str]:
 def _exception_lines(lines: list[str]) -> tuple[list[str], int | None]:
     """The exception a log ends with (not torchrun's wrapper) with the rest of its message, and
     the rank whose output it is. Where ranks share a log, a peer's communication error printed
-    after another rank's own error gives way to it."""
+    after another rank's own error gives way to it. A message continues on the next lines only
+    when its first line ends with ":" — stdout and stderr interleave in a container's log, so a
+    line after the exception is as likely the script's own output."""
     plain = [_unprefixed(line) for line in lines]
     found: list[tuple[list[str], int | None]] = []
     for i, (line, rank) in enumerate(plain):
         if _EXCEPTION.match(line.strip()) and not any(w in line for w in _WRAPPERS):
             more = []
-            for following, whose in plain[i + 1:i + MAX_LINES]:
+            continued = plain[i + 1:i + MAX_LINES] if line.rstrip().endswith(":") else []
+            for following, whose in continued:
                 if (whose != rank or _SEPARATOR.match(following) or _NOT_MESSAGE.match(following)
                         or _EXCEPTION.match(following)):
                     break
