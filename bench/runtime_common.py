@@ -71,13 +71,24 @@ def write_result(name: str, heading: str, body: str, *, parent: str | None = Non
         text = text[:start] + block + text[stop:]
     else:
         if heading not in text:
-            if parent and parent + "\n" not in text:
-                text = text.rstrip("\n") + f"\n\n{parent}\n"
-            text = text.rstrip("\n") + f"\n\n{heading}\n"
+            text = _with_heading(text, heading, parent)
         at = text.index(heading) + len(heading)
         text = text[:at] + f"\n\n{block}\n\n" + text[at:].lstrip("\n")
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text.rstrip("\n") + "\n")
+
+
+def _with_heading(text: str, heading: str, parent: str | None) -> str:
+    """``text`` with ``heading`` added at the end of ``parent``'s section (made at the end when
+    missing), or at the end without a parent."""
+    if parent and parent + "\n" not in text:
+        text = text.rstrip("\n") + f"\n\n{parent}\n"
+    if not parent:
+        return text.rstrip("\n") + f"\n\n{heading}\n"
+    start = text.index(parent + "\n") + len(parent)
+    nxt = text.find("\n## ", start)
+    end = len(text) if nxt < 0 else nxt
+    return text[:end].rstrip("\n") + f"\n\n{heading}\n" + ("\n" + text[end:].lstrip("\n") if nxt >= 0 else "")
 
 
 def median(xs):

@@ -39,7 +39,9 @@ TEXT
 case "${1:-}" in
   up|demo|test|down|images|prefetch)
     verb="$1"; shift
-    PATH="$("$(dirname "${BASH_SOURCE[0]}")/go.sh"):$PATH"; export PATH   # Go from the module proxy when missing
+    if [[ "$verb" != down ]]; then   # Go from the module proxy when missing (down builds nothing)
+      PATH="$("$(dirname "${BASH_SOURCE[0]}")/go.sh"):$PATH"; export PATH
+    fi
     exec "$(dirname "${BASH_SOURCE[0]}")/kind/$verb.sh" "$@" ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;

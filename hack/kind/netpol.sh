@@ -90,7 +90,8 @@ deploy() {
       k -n kube-system logs "$pod" 2>/dev/null | grep -q 'Syncing nftables rules' && break
       sleep 1
     done
-    k -n kube-system logs "$pod" | grep -E 'nftables|NFQUEUE|rror' | head -5 | sed "s|^|  $pod: |" >&2
+    # grep -m, not head: under pipefail a head that closes the pipe early fails the script
+    k -n kube-system logs "$pod" | grep -m 5 -E 'nftables|NFQUEUE|rror' | sed "s|^|  $pod: |" >&2 || true
   done
   log "kube-network-policies $KNP_VERSION enforces NetworkPolicies on $CLUSTER"
 }

@@ -138,7 +138,7 @@ UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {
                                                 "the whole gang; the message gives the largest", "free capacity inside "
                                                 "one domain, or use `preferred` instead of `required`", SCHED_F),
     UnschedulableReason.INVALID_REQUEST: _doc(PENDING, "the request cannot be planned: a topology level the operator "
-                                              "config does not define, or no nodes", "name a level of the operator "
+                                              "config does not define, or a request for no nodes", "name a level of the operator "
                                               "config's `topology.levels`", SCHED_F),
     UnschedulableReason.QUEUED: _doc(PENDING, "strict queue order only (the planner without backfill; the operator "
                                      "plans with backfill and does not set it): a gang ahead in the queue (priority, "

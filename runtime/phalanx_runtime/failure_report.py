@@ -62,12 +62,17 @@ def _frame(f: traceback.FrameSummary) -> str:
 def _root_cause(exc: BaseException) -> BaseException | None:
     """The innermost exception ``exc`` was raised from or while handling (a PermissionError under
     the RuntimeError a library wrapped it in), if any."""
-    seen, inner = {id(exc)}, exc.__cause__ or exc.__context__
+    seen, inner = {id(exc)}, _inner(exc)
     root = None
     while inner is not None and id(inner) not in seen:
         seen.add(id(inner))
-        root, inner = inner, inner.__cause__ or inner.__context__
+        root, inner = inner, _inner(inner)
     return root
+
+
+def _inner(exc: BaseException) -> BaseException | None:
+    """What ``exc`` was raised from, or while handling unless ``raise ... from None`` hid it."""
+    return exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
 
 
 def summarize(exc: BaseException, *, rank: int | None = None, source: str = ErrorSource.WORKER) -> dict[str, Any]:
@@ -193,6 +198,7 @@ def write_message(data: bytes, path: str, keep: Callable[[bool, Any], bool]) -> 
             f.seek(0)
             f.truncate()
             f.write(data)
+            f.flush()  # inside the lock: the next writer must read these bytes, not an empty file
     except PermissionError:  # writable, not readable: no first-report rule, but a report
         return _overwrite(path, data)
     except OSError:

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the pod's termination message names this rank and its error
         report_exception(exc, rank=_rank())
         raise
-    if int(os.environ.get(ENV_RANK, 0)) == 0 and os.environ.get(ENV_RESULT_FILE):
+    if (_rank() or 0) == 0 and os.environ.get(ENV_RESULT_FILE):
         write_result(result, os.environ[ENV_RESULT_FILE])
     return EXIT_PREEMPTED if result.preempted else 0
 

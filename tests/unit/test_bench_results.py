@@ -37,3 +37,4 @@ def test_a_missing_block_goes_under_its_heading_made_when_missing(tmp_path):
     text = doc.read_text()
     assert text.index("## Checkpoints") < text.index("<!-- bench: chaos-kills -->\nkills table\n<!-- end bench -->")
     assert text.count("## Runtime\n") == 1 and "### Runtime (d): y\n\n<!-- bench: cpu -->\ntokens table" in text
+    assert text.index("## Runtime") < text.index("### Runtime (d)") < text.index("## Checkpoints")  # under its parent

@@ -292,3 +292,23 @@ def test_precedence_and_describe():
                                     Cause(F.COMMUNICATION), Cause(F.UNKNOWN))] == [0, 0, 1, 1, 2, 2]
     assert Cause(F.USER_CODE, "E: x", 3).describe() == "UserCodeError in rank 3: E: x"
     assert Cause(F.UNKNOWN).describe() == "Unknown"
+
+
+def test_a_json_log_line_is_the_error_not_rank_0s_progress():
+    """Only a JSON object with a step is rank 0's final progress; a JSON logger's last line is read."""
+    assert cause_of(failed_pod('{"step": 5, "loss": 1.0}')).text == ""  # the failure's own message says the rest
+    cause = cause_of(failed_pod('{"level": "error", "msg": "dataset missing"}'))
+    assert "dataset missing" in cause.text
+
+
+def test_the_runtime_report_keeps_a_hidden_context_hidden():
+    from phalanx_runtime.failure_report import summarize
+
+    try:
+        try:
+            raise PermissionError("[Errno 13] secret path")
+        except PermissionError:
+            raise ValueError("bad config") from None
+    except ValueError as exc:
+        error = summarize(exc)
+    assert C.ErrorKey.CAUSE not in error and "secret" not in json.dumps(error)

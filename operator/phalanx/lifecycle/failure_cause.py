@@ -39,7 +39,7 @@ RULES: tuple[tuple[FailureCategory, re.Pattern[str]], ...] = (
         r"PermissionError|(?i:permission denied)|\[Errno 13\]|Operation not permitted|\[Errno 1\]\s|\bEACCES\b"
         r"|\bEPERM\b|Read-only file system|\[Errno 30\]")),
     (FailureCategory.COMMUNICATION, re.compile(
-        r"\bNCCL\b|\bnccl[A-Z]\w*|\b[Gg]loo\b|Dist(?:Network|Store|Backend)Error|Rendezvous\w*(?:Error|Exception)"
+        r"\bNCCL\b|\bnccl[A-Z]\w*|\b[Gg]loo\b|Dist(?:Network|Store|Backend)Error|Rendezvous[A-Za-z]{0,40}(?:Error|Exception)"
         r"|Connection (?:reset|refused|closed)|Broken pipe|collective operation timeout|Socket Timeout"
         r"|\bECONNRESET\b|\bECONNREFUSED\b")),
     (FailureCategory.MISSING_FILE_OR_MODULE, re.compile(
@@ -271,7 +271,7 @@ def cause_of(pod: dict[str, Any]) -> Cause:
     if report is not None:
         text, rank = report_text(report), report.get(ErrorKey.RANK)
         category = classify(code, reason, report_text(report, MAX_MESSAGE_CHARS, where=False), True)
-    elif message.lstrip().startswith("{") and decode(message) is not None:
+    elif message.lstrip().startswith("{") and isinstance(obj := decode(message), dict) and "step" in obj:
         text, rank = "", None  # rank 0's final progress: no error in it
         category = classify(code, reason, "", False)
     else:

@@ -98,9 +98,14 @@ def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime,
     """The current gang's first failure: a failed pod (by failure_cause.precedence, then rank), a
     pod on a lost node, a pod lost after the gang was created, or a hang (no step progress for
     hangTimeoutSeconds)."""
-    failed = [f for pod in sorted(current, key=_rank_order) if (f := classify_pod(pod, spec.failure_policy))]
-    if failed:
-        return min(failed, key=lambda f: precedence(f.cause))  # the first of the lowest: rank order
+    best = None
+    for pod in sorted(current, key=_rank_order):  # the first of the lowest precedence, in rank order
+        if (f := classify_pod(pod, spec.failure_policy)) and (best is None or precedence(f.cause) < precedence(best.cause)):
+            best = f
+            if precedence(f.cause) == 0:
+                break  # nothing outranks it: the other pods' messages need not be read
+    if best is not None:
+        return best
     for pod in sorted(current, key=_rank_order):
         node = pod.get("spec", {}).get("nodeName")
         if node and node in lost_nodes and is_alive(pod):
