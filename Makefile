@@ -70,8 +70,9 @@ test-unit: ## unit tests
 test-runtime: tf-venv horovod-venv ## runtime parity (real torch processes; TensorFlow and Horovod jobs from their venvs)
 	$(PYTEST) tests/runtime -q
 
-# Compiling Horovod takes 17-30 min on 2 cores, once per torch version (docs/horovod.md): the venv
-# is cached, `make test` builds or reuses it, and its tests fail rather than skip without it.
+# Compiling Horovod takes about 2 min on 2 cores (-O1, no debug info), once per torch version
+# (docs/horovod.md): the venv is cached, `make test` builds or reuses it, and its tests fail
+# rather than skip without it.
 horovod-venv: ## horovod 0.28.1 (gloo) compiled against our torch in its own cached venv (hack/horovod/venv.sh)
 	PYTHON=$(PYTHON) hack/horovod/venv.sh >/dev/null
 
@@ -84,11 +85,12 @@ tf-venv: ## tensorflow-cpu in its own cached venv, for framework: tensorflow's t
 test-integration: cluster-binaries kueue-binaries ## integration tests on a local control plane with kwok nodes
 	$(PYTEST) tests/integration -q
 
-# One pytest run over every suite so the closing line counts them all. The e2e suite (last)
-# brings up the kind cluster itself (hack/kind-e2e.sh up) once the other suites are done; the
-# images it needs are built first (kind-images), so no cluster idles while the others run.
-test: lint cluster-binaries kueue-binaries tf-venv horovod-venv kind-images ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind)
-	PHALANX_E2E_UP=1 $(PYTEST) tests/unit tests/runtime tests/integration tests/e2e -q -p no:cacheprovider
+# One pytest run over every suite so the closing line counts them all (hack/test.sh): what the
+# later suites need (control-plane binaries, Kueue, kind's images, the TF and Horovod venvs) is
+# built in the background while the first suites run; the e2e suite brings up the kind cluster
+# itself (hack/kind-e2e.sh up), so no cluster idles while the others run.
+test: lint ## everything CI runs: lint, unit, runtime parity, integration, e2e (kind); builds what they need meanwhile
+	PYTHON=$(PYTHON) hack/test.sh
 
 demo: ## kind cluster + chart + the demo job training on real pods (see README)
 	hack/kind-e2e.sh demo

@@ -65,6 +65,12 @@ def _under_daemon(pid: int | None) -> bool:
     return False
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``built_last`` (the Horovod and TensorFlow venvs' tests) run after all others:
+    ``make test`` builds those venvs last in the background (hack/test.sh), so no suite waits."""
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("built_last") is not None)
+
+
 def pytest_configure(config):
     if lifetime.LINUX:
         lifetime.set_subreaper(True)

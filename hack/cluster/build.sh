@@ -70,6 +70,8 @@ fi
 
 log() { echo "[cluster-build] $*" >&2; }
 
+source "$HERE/../build-lock.sh"
+build_lock "cluster-binaries-$K8S_VERSION-$KEY"
 mkdir -p "$BIN_DIR"
 
 missing=()

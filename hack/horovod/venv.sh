@@ -95,6 +95,11 @@ patch("horovod/torch/CMakeLists.txt",
 # 2. gloo in C++17 too, so Store::kDefaultTimeout is one inline variable on both sides of the link.
 patch("third_party/gloo/CMakeLists.txt", "-std=c++11", "-std=c++17",
       prepend="set(CMAKE_CXX_STANDARD 17)\n")
+# 3. -O1 without debug info instead of RelWithDebInfo's -O3 -g: the venv serves tests of small
+#    tensors, and a torch-extension file compiles 2.3x faster (101 s -> 44 s on one core).
+patch("setup.py", "cmake_args = ['-DCMAKE_BUILD_TYPE=' + config,",
+      "cmake_args = ['-DCMAKE_BUILD_TYPE=' + config, '-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1', "
+      "'-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1',")
 PYEOF
   log "compiling (${JOBS} jobs, ~17 min on 2 idle cores; log: $WHEELS.build.log)"
   mkdir -p "$WHEELS.tmp"

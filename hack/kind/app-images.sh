@@ -20,6 +20,7 @@ PYVER=311
 WHEELS="$CACHE/wheels/py$PYVER"
 VERSION="$PHALANX_VERSION"
 BASE="$("$HERE/rootfs.sh" python-base "$PYTHON_BASE_PACKAGES")"
+build_lock "app-images"   # the wheelhouse and the images: prefetch and images may run at once
 
 # Wheelhouse: the project's dependencies at the versions installed here (torch CPU/CUDA
 # build as on PyPI), downloaded once.

@@ -15,6 +15,8 @@ KIND_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$KIND_LIB_DIR/../.." && pwd)"
 # shellcheck source=versions.sh
 source "$KIND_LIB_DIR/versions.sh"
+# shellcheck source=../build-lock.sh
+source "$KIND_LIB_DIR/../build-lock.sh"
 PHALANX_VERSION="$(awk -F'"' '/^version = /{print $2; exit}' "$ROOT/pyproject.toml")"
 CACHE="${PHALANX_CACHE:-$HOME/.cache/phalanx}"
 CLUSTER="${PHALANX_KIND_CLUSTER:-phalanx}"
@@ -52,7 +54,7 @@ ensure_dockerd() {
   docker info >/dev/null 2>&1 && return 0
   if command -v dockerd >/dev/null && [[ $EUID -eq 0 ]]; then
     log "starting dockerd"
-    (nohup dockerd >/var/log/phalanx-dockerd.log 2>&1 &)
+    (nohup dockerd >/var/log/phalanx-dockerd.log 2>&1 9>&- &)   # 9: a builder's lock (build_lock)
     local _; for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
   fi
   log "a running Docker engine is needed"

@@ -58,6 +58,7 @@ build_binary() {
 
 # A one-binary image, like hack/kind/node-image.sh's component images.
 build_image() {
+  build_lock "netpol-image"
   if docker image inspect "$IMAGE" >/dev/null 2>&1; then log "have $IMAGE"; return; fi
   build_binary
   local dir

@@ -27,6 +27,7 @@ KEY="$( (echo "$K8S_BIN $TOOLS $BASE"; echo "$K8S_VERSION $KIND_VERSION $COREDNS
 NODE_IMAGE="phalanx.local/kind-node:$K8S_VERSION-$KEY"
 NODE_TOOLS_IMAGE="phalanx.local/kind-node-tools:$K8S_VERSION-$KEY"
 
+build_lock "node-image"
 if docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
   log "have $NODE_IMAGE"; echo "$NODE_IMAGE"; exit 0
 fi

@@ -17,6 +17,7 @@ mirror="${PHALANX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 key="$( (printf '%s\n' "$suite" "$packages"; code_of "${BASH_SOURCE[0]}") | key_of 12)"
 tag="phalanx.local/${name}:${suite}-${key}"
 
+build_lock "rootfs-$name"
 if docker image inspect "$tag" >/dev/null 2>&1; then
   log "have $tag"; echo "$tag"; exit 0
 fi

@@ -32,6 +32,7 @@ BUILD_FLAGS=(-trimpath -ldflags "-s -w" -tags "no_aufs no_zfs no_btrfs no_devmap
 KEY="$(printf '%s\n' "${TARGETS[@]}" "${BUILD_ENV[@]}" "${BUILD_FLAGS[@]}" | key_of 10)"
 BIN_DIR="$CACHE/bin/kind-tools-$KEY"
 [[ "${1:-}" == --print-dir ]] && { echo "$BIN_DIR"; exit 0; }
+build_lock "kind-tools-$KEY"
 
 mkdir -p "$BIN_DIR"
 for t in "${TARGETS[@]}"; do

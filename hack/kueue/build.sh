@@ -33,6 +33,8 @@ if [[ "${1:-}" == "--print-dir" ]]; then
   exit 0
 fi
 
+source "$HERE/../build-lock.sh"
+build_lock "kueue-$VERSION-$SUM"
 if [[ -x "$DIR/kueue" && -f "$DIR/webhook-manifests.yaml" && -d "$DIR/crds" && -d "$DIR/chart" ]]; then
   log "have kueue $VERSION"
   echo "$DIR"

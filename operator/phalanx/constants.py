@@ -92,7 +92,6 @@ ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
 ENV_TF_CONFIG = "TF_CONFIG"
 TF_TASK_WORKER = "worker"
 TF_TASK_CHIEF = "chief"
-TF_TASK_PS = "ps"
 TF_TASK_EVALUATOR = "evaluator"  # not in the cluster spec: it only reads checkpoints
 # spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
 # HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared

@@ -29,7 +29,6 @@ from phalanx.lifecycle.status import parse_iso
 log = logging.getLogger("phalanx.operator")
 
 PREFIX = "phalanx_trainingjob_"
-BASE_LABELS = (C.METRIC_LABEL_NAMESPACE, C.METRIC_LABEL_JOB)
 WAITING_PHASES = (Phase.PENDING.value, Phase.SCHEDULING.value)
 
 

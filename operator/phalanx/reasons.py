@@ -68,12 +68,12 @@ REASONS: dict[Reason, ReasonDoc] = {
     Reason.ALL_NODES_RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(C.COND_RUNNING, "True")),
     Reason.SUCCEEDED: _doc(OTHER, "every pod `successPolicy` names exited 0", "", SUCCEEDED_T, EVENT),
     Reason.SUSPENDED: _doc(OTHER, "`spec.suspend` is true: the pods were deleted, each saving a checkpoint on SIGTERM",
-                           "set `spec.suspend: false` to resume from the checkpoint", SUSPENDED_T, RUNNING_F, EVENT),
-    Reason.RESUMED: _doc(OTHER, "`spec.suspend` is false again: a new gang is created and resumes from the checkpoint",
+                           "set `spec.suspend: false` to resume (from the checkpoint, with a checkpoint volume)", SUSPENDED_T, RUNNING_F, EVENT),
+    Reason.RESUMED: _doc(OTHER, "`spec.suspend` is false again: a new gang is created and resumes from the checkpoint (step 0 without a checkpoint volume)",
                          "", _on(C.COND_SUSPENDED, "False"), EVENT),
     Reason.DEADLINE_EXCEEDED: _doc(FAILED, "the job ran longer than `activeDeadlineSeconds`", "raise "
-                                   "`activeDeadlineSeconds` (it may change at any time) and create the job again; it "
-                                   "resumes from its last checkpoint", FAILED_T, EVENT),
+                                   "`activeDeadlineSeconds` (it may change at any time) and create the job again; with "
+                                   "a checkpoint volume it resumes from its last checkpoint", FAILED_T, EVENT),
     Reason.GANG_INCOMPLETE: _doc(PENDING, "waiting for every pod of the gang to exist before it is placed", "see "
                                  "`Created`", SCHED_U),
     Reason.GANG_COMPLETE: _doc(OTHER, "every pod exists and the gates were lifted together (a backend whose scheduler "
@@ -91,7 +91,7 @@ REASONS: dict[Reason, ReasonDoc] = {
                                     "restart); the gang is deleted and created again behind its gate", RECREATE,
                                     SCHED_F, EVENT),
     Reason.RESIZING: _doc(PENDING, "an elastic job's gang is replaced by a smaller or larger one (`spec.elastic`); it "
-                          "resumes from the checkpoint taken on SIGTERM", "", RUNNING_F, EVENT),
+                          "resumes from the checkpoint taken on SIGTERM (step 0 without a checkpoint volume)", "", RUNNING_F, EVENT),
     Reason.RESTARTING: _doc(OTHER, "a retryable failure: the whole gang restarts after a backoff (`Restarting` "
                             "carries the failure)", "see the `Restarting` condition's reason and message", RUNNING_F, EVENT),
     Reason.PERMANENT_FAILURE: _doc(FAILED, "a pod failed in a way a restart cannot fix (an exit code 1-127 unless "
@@ -159,8 +159,8 @@ KUEUE_REASONS: dict[KueueReason, ReasonDoc] = {
     KueueReason.DEACTIVATED: _doc(PENDING, "Kueue's Workload is deactivated (`spec.active: false`)", "reactivate the "
                                   "Workload", SCHED_F, SUSPENDED_T),
     KueueReason.EVICTED: _doc(PENDING, "Kueue evicted the gang (Kueue's reason, e.g. `Preempted`, replaces this one "
-                              "when it gives one); a new gang queues and resumes from the checkpoint, no restart "
-                              "counted", "", SCHED_F, SUSPENDED_T, EVENT),
+                              "when it gives one); a new gang queues and resumes (from the checkpoint with a checkpoint "
+                              "volume), no restart counted", "", SCHED_F, SUSPENDED_T, EVENT),
     KueueReason.STOPPED: _doc(PENDING, "Kueue stopped the gang's pods (their `TerminationTarget` reason replaces this "
                               "one when they give one); a new gang queues", "", SCHED_F, SUSPENDED_T, EVENT),
 }
@@ -233,7 +233,7 @@ CONDITIONS: dict[str, ConditionDoc] = {
     C.COND_RESTARTING: ConditionDoc("a whole-gang restart after a retryable failure; the reason is the failure's "
                                     "(`NodeLost`, `PodLost`, `Hang`, `exited`, or the pod's own)",
                                     "the gang runs again, or the job finished"),
-    C.COND_SUSPENDED: ConditionDoc("the pods are gone with their checkpoint kept: `spec.suspend`, or the admitter "
+    C.COND_SUSPENDED: ConditionDoc("the pods are gone (their checkpoint kept, with a checkpoint volume): `spec.suspend`, or the admitter "
                                    "(Kueue) took the gang away", "resumed, or readmitted"),
     C.COND_SUCCEEDED: ConditionDoc("the job succeeded (`successPolicy`)", "it failed"),
     C.COND_FAILED: ConditionDoc("the job failed; the reason says why", "it succeeded"),

@@ -54,14 +54,6 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def schema_problems(error: ValidationError, prefix: str = "spec") -> list[Problem]:
-    problems = []
-    for err in error.errors():
-        field = field_path((prefix, *err["loc"])) if err["loc"] else prefix
-        problems.append(Problem(field, err["msg"]))
-    return problems
-
-
 # --- What reaches the API server ----------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ from localcluster import (
     default_bin_dir,
     missing_binaries,
 )
+from localcluster.binaries import build_binaries
 from localcluster.nodes import api_client
 
 
@@ -55,6 +56,24 @@ def pytest_runtest_makereport(item, call):
 
         for op in sorted(OperatorProcess.running, key=lambda o: o.name):
             report.sections.append((f"operator log ({op.name}, last 80 lines)", op.tail(80)))
+
+
+def require_binaries(bin_dir: Path, what: str, alternative: str = "") -> None:
+    """Skip without the control-plane binaries; with ``PHALANX_REQUIRE_CLUSTER`` (CI, ``make test``)
+    build them instead (or wait for the build under way), and fail if that fails."""
+    missing = missing_binaries(bin_dir)
+    if missing and os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+        try:
+            build_binaries()
+        except RuntimeError as e:
+            pytest.fail(f"{what}: {e} [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
+        missing = missing_binaries(bin_dir)
+    if missing:
+        msg = (f"{what}: control-plane binaries missing from {bin_dir} ({', '.join(missing)}); run "
+               f"`make cluster-binaries` (hack/cluster/build.sh){', ' + alternative if alternative else ''}")
+        if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+            pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
+        pytest.skip(msg)
 
 
 @dataclass
@@ -129,16 +148,8 @@ def cluster(tmp_path_factory) -> ClusterHandle:
         yield h
         return
 
-    missing = missing_binaries(bin_dir)
-    if missing:
-        msg = (
-            f"no cluster: control-plane binaries missing from {bin_dir} ({', '.join(missing)}); "
-            "run `make cluster-binaries` (hack/cluster/build.sh), or point KUBECONFIG_PHALANX at a "
-            "disposable cluster (with PHALANX_CLUSTER_DISPOSABLE=1)"
-        )
-        if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
-            pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
-        pytest.skip(msg)
+    require_binaries(bin_dir, "no cluster", "or point KUBECONFIG_PHALANX at a disposable cluster (with "
+                     "PHALANX_CLUSTER_DISPOSABLE=1)")
 
     work = tmp_path_factory.mktemp("local-cluster")
     local = LocalCluster(work_dir=work, bin_dir=bin_dir)

@@ -9,6 +9,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localcluster import LABEL_GPU_CLIQUE, finish_pod
+from tests.integration.conftest import require_binaries
 from tests.integration.harness import wait_for
 
 
@@ -171,12 +172,11 @@ def test_service_gets_cluster_ip_and_endpoints(core, namespace, kwok_nodes):
 def test_stop_returns_once_every_component_has_exited(tmp_path):
     """`LocalCluster.stop()` is synchronous: kwokctl delete only signals the components, and a
     component still exiting would hold its port (and, under pytest, count as a leaked process)."""
-    from localcluster.binaries import default_bin_dir, missing_binaries
+    from localcluster.binaries import default_bin_dir
     from localcluster.cluster import LocalCluster
     from phalanx.proc import alive, start_time
 
-    if missing_binaries(default_bin_dir()):
-        pytest.skip("control-plane binaries missing; run `make cluster-binaries`")
+    require_binaries(default_bin_dir(), "no local cluster")
     local = LocalCluster(work_dir=tmp_path, bin_dir=default_bin_dir()).start()
     components = local._component_processes()
     assert len(components) == 5  # etcd, apiserver, controller-manager, scheduler, kwok

@@ -23,9 +23,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from localcluster import LocalCluster, create_nodes, default_bin_dir, finish_pod, missing_binaries
+from localcluster import LocalCluster, create_nodes, default_bin_dir, finish_pod
 from localcluster.nodes import api_client
-from tests.integration.conftest import ClusterHandle, _kubectl_for, foreign_cluster_refusal
+from tests.integration.conftest import (
+    ClusterHandle,
+    _kubectl_for,
+    foreign_cluster_refusal,
+    require_binaries,
+)
 from tests.integration.harness import Jobs, OperatorProcess, install_crd, pooled, wait_for
 
 PG_API = ("scheduling.k8s.io", "v1alpha2")
@@ -57,13 +62,7 @@ def cluster(tmp_path_factory):
     if attached is not None and attached.running() and "workload" in attached.features:
         yield ClusterHandle(attached.kubeconfig, _kubectl_for(attached.bin_dir), "cluster-up")
         return
-    missing = missing_binaries(bin_dir)
-    if missing:
-        msg = (f"no cluster serving scheduling.k8s.io/v1alpha2 and control-plane binaries missing from {bin_dir} "
-               f"({', '.join(missing)}); run `make cluster-binaries`")
-        if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
-            pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
-        pytest.skip(msg)
+    require_binaries(bin_dir, "no cluster serving scheduling.k8s.io/v1alpha2")
     work = tmp_path_factory.mktemp("workload-cluster")
     local = LocalCluster(work_dir=work, bin_dir=bin_dir, features=["workload"])
     local.start()

@@ -22,7 +22,7 @@ from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
 from tests.runtime.test_tensorflow import run_local, tf_python
 
-pytestmark = pytest.mark.runtime
+pytestmark = [pytest.mark.runtime, pytest.mark.built_last]  # make test builds its venv last (hack/test.sh)
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "tensorflow_ps_script.py"

@@ -7,9 +7,12 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from phalanx import constants as C
 from phalanx.backends.kueue import Admission, admission, withdrawal, workload_name
 from phalanx.lifecycle.reconcile import Observed, decide
+from phalanx.lifecycle.resume import FROM_CHECKPOINT, FROM_STEP_ZERO
 
 GATE = {"name": "kueue.x-k8s.io/admission"}
 
@@ -110,8 +113,11 @@ def test_withdrawal():
     assert withdrawal(("Preempted", "m"), [], False, 2) is None  # not created yet
 
 
-def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj):
+@pytest.mark.parametrize("volume, resumes", [(None, FROM_STEP_ZERO), ({"persistentVolumeClaim": {"claimName": "ckpt"}}, FROM_CHECKPOINT)])
+def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj, volume, resumes):
     obj = copy.deepcopy(job_obj)
+    if volume is not None:
+        obj["spec"]["checkpoint"] = {"volume": volume}
     obj["metadata"].setdefault("uid", "u-1")
     obj["spec"]["scheduling"] = {"backend": "kueue", "queue": "lq"}
     nodes = obj["spec"]["nodes"]
@@ -158,7 +164,7 @@ def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj):
     st = obj["status"]
     assert st["phase"] == "Pending" and st["restartAttempt"] == 1 and st.get("restarts", 0) == 0
     assert conds()["Suspended"]["status"] == "True" and conds()["Suspended"]["reason"] == "Preempted"
-    assert "resumes from the last checkpoint" in st["message"]
+    assert resumes in st["message"]
     assert not step(("False", *ev), ev).delete_pods  # already being deleted (by Kueue): left alone
     pods.clear()  # their deletion completes
     step(("False", *ev), ev)  # the new attempt's pods, queued behind the still-Evicted Workload

@@ -177,8 +177,10 @@ def test_median_rule_stops_the_lagging_trial_by_suspending_it():
     assert c.status()["runningTrials"] == 4
     assert c.step().suspend == []  # the suspend was applied
     c.set("lr-3", phase="Suspended")
-    c.step()
+    stopped = c.step()
     assert c.trial("lr-3")["phase"] == "Stopped"
+    # The template has no checkpoint volume: the Event does not claim a checkpoint was kept.
+    assert [e[2] for e in stopped.events if e[1] == "EarlyStopped"] == ["lr-3 stopped at step 10; no checkpoint volume"]
     assert c.status()["stoppedTrials"] == 1 and c.status()["progress"] == "1/4"
     for name in ("lr-0", "lr-1", "lr-2"):
         c.set(name, phase="Succeeded", step=100, loss=2.0)

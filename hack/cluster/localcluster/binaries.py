@@ -41,3 +41,12 @@ def default_bin_dir() -> Path:
 def missing_binaries(bin_dir: Path | None = None) -> list[str]:
     d = bin_dir or default_bin_dir()
     return [b for b in REQUIRED if not os.access(d / b, os.X_OK)]
+
+
+def build_binaries() -> None:
+    """hack/cluster/build.sh: builds what is missing, or waits for a build of them already under
+    way (`make test` builds them in the background, hack/test.sh); raises with its log tail."""
+    out = subprocess.run(["bash", str(HACK_CLUSTER / "build.sh")], capture_output=True, text=True,
+                         env={**os.environ, "PHALANX_CACHE": str(cache_root())})
+    if out.returncode != 0:
+        raise RuntimeError(f"hack/cluster/build.sh failed ({out.returncode}):\n{out.stderr[-4000:]}")

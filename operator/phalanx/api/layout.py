@@ -63,13 +63,6 @@ def layout_of(spec: TrainingJobSpec) -> Layout:
     return Layout(pp=p.pipeline, dp_replicate=dp, dp_shard=1, tp=p.tensor)
 
 
-def stages_per_rank(spec: TrainingJobSpec) -> int:
-    p = spec.parallelism
-    if p.pipeline_schedule in MULTI_STAGE_SCHEDULES:
-        return p.virtual_stages
-    return 1
-
-
 def model_shape(spec: TrainingJobSpec) -> ModelShape | None:
     """Shape of the built-in transformer, or None for an entrypoint model."""
     if spec.model is None or spec.model.preset is None:

@@ -100,17 +100,6 @@ def add_resources(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
     return out
 
 
-def sub_resources(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) - v
-    return out
-
-
-def scale_resources(a: Mapping[str, int], n: int) -> Resources:
-    return {k: v * n for k, v in a.items()}
-
-
 # ---------------------------------------------------------------------------------------------
 # Nodes
 

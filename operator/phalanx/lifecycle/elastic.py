@@ -16,6 +16,7 @@ from phalanx.decision import Plan
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.pods import undeleted_names
+from phalanx.lifecycle.resume import resume_phrase
 from phalanx.lifecycle.status import parse_iso
 
 
@@ -70,9 +71,10 @@ def grow(ctx: Pass) -> Plan | None:
 
 
 def resize(ctx: Pass, new: int, why: str) -> Plan:
-    """Replace the gang with one of ``new`` nodes; it resumes from the checkpoint saved on SIGTERM."""
+    """Replace the gang with one of ``new`` nodes; it resumes from the checkpoint saved on SIGTERM
+    (with a checkpoint volume)."""
     st, old = ctx.st, ctx.active
-    message = f"resizing the gang from {old} to {new} nodes ({why}); resuming from the last checkpoint"
+    message = f"resizing the gang from {old} to {new} nodes ({why}); the new gang {resume_phrase(ctx.spec)}"
     st.s.active_nodes = new
     st.s.restart_attempt += 1
     st.s.attempt_created = False

@@ -46,6 +46,7 @@ from phalanx.lifecycle.pods import (
     undeleted_names,
 )
 from phalanx.lifecycle.progress import final_progress, parse_progress
+from phalanx.lifecycle.resume import resume_phrase
 from phalanx.lifecycle.status import (
     StatusView,
     count_ready,
@@ -237,7 +238,7 @@ def failed(ctx: Pass) -> Plan | None:
 
 def admission_withdrawn(ctx: Pass) -> Plan | None:
     """The gang's admitter (Kueue) took its admission back (preempted, deactivated) and stops its
-    pods: a new attempt queues again and resumes from the last checkpoint. Not a failure: no
+    pods: a new attempt queues again and resumes (lifecycle/resume.py). Not a failure: no
     restart counted. Suspended says so until the admitter admits the gang again."""
     st, observed = ctx.st, ctx.observed
     found = withdrawal(observed.backend_evicted, ctx.current, st.s.attempt_created, ctx.spec.gang_size)
@@ -252,7 +253,7 @@ def admission_withdrawn(ctx: Pass) -> Plan | None:
     st.s.attempt_created = False
     st.cond(C.COND_SUSPENDED, True, reason, message)
     st.cond(C.COND_RUNNING, False, reason, "")
-    st.phase(Phase.PENDING, reason, f"{message}; a new gang queues and resumes from the last checkpoint", warning=True)
+    st.phase(Phase.PENDING, reason, f"{message}; a new gang queues and {resume_phrase(ctx.spec)}", warning=True)
     ctx.plan.delete_pods += undeleted_names(ctx.current)
     count_ready(st, [])
     return ctx.done()

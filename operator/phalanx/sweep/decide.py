@@ -198,7 +198,8 @@ def _observe(ctx: SweepPass, rec: TrialStatus, job: dict[str, Any]) -> None:
         rec.reason, rec.message = R.TRIAL_FAILED, status.get("message")
         st.event(R.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
     elif rec.phase == S.STOPPED:
-        st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped; checkpoint kept (step {rec.step})")
+        kept = "checkpoint kept" if (ctx.by_name[rec.name].spec.get("checkpoint") or {}).get("volume") else "no checkpoint volume"
+        st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped at step {rec.step}; {kept}")
 
 
 def stop_early(ctx: SweepPass) -> None:

@@ -30,7 +30,6 @@ from phalanx.sweep.check import check_sweep
 from phalanx.sweep.decide import decide
 
 LOCAL_UID = "local"
-EXIT_STOPPED = 143
 
 
 class LocalTrial:
