@@ -66,9 +66,20 @@ def _under_daemon(pid: int | None) -> bool:
 
 
 def pytest_collection_modifyitems(items):
-    """Tests marked ``built_last`` (the Horovod and TensorFlow venvs' tests) run after all others:
-    ``make test`` builds those venvs last in the background (hack/test.sh), so no suite waits."""
+    """Tests marked ``built_last`` run after all others: they need what ``make test`` builds in the
+    background while the first suites run (hack/test.sh), so no suite waits for it."""
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("built_last") is not None)
+
+
+@pytest.fixture(scope="session")
+def cluster_build():
+    """What hack/cluster/build.sh leaves: the control-plane binaries (helm among them) and the
+    pinned Kubernetes sources in Go's module cache. With ``PHALANX_REQUIRE_CLUSTER`` (``make test``,
+    CI) it runs, or is waited for; without, a test that needs them skips where they are missing."""
+    if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+        from localcluster.binaries import build_binaries
+
+        build_binaries()
 
 
 def pytest_configure(config):

@@ -60,6 +60,8 @@ def _helm_policies(*args: str) -> dict[str, dict]:
     return {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(out) if d and d["kind"] == "ValidatingAdmissionPolicy"}
 
 
+@pytest.mark.built_last
+@pytest.mark.usefixtures("cluster_build")
 def test_chart_policies_match_the_operator_policy():
     loose = PolicyRules(allow_secrets=True, max_nodes=None, allowed_network_profiles=["default", "ib"],
                         allowed_backends=[*SAFE_BACKENDS, "volcano"], allowed_scheduler_names=["volcano"])

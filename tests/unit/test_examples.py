@@ -156,6 +156,8 @@ def test_notes_suggest_a_first_job_that_runs_on_kind():
     assert "volume" not in job["spec"].get("checkpoint", {}), "the first job needs no PVC"
 
 
+@pytest.mark.built_last
+@pytest.mark.usefixtures("cluster_build")
 def test_the_chart_config_here_is_what_the_chart_renders():
     from localcluster.binaries import default_bin_dir
 

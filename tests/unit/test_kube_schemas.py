@@ -119,6 +119,8 @@ def _generator():
     return module
 
 
+@pytest.mark.built_last
+@pytest.mark.usefixtures("cluster_build")
 def test_data_file_is_what_the_generator_makes_of_the_pinned_kubernetes():
     gen = _generator()
     version = gen.module_version()

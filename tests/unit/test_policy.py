@@ -156,6 +156,8 @@ def _ref(prop: dict) -> str | None:
     return ref.rsplit(".", 1)[-1] if ref else None
 
 
+@pytest.mark.built_last
+@pytest.mark.usefixtures("cluster_build")
 def test_volume_tables_match_core_v1():
     """Every VolumeSource member, every field of one that names a Secret, every projected source."""
     from phalanx.api.kubetypes import VOLUME_SOURCES
