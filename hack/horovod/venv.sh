@@ -18,7 +18,7 @@
 #      `multiple definition of gloo::rendezvous::Store::kDefaultTimeout` (an out-of-line constexpr
 #      definition in C++14 vs an inline variable in C++17+) -> gloo built as C++17, the very
 #      rewrite Horovod's own CMakeLists applies to its gloo copy for C++17 TensorFlow.
-# Build: 2 jobs (PHALANX_HOROVOD_JOBS), about 17 minutes on 2 idle cores; needs cmake >= 3.13 (pip's
+# Build: 2 jobs (PHALANX_HOROVOD_JOBS), about 2 minutes on 2 idle cores; needs cmake >= 3.13 (pip's
 # cmake if there is none) and g++ >= 10. The wheel is kept in
 # $PHALANX_CACHE/wheels/horovod-0.28.1-torch-<torch version>/, so remaking the venv takes seconds.
 set -euo pipefail
@@ -101,7 +101,7 @@ patch("setup.py", "cmake_args = ['-DCMAKE_BUILD_TYPE=' + config,",
       "cmake_args = ['-DCMAKE_BUILD_TYPE=' + config, '-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1', "
       "'-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1',")
 PYEOF
-  log "compiling (${JOBS} jobs, ~17 min on 2 idle cores; log: $WHEELS.build.log)"
+  log "compiling (${JOBS} jobs, about 2 min on 2 idle cores; log: $WHEELS.build.log)"
   mkdir -p "$WHEELS.tmp"
   if ! env -u HOROVOD_GPU -u HOROVOD_GPU_OPERATIONS HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
       HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=gloo \

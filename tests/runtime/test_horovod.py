@@ -9,9 +9,9 @@
   ranks train with DistributedOptimizer in sync and match one process on the full batch.
 
 Horovod runs from its own cached venv (hack/horovod/venv.sh, docs/horovod.md), never from the
-project's Python environment: compiling it takes 17–30 min on 2 cores, so these tests skip when
-the venv is missing; ``make test-horovod`` builds (or reuses) it and runs them, failing instead of
-skipping (``PHALANX_HOROVOD_REQUIRED=1``).
+project's Python environment: these tests skip when the venv is missing, unless
+``PHALANX_HOROVOD_REQUIRED=1`` (``make test``, ``make test-horovod``): then they build it (a few
+minutes, once) or wait for the build under way, and fail rather than skip.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ def test_name_state_and_parent_of_a_child_and_of_a_gone_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert proc.parent(child.pid) == os.getpid()
-        assert proc.comm(child.pid).startswith("python") and proc.state(child.pid) in ("R", "S")
+        # a live state: running, sleeping, or D while it reads its modules from a busy disk
+        assert proc.comm(child.pid).startswith("python") and proc.state(child.pid) in ("R", "S", "D")
         assert child.pid in proc.descendants(os.getpid()) and proc.alive(child.pid)
     finally:
         child.kill()
