@@ -107,7 +107,7 @@ def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
 
     plan, took, gaps, latencies = asyncio.run(main())
     assert sum(1 for c in plan.create if c["kind"] == "Pod") == 2048
-    assert took > 0.25, took  # a render worth measuring (~0.6 s CPU on a quiet core)
+    assert took > 0.15, took  # a render worth measuring (0.24-0.6 s CPU here, by load)
     assert len(gaps) >= 5, (took, gaps)  # the loop kept ticking during the render
     assert max(gaps) < 1.0 and max(gaps) < took / 2, (max(gaps), took)
     assert latencies and max(latencies) < 1.0, (took, latencies)
