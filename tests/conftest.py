@@ -11,6 +11,7 @@ import yaml
 
 from phalanx import proc
 from phalanx_runtime import lifetime
+from tests.builds import build_if_required
 
 # Operator/cluster fixtures (crd, operator, api, pool) for the integration suites.
 pytest_plugins = ["tests.integration.harness"]
@@ -74,12 +75,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def cluster_build():
     """What hack/cluster/build.sh leaves: the control-plane binaries (helm among them) and the
-    pinned Kubernetes sources in Go's module cache. With ``PHALANX_REQUIRE_CLUSTER`` (``make test``,
-    CI) it runs, or is waited for; without, a test that needs them skips where they are missing."""
-    if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
-        from localcluster.binaries import build_binaries
-
-        build_binaries()
+    pinned Kubernetes sources in Go's module cache (tests/builds.py)."""
+    build_if_required()
 
 
 def pytest_configure(config):

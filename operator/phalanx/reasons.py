@@ -68,9 +68,10 @@ REASONS: dict[Reason, ReasonDoc] = {
     Reason.ALL_NODES_RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(C.COND_RUNNING, "True")),
     Reason.SUCCEEDED: _doc(OTHER, "every pod `successPolicy` names exited 0", "", SUCCEEDED_T, EVENT),
     Reason.SUSPENDED: _doc(OTHER, "`spec.suspend` is true: the pods were deleted, each saving a checkpoint on SIGTERM",
-                           "set `spec.suspend: false` to resume (from the checkpoint, with a checkpoint volume)", SUSPENDED_T, RUNNING_F, EVENT),
-    Reason.RESUMED: _doc(OTHER, "`spec.suspend` is false again: a new gang is created and resumes from the checkpoint (step 0 without a checkpoint volume)",
-                         "", _on(C.COND_SUSPENDED, "False"), EVENT),
+                           "set `spec.suspend: false` to resume (from the checkpoint, with a checkpoint volume)",
+                           SUSPENDED_T, RUNNING_F, EVENT),
+    Reason.RESUMED: _doc(OTHER, "`spec.suspend` is false again: a new gang is created and resumes from the checkpoint "
+                         "(step 0 without a checkpoint volume)", "", _on(C.COND_SUSPENDED, "False"), EVENT),
     Reason.DEADLINE_EXCEEDED: _doc(FAILED, "the job ran longer than `activeDeadlineSeconds`", "raise "
                                    "`activeDeadlineSeconds` (it may change at any time) and create the job again; with "
                                    "a checkpoint volume it resumes from its last checkpoint", FAILED_T, EVENT),
@@ -91,7 +92,8 @@ REASONS: dict[Reason, ReasonDoc] = {
                                     "restart); the gang is deleted and created again behind its gate", RECREATE,
                                     SCHED_F, EVENT),
     Reason.RESIZING: _doc(PENDING, "an elastic job's gang is replaced by a smaller or larger one (`spec.elastic`); it "
-                          "resumes from the checkpoint taken on SIGTERM (step 0 without a checkpoint volume)", "", RUNNING_F, EVENT),
+                          "resumes from the checkpoint taken on SIGTERM (step 0 without a checkpoint volume)", "",
+                          RUNNING_F, EVENT),
     Reason.RESTARTING: _doc(OTHER, "a retryable failure: the whole gang restarts after a backoff (`Restarting` "
                             "carries the failure)", "see the `Restarting` condition's reason and message", RUNNING_F, EVENT),
     Reason.PERMANENT_FAILURE: _doc(FAILED, "a pod failed in a way a restart cannot fix (an exit code 1-127 unless "

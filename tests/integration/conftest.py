@@ -34,8 +34,8 @@ from localcluster import (
     default_bin_dir,
     missing_binaries,
 )
-from localcluster.binaries import build_binaries
 from localcluster.nodes import api_client
+from tests.builds import build_if_required, required
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,16 +62,16 @@ def require_binaries(bin_dir: Path, what: str, alternative: str = "") -> None:
     """Skip without the control-plane binaries; with ``PHALANX_REQUIRE_CLUSTER`` (CI, ``make test``)
     build them instead (or wait for the build under way), and fail if that fails."""
     missing = missing_binaries(bin_dir)
-    if missing and os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+    if missing:
         try:
-            build_binaries()
+            build_if_required()
         except RuntimeError as e:
             pytest.fail(f"{what}: {e} [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
         missing = missing_binaries(bin_dir)
     if missing:
         msg = (f"{what}: control-plane binaries missing from {bin_dir} ({', '.join(missing)}); run "
                f"`make cluster-binaries` (hack/cluster/build.sh){', ' + alternative if alternative else ''}")
-        if os.environ.get("PHALANX_REQUIRE_CLUSTER"):
+        if required():
             pytest.fail(msg + " [PHALANX_REQUIRE_CLUSTER is set]", pytrace=False)
         pytest.skip(msg)
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from localcluster.binaries import build_binaries, default_bin_dir
+from localcluster.binaries import default_bin_dir
 from phalanx.api.config import OperatorConfig
+from tests.builds import build_if_required
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "phalanx"
 
@@ -21,8 +21,8 @@ def helm() -> str:
     builds it or waits for the build under way (these tests need no cluster, so they may come
     before the cluster fixture has waited for it), else the test skips without it."""
     path = default_bin_dir() / "helm"
-    if not path.exists() and os.environ.get("PHALANX_REQUIRE_CLUSTER"):
-        build_binaries()
+    if not path.exists():
+        build_if_required()
     if not path.exists():
         pytest.skip(f"helm not built ({path}); run hack/cluster/build.sh")
     return str(path)

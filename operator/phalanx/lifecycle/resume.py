@@ -10,5 +10,12 @@ FROM_CHECKPOINT = "resumes from the last checkpoint"
 FROM_STEP_ZERO = "starts again from step 0 (no checkpoint volume)"
 
 
+def keeps_checkpoints(spec: TrainingJobSpec | dict) -> bool:
+    """Whether the job has a checkpoint volume; ``spec`` typed or in its wire form (a sweep's trials)."""
+    if isinstance(spec, dict):
+        return bool((spec.get("checkpoint") or {}).get("volume"))
+    return spec.checkpoint.volume is not None
+
+
 def resume_phrase(spec: TrainingJobSpec) -> str:
-    return FROM_STEP_ZERO if spec.checkpoint.volume is None else FROM_CHECKPOINT
+    return FROM_CHECKPOINT if keeps_checkpoints(spec) else FROM_STEP_ZERO

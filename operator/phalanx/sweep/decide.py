@@ -24,6 +24,7 @@ from phalanx import constants as C
 from phalanx.api.config import OperatorConfig
 from phalanx.api.sweep import SweepPhase, TrainingSweep, TrainingSweepSpec, TrialStatus
 from phalanx.constants import SweepReason as R
+from phalanx.lifecycle.resume import keeps_checkpoints
 from phalanx.render.names import spec_hash
 from phalanx.sweep import earlystop
 from phalanx.sweep import status as S
@@ -198,7 +199,7 @@ def _observe(ctx: SweepPass, rec: TrialStatus, job: dict[str, Any]) -> None:
         rec.reason, rec.message = R.TRIAL_FAILED, status.get("message")
         st.event(R.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
     elif rec.phase == S.STOPPED:
-        kept = "checkpoint kept" if (ctx.by_name[rec.name].spec.get("checkpoint") or {}).get("volume") else "no checkpoint volume"
+        kept = "checkpoint kept" if keeps_checkpoints(ctx.by_name[rec.name].spec) else "no checkpoint volume"
         st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped at step {rec.step}; {kept}")
 
 
