@@ -10,12 +10,14 @@ code; with ``--check`` (``make crds-check``) it changes nothing and fails naming
 block whose body differs. The blocks (``BLOCKS``): reasons and sweep-reasons (phalanx/reasons.py),
 conditions and sweep-conditions (the same), cli (the argparse parser of phalanx/cli.py, passed
 in: this module imports no command), rbac (the rules of the chart's rbac.yaml with the ``# why:``
-comment above each), printer-columns (the CRDs' additionalPrinterColumns).
+comment above each), printer-columns (the CRDs' additionalPrinterColumns), modules (every
+module of the Python packages with the first sentence of its docstring: the code map).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +29,10 @@ from phalanx import reasons as R
 
 OPEN = re.compile(r"^<!-- generated: ([a-z][a-z0-9-]*) -->$")
 CLOSE = "<!-- end generated -->"
-RBAC_TEMPLATE = Path(__file__).resolve().parents[2] / "charts" / "phalanx" / "templates" / "rbac.yaml"
+REPO = Path(__file__).resolve().parents[2]
+RBAC_TEMPLATE = REPO / "charts" / "phalanx" / "templates" / "rbac.yaml"
+# The Python packages the code map lists, relative to the repository root.
+PACKAGE_DIRS = ("operator/phalanx", "runtime/phalanx_runtime")
 
 
 class DocsTableError(ValueError):
@@ -40,6 +45,7 @@ class Sources:
 
     parser: argparse.ArgumentParser
     rbac_template: Path = RBAC_TEMPLATE
+    repo: Path = REPO
 
 
 def _cell(text: str) -> str:
@@ -253,6 +259,29 @@ def rbac_block(path: Path) -> str:
     return "\n".join(_table(["resources (API groups)", "verbs", "where", "why"], rows))
 
 
+# --- the code map -------------------------------------------------------------------------------
+
+def summary(path: Path) -> str:
+    """The first sentence of a module's docstring; a module without one is an error (the map
+    would have a blank row)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(), str(path)))
+    if not doc:
+        raise DocsTableError(f"{path}: the module has no docstring (the code map lists every module by its first sentence)")
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    match = re.match(r"(.+?(?<!e\.g)(?<!i\.e)(?<!vs)[.!?])(\s|$)", paragraph)
+    return match.group(1) if match else paragraph
+
+
+def modules_block(repo: Path) -> str:
+    rows = []
+    for package in PACKAGE_DIRS:
+        root = repo / package
+        for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).parts):
+            if "__pycache__" not in path.parts:
+                rows.append([f"`{path.relative_to(repo)}`", summary(path)])
+    return "\n".join(_table(["module", "what it is"], rows))
+
+
 # --- blocks in files ----------------------------------------------------------------------------
 
 BLOCKS: dict[str, Callable[[Sources], str]] = {
@@ -263,6 +292,7 @@ BLOCKS: dict[str, Callable[[Sources], str]] = {
     "cli": lambda s: cli_block(s.parser),
     "rbac": lambda s: rbac_block(s.rbac_template),
     "printer-columns": lambda _: printer_columns_block(),
+    "modules": lambda s: modules_block(s.repo),
 }
 
 

@@ -168,3 +168,20 @@ def test_a_changed_rule_changes_the_table(tmp_path):
     text = doc("rbac")
     filled, _ = D.fill(text, SOURCES)
     assert D.fill(filled, D.Sources(SOURCES.parser, Path(chart)))[1] == ["rbac"]
+
+
+def test_the_code_map_lists_every_module_by_its_docstring(tmp_path):
+    block = D.modules_block(D.REPO)
+    listed = {line.split("`")[1] for line in block.splitlines()[2:]}
+    on_disk = {str(p.relative_to(D.REPO)) for pkg in D.PACKAGE_DIRS for p in (D.REPO / pkg).rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert listed == on_disk and "operator/phalanx/docstables.py" in listed
+    assert "| `operator/phalanx/docstables.py` | Tables in the Markdown docs that are generated from the code, so they cannot drift. |" in block
+    package = tmp_path / "operator" / "phalanx"
+    package.mkdir(parents=True)
+    (package / "ok.py").write_text('"""Does one thing, e.g. this. And more."""\n')
+    (package / "bare.py").write_text("x = 1\n")
+    with pytest.raises(D.DocsTableError, match=r"bare\.py: the module has no docstring"):
+        D.modules_block(tmp_path)
+    (package / "bare.py").unlink()
+    assert "| `operator/phalanx/ok.py` | Does one thing, e.g. this. |" in D.modules_block(tmp_path)

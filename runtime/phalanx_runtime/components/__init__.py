@@ -1,0 +1,1 @@
+"""The trainer's building blocks: checkpoint, data, optimizer, loss, metrics, progress."""

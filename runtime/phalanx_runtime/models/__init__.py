@@ -1,0 +1,1 @@
+"""Models the built-in runtime trains, and the entry point for user-supplied ones."""
