@@ -14,7 +14,7 @@ from kubernetes import client
 from phalanx.validate import validate_job
 from tests.corpus import BASE
 from tests.integration.harness import GROUP, PLURAL, VERSION
-from tests.unit.test_kube_schemas import COMMON
+from tests.unit.phalanx.api.test_kubeschemas import COMMON
 
 SWEEPS = "trainingsweeps"
 

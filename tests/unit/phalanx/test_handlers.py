@@ -10,6 +10,7 @@ import time
 import urllib.request
 from datetime import UTC, datetime
 
+import kopf
 import pytest
 from aiohttp import web
 
@@ -20,6 +21,7 @@ from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
 from phalanx.gang.inventory import Reservation
 from phalanx.lifecycle.reconcile import decide
+from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the sweep's handlers
 
 GPU = "nvidia.com/gpu"
 
@@ -363,3 +365,48 @@ def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost
     entry = next(iter(indexes([bad]).cluster_nodes["n1"]))
     assert entry.allocatable == {} and entry.ready
     assert handlers._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
+
+
+# -------------------------------------------------------------------------------------------------
+# kopf settings the operator relies on: no diff base (handlers.NoDiffBase) is only sound while
+# no change-detecting handler exists.
+
+
+def test_no_change_detecting_handler_is_registered():
+    registry = kopf.get_default_registry()
+    changing = registry._changing.get_all_handlers()
+    assert changing == [], (
+        "a change-detecting kopf handler (on.create/update/delete/field) needs kopf's diff base: "
+        f"drop handlers.NoDiffBase before adding {[h.id for h in changing]}")
+    assert registry._spawning.get_all_handlers(), "the job and sweep daemons are registered"
+
+
+def test_the_diff_base_is_empty_on_both_sides():
+    storage = handlers.NoDiffBase()
+    body = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "managedFields": [{}] * 10},
+                      "spec": {"containers": [{"name": "c"}]}})
+    assert storage.build(body=body) == {} and storage.fetch(body=body) == {}
+
+
+def test_startup_installs_it(monkeypatch):
+    settings = kopf.OperatorSettings()
+    memo = kopf.Memo()
+
+    class _Kube:  # no cluster: discovery fails and is logged
+        def __init__(self, *a, **k):
+            pass
+
+        async def served_resources(self, group):
+            raise OSError("no cluster")
+
+    monkeypatch.setattr(handlers, "Kube", _Kube)
+    monkeypatch.setattr(handlers, "load_client", lambda *a, **k: None)
+    reflector = object()
+
+    async def start_pod_reflector(memo):  # no cluster to list
+        return reflector
+
+    monkeypatch.setattr(handlers, "_start_pod_reflector", start_pod_reflector)
+    asyncio.run(handlers.configure(settings=settings, memo=memo))
+    assert isinstance(settings.persistence.diffbase_storage, handlers.NoDiffBase)
+    assert memo.pod_reflector is reflector  # started (and synced) before any watch

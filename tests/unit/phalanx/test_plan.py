@@ -5,7 +5,7 @@ import yaml
 
 from phalanx.plan import EXIT_INPUT_ERROR, EXIT_PLACED, EXIT_UNSCHEDULABLE, run_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NODES = str(ROOT / "examples" / "nodes-fattree-16.yaml")
 
 JOB = """

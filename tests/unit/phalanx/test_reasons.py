@@ -12,7 +12,7 @@ import pytest
 from phalanx import constants as C
 from phalanx import reasons as R
 
-PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "phalanx"
+PACKAGE = Path(__file__).resolve().parents[3] / "operator" / "phalanx"
 ALL_TABLES = R.TABLES + R.SWEEP_TABLES
 
 

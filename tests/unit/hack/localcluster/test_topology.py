@@ -11,7 +11,7 @@ import yaml
 from localcluster import topology as T
 from localcluster.binaries import default_bin_dir
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 TOPO_DIR = REPO / "hack" / "cluster" / "topologies"
 
 

@@ -9,7 +9,7 @@ import yaml
 from phalanx.api.crd import build_crd, crd_yaml
 from phalanx.api.reference import api_reference
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "phalanx.dev_trainingjobs.yaml"
+CRD_FILE = Path(__file__).resolve().parents[4] / "crds" / "phalanx.dev_trainingjobs.yaml"
 
 
 def _walk(schema, path="spec"):

@@ -21,7 +21,7 @@ from phalanx.sweep.check import check_sweep
 from phalanx.validate import MAX_DEPTH, InvalidJob, parse_job, validate_job
 from tests.conftest import MINIMAL
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
 # Every common volume kind, as users write them: accepted unchanged.
 COMMON = {

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from test_crd import _walk  # the CRD schema, node by node
 
 from phalanx.api.sweep import (
     OPERATOR_RULES,
@@ -16,8 +15,9 @@ from phalanx.api.sweep import (
     sweep_reference,
 )
 from phalanx.cli import main
+from tests.unit.phalanx.api.test_crd import _walk  # the CRD schema, node by node
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingsweeps.yaml"
 EXAMPLE = ROOT / "examples" / "sweep-lr.yaml"
 

@@ -1,7 +1,6 @@
-from test_backends_common import job, pod, validate
-
 from phalanx.backends import apply_mutation
 from phalanx.backends.coscheduling import render
+from tests.unit.phalanx.backends.fixtures import job, pod, validate
 
 
 def test_podgroup_matches_crd_and_fields():

@@ -1,7 +1,6 @@
-from test_backends_common import job
-
 from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.base import PodMutation
+from tests.unit.phalanx.backends.fixtures import job
 
 
 def test_native_gates_pods():

@@ -1,10 +1,10 @@
 import jsonschema
 import pytest
-from test_backends_common import job, pod, validate
 
 from phalanx.api.config import TopologyConfig
 from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.volcano import render, tier_of
+from tests.unit.phalanx.backends.fixtures import job, pod, validate
 
 LEVELS = TopologyConfig().levels
 

@@ -1,9 +1,9 @@
 import pytest
-from test_backends_common import job, pod, validate
 
 from phalanx.api.config import default_levels
 from phalanx.backends import apply_mutation, render_backend, workload
 from phalanx.backends.workload import pick_api_version, render, schedulable
+from tests.unit.phalanx.backends.fixtures import job, pod, validate
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from phalanx.lifecycle.failure_cause import (
 from phalanx.podreflector import pod_entry
 from phalanx.render import render_children
 from phalanx.validate import parse_job
-from tests.unit.test_reconcile import Sim, cond
+from tests.unit.phalanx.lifecycle.test_reconcile import Sim, cond
 
 
 def failed_pod(message=None, code=1, reason="Error", memory="2Gi", rank=0):

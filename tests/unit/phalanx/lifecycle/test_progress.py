@@ -23,7 +23,7 @@ from phalanx.lifecycle.progress import (
     progress_port,
 )
 from phalanx.lifecycle.reconcile import decide
-from tests.unit.test_reconcile import T0, Sim
+from tests.unit.phalanx.lifecycle.test_reconcile import T0, Sim
 
 GOOD = {"job": "j", "phase": "Running", "step": 12, "totalSteps": 30, "loss": 3.25, "tokensPerSecond": 950.5,
         "mfu": 0.01, "stepTimeSeconds": 1.1, "worldSize": 8, "startTime": 1.8e9, "updatedAt": 1.8e9,

@@ -17,7 +17,7 @@ from phalanx.lifecycle.refusals import (
     refused_status,
     retry_delay,
 )
-from tests.unit.test_reconcile import T0, Sim, cond
+from tests.unit.phalanx.lifecycle.test_reconcile import T0, Sim, cond
 
 PSA = ('pods "job-node-0-0" is forbidden: violates PodSecurity "restricted:latest": '
        'allowPrivilegeEscalation != false (container "trainer" must set securityContext.allowPrivilegeEscalation=false)')

@@ -23,7 +23,7 @@ from phalanx.policy.admission import (
     policy_variables,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 CHART = ROOT / "charts" / "phalanx"
 TEMPLATE = CHART / "templates" / "admission-policy.yaml"
 

@@ -140,7 +140,7 @@ def _core_v1() -> dict:
     import subprocess
     from pathlib import Path
 
-    version = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (Path(__file__).parents[2] / "hack/cluster/go.mod").read_text(), re.M).group(1)
+    version = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (Path(__file__).parents[4] / "hack/cluster/go.mod").read_text(), re.M).group(1)
     try:
         cache = os.environ.get("GOMODCACHE") or subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=60).stdout.strip()
     except OSError:

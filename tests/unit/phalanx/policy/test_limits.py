@@ -57,6 +57,6 @@ def test_the_policy_reference_is_current():
     from phalanx.policy.reference import policy_reference
 
     text = policy_reference()
-    assert (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text() == text, "run `make crds`"
+    assert (Path(__file__).resolve().parents[4] / "docs" / "policy.md").read_text() == text, "run `make crds`"
     for key in ("allowedVolumeTypes", "allowedProjectedSources", "allowedSchedulerNames", "maxNodes", "maxSpecBytes", "maxSweepCheckBytes"):
         assert f".{key}`" in text
