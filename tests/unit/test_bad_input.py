@@ -1,4 +1,4 @@
-"""Bad input, class by class (issue #11): each is refused naming the field and the rule, nothing
+"""Bad input, class by class: each is refused naming the field and the rule, nothing
 crashes, and a command job (the user's own script) is held only to the rules its pods need."""
 
 from __future__ import annotations

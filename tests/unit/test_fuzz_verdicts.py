@@ -1,4 +1,4 @@
-"""Fuzzing the one verdict (issue #29): hostile TrainingJobs and TrainingSweeps, mostly valid with
+"""Fuzzing the one verdict: hostile TrainingJobs and TrainingSweeps, mostly valid with
 one or two hostile mutations so that they get past the schema and reach the operator's own rules:
 every volume and env source kind with contents drawn from the Kubernetes schema, every field the
 cluster policy looks at, lists and strings at and just over their limits, odd unicode, what YAML

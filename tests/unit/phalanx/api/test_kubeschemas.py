@@ -1,5 +1,5 @@
 """The core/v1 types inside a TrainingJob (VolumeSource and EnvVarSource members) carry the
-Kubernetes API's own schemas (issue #29): nothing free-form is left in either CRD, the data file
+Kubernetes API's own schemas: nothing free-form is left in either CRD, the data file
 is what hack/kube_schemas.py makes of the pinned Kubernetes, and `phalanx validate` refuses what
 the API server refuses there (unknown fields, nesting, types, required fields, quantities)."""
 

@@ -289,11 +289,12 @@ def test_scale_1024_pods_on_16k_nodes():
 
 # -------------------------------------------------------------------------------------------------
 # plan_queue is incremental (per-node feasibility kept across gangs) yet places exactly as the
-# old algorithm: plan_gang for each gang in turn on the capacity the gangs before it left.
+# plain algorithm (reference_plan_queue): plan_gang for each gang in turn on the capacity the gangs
+# before it left.
 
 
 def reference_plan_queue(gangs, nodes, usage=(), levels=LEVELS, reservations=(), *, backfill=True):
-    """The algorithm before the incremental queue (every gang re-checks every node)."""
+    """The plain algorithm, every gang re-checking every node: what plan_queue must match."""
     ordered = queue_order(gangs)
     keys = {g.key for g in ordered}
     kept = [r for r in reservations if r.gang not in keys]

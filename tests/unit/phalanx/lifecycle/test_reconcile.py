@@ -493,7 +493,7 @@ def test_unparseable_termination_message_is_ignored(job_obj):
     assert sim.status["step"] == 5
 
 
-# --- Untrusted progress (issue 12, item 6) and checkpoint provenance (item 7) -------------------
+# --- Untrusted progress and checkpoint provenance ---------------------------------------------
 
 
 def _finish_rank0(sim, message):

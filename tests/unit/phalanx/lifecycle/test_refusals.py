@@ -1,4 +1,4 @@
-"""No job stuck (issue #11): API refusals classified, permanent ones end the job Failed with the
+"""No job stuck: API refusals classified, permanent ones end the job Failed with the
 API's words, retryable ones back off; decide() errors become status; pods stuck terminating on
 lost nodes are force-deleted; a new gang is dry-run before anything is created."""
 

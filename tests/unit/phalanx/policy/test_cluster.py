@@ -1,4 +1,4 @@
-"""Shared-cluster safety (issue #12): restricted pods by default, the admin's policy rule by rule,
+"""Shared-cluster safety: restricted pods by default, the admin's policy rule by rule,
 and Pod Security levels of network profiles against the namespace's label."""
 
 from __future__ import annotations

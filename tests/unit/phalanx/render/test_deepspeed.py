@@ -1,4 +1,4 @@
-"""framework: deepspeed (issue 16, item 3): the spec's rules (each refusal names its field) and the
+"""framework: deepspeed: the spec's rules (each refusal names its field) and the
 rendered DeepSpeed config, field by field; the ConfigMap key and the pod's env."""
 
 from __future__ import annotations

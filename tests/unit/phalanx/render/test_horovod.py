@@ -1,4 +1,4 @@
-"""framework: horovod (issue 16, item 5): the HOROVOD_* env rendered per pod (field by field), the
+"""framework: horovod: the HOROVOD_* env rendered per pod (field by field), the
 rendezvous server's port (container, headless Service, NetworkPolicy), what the launcher
 (phalanx_runtime.horovod_launch) reads back from it, and the spec's rules (each refusal names its
 field; CEL and Python alike, both ways), and nothing of it for other jobs."""

@@ -1,4 +1,4 @@
-"""framework: tensorflow (issue 16, item 4): TF_CONFIG rendered per pod (the cluster in node-rank
+"""framework: tensorflow: TF_CONFIG rendered per pod (the cluster in node-rank
 order through the headless Service, this pod's task index = its node rank, the rendezvous port),
 the spec's rules (each refusal names its field; CEL and Python alike), `phalanx local`'s TF_CONFIG
 on 127.0.0.1, and nothing of it for other jobs."""
