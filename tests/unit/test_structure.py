@@ -144,3 +144,24 @@ def test_pure_layers_do_not_import_kopf_or_the_kubernetes_client():
             if any(n.split(".")[0] in ("kopf", "kubernetes") for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_unit_tests_mirror_the_packages():
+    """tests/unit/phalanx/<path>/test_<module>.py tests operator/phalanx/<path>/<module>.py (and
+    tests/unit/phalanx_runtime/ the runtime's): a test file named after no module is an orphan.
+    A package's ``__init__.py`` is tested by test_init.py or test_<package>.py."""
+    unit = ROOT / "tests" / "unit"
+    sources = {"phalanx": PACKAGE.parent, "phalanx_runtime": ROOT / "runtime"}
+    orphans = []
+    for top, source_root in sources.items():
+        for path in sorted((unit / top).rglob("*.py")):
+            if not (path.name.startswith("test_") or path.stem.endswith("_test")):
+                continue  # __init__.py, helper modules
+            package = source_root / path.parent.relative_to(unit)
+            module = path.stem.removeprefix("test_")
+            init = module in ("init", package.name) and (package / "__init__.py").is_file()
+            if not path.name.startswith("test_"):
+                orphans.append(f"{path.relative_to(ROOT)}: not named test_<module>.py")
+            elif not ((package / f"{module}.py").is_file() or init):
+                orphans.append(f"{path.relative_to(ROOT)}: no {package.relative_to(ROOT)}/{module}.py")
+    assert not orphans, "unit test files named after no module:\n  " + "\n  ".join(orphans)
