@@ -223,7 +223,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
     whole body, managedFields included: 7 % of the operator's samples with 64 jobs starting), but
     only change-detecting handlers (on.create/update/delete/field) read it, and this operator
     registers none (its daemons and event handlers decide from the live state). An empty essence
-    on both sides: no diff, nothing stored. tests/unit/test_kopf_settings.py fails if a
+    on both sides: no diff, nothing stored. tests/unit/phalanx/test_handlers.py fails if a
     change-detecting handler is ever registered."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:

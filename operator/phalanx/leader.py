@@ -11,7 +11,7 @@ cluster-wide peering CRD. A Lease (client-go's algorithm) gives exactly one lead
   Since renew_deadline < lease_duration, the old leader has stopped writing at least
   ``lease_duration - renew_deadline`` seconds before anyone else may take over.
 
-The decisions are pure (tested in tests/unit/test_leader.py); :class:`Elector` is the loop and
+The decisions are pure (tested in tests/unit/phalanx/test_leader.py); :class:`Elector` is the loop and
 :class:`KubeLeases` the three API calls (get, create, update).
 """
 

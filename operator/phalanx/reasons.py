@@ -1,7 +1,7 @@
 """What each condition type and reason means and what to do about it: the one source of the
 reasons and conditions tables in the docs (phalanx/docstables.py fills them; `make crds-check`
 fails when a doc's table drifted). Every member of the reason enums of phalanx/constants.py needs
-an entry here (tests/unit/test_reasons.py fails otherwise); to add one, add a line to the table of
+an entry here (tests/unit/phalanx/test_reasons.py fails otherwise); to add one, add a line to the table of
 its enum with ``_doc(group, meaning, fix, *on)``.
 
 ``on`` says where the reason appears: a condition with its status (``Failed=True``), ``Event``

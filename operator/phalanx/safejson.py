@@ -12,7 +12,7 @@ say which field). Text that is not JSON at all becomes :data:`UNDECODABLE` for a
 Only the rare body that ``json.loads`` cannot take pays for the thread; the common path is
 ``json.loads`` itself. :func:`install_in_kopf` points kopf's decoding here (kopf has no hook for
 it: its ``api.stream`` calls ``json.loads`` per line, ``api.get/post/patch/delete`` call
-aiohttp's ``response.json()``); ``tests/unit/test_safejson.py`` fails if kopf's code moves.
+aiohttp's ``response.json()``); ``tests/unit/phalanx/test_safejson.py`` fails if kopf's code moves.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ SAFE_PROJECTED_SOURCES = ["configMap", "downwardAPI", "clusterTrustBundle"]
 # admin lists only kueue, or a job on native skips the queue.
 SAFE_BACKENDS = [GangBackend.NATIVE, GangBackend.KUEUE, GangBackend.WORKLOAD]
 # The schedulerName a backend sets on the pods when the job names none (backends/volcano.py,
-# backends/coscheduling.py; tests/unit/test_policy.py renders each backend to keep this true).
+# backends/coscheduling.py; tests/unit/phalanx/policy/test_cluster.py renders each backend to keep this true).
 BACKEND_SCHEDULER_NAMES = {GangBackend.VOLCANO: C.VOLCANO_SCHEDULER_NAME,
                            GangBackend.COSCHEDULING: C.COSCHEDULING_SCHEDULER_NAME}
 # Kubernetes reserves the prefix for its own classes (system-node-critical, system-cluster-critical):

@@ -1,7 +1,8 @@
 """Cross-field rules, each written once and enforced twice: as a CEL rule in the CRD (the API
 server refuses the object at `kubectl apply`) and as a Python predicate (`phalanx validate`,
 `render`, `local` and the operator give the same verdict offline and for objects stored before
-a rule existed). tests/unit/test_rules.py checks every rule both ways on the same inputs.
+a rule existed). tests/unit/phalanx/api/test_crd.py checks that every CEL rule has its Python twin;
+tests/integration/test_one_verdict.py that the API server and `phalanx validate` agree on the same inputs.
 
 A rule belongs to the model class it is declared on (``checks`` ClassVar); ``self`` in the CEL
 is that object, and ``holds`` gets the pydantic instance. Fields that are absent in the object

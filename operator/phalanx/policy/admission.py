@@ -5,7 +5,7 @@ renders them from the same values the operator reads, a missing value taking the
 default). Not a params ConfigMap: with a core-type paramKind the API server loses param
 resolution for good once no binding names it for a moment (an uninstall, a toggled value) —
 every TrainingJob is then denied until it restarts (kubernetes#141015, open in 1.36). `make crds`
-writes the template (charts/phalanx/templates/admission-policy.yaml); tests/unit/test_admission_policy.py
+writes the template (charts/phalanx/templates/admission-policy.yaml); tests/unit/phalanx/policy/test_admission.py
 checks it against this module. The operator checks the same rules (policy/cluster.py) for
 clusters without the policy.
 
