@@ -77,7 +77,7 @@ horovod-venv: ## horovod 0.28.1 (gloo) compiled against our torch in its own cac
 	PYTHON=$(PYTHON) hack/horovod/venv.sh >/dev/null
 
 test-horovod: horovod-venv ## framework: horovod on real processes (render, launcher, training vs one process)
-	PHALANX_HOROVOD_REQUIRED=1 $(PYTEST) tests/unit/phalanx/render/test_horovod.py tests/runtime/test_horovod.py -q
+	PHALANX_HOROVOD_REQUIRED=1 $(PYTEST) tests/unit/phalanx/api/test_horovod.py tests/runtime/test_horovod.py -q
 
 tf-venv: ## tensorflow-cpu in its own cached venv, for framework: tensorflow's tests (hack/tensorflow/venv.sh)
 	PYTHON=$(PYTHON) hack/tensorflow/venv.sh >/dev/null

@@ -9,8 +9,9 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 2. ``api`` — the pydantic models (TrainingJob, OperatorConfig), layout rules, CRD, manifest loading
 3. ``policy`` (shared-cluster rules) and ``gang`` (placement: inventory, topology, planner, cost
    model, native admission)
-4. ``backends`` (PodGroup / Workload / Kueue shapes) → ``render`` (the children's manifests,
-   NCCL network wiring)
+4. ``backends`` (one per scheduling backend: PodGroup / Workload / Kueue shapes) and ``frameworks``
+   (one plugin per spec.framework: its rules, env, files, ports) → ``render`` (the children's
+   manifests, NCCL network wiring)
 5. ``validate`` — the one verdict on a job
 6. ``lifecycle`` — the reconcile: ``decide`` and its phases, status and phase machine, failures,
    elastic resizing, progress

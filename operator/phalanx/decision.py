@@ -26,6 +26,20 @@ class GangDecision:
     placement: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class Schedulable:
+    """A scheduler-side verdict on the gang (a backend's own gang object), as the job's
+    ``Schedulable`` condition."""
+
+    status: bool | str  # True, False or "Unknown" (a condition's status as the backend wrote it)
+    reason: str
+    message: str
+
+    @property
+    def is_true(self) -> bool:
+        return self.status in (True, "True")
+
+
 # (job at its current size, the current attempt's pods) → GangDecision. The job is a
 # phalanx.api.types.TrainingJob (not imported here: this module stays a leaf).
 GangStep = Callable[[Any, list[dict[str, Any]]], GangDecision]
@@ -43,9 +57,9 @@ class Observed:
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
     config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
     namespace_labels: dict[str, str] | None = None  # the job's namespace (policy, Pod Security)
-    # A scheduler-side gang object's verdict (workload backend: backends.workload.schedulable of its
-    # PodGroup): (status True/False/"Unknown", reason, message) for the Schedulable condition.
-    backend_schedulable: tuple[Any, str, str] | None = None
+    # A scheduler-side gang object's verdict for the Schedulable condition (workload backend:
+    # backends.workload.schedulable of its PodGroup; kueue: backends.kueue.Admission.condition).
+    backend_schedulable: Schedulable | None = None
     # An external admitter took the gang's admission back (kueue backend: Kueue evicted its Workload,
     # backends.kueue.Admission.eviction): (reason, message); decide starts a new queued attempt.
     backend_evicted: tuple[str, str] | None = None

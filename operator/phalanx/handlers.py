@@ -30,10 +30,11 @@ from phalanx import constants as C
 from phalanx import health
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TERMINAL_PHASES, Phase, TrainingJob
+from phalanx.backends import backend_named
 from phalanx.backends import kueue as kueue_backend
 from phalanx.backends import workload as workload_backend
 from phalanx.constants import Reason
-from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
+from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan, Schedulable
 from phalanx.gang.admission import admit, decision_for, gang_request
 from phalanx.gang.inventory import NodeInfo, Reservation
 from phalanx.gang.planner import GangRequest, Placement
@@ -249,7 +250,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     for key, value in new_memo().items():  # run without phalanx.main (e.g. `kopf run`): the defaults
         memo.setdefault(key, value)
     memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
-    await _discover_workload_api(memo.kube)
+    memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
 
@@ -263,20 +264,22 @@ async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
     return reflector
 
 
-async def _discover_workload_api(kube: Kube) -> None:
-    """Which Workload API version (scheduling.k8s.io) the cluster serves, for the workload backend."""
+async def _discover_workload_api(kube: Kube) -> list[str] | None:
+    """Which Workload API version (scheduling.k8s.io) the cluster serves, for the workload backend
+    (OperatorConfig.with_workload_api); None when discovery failed."""
     try:
         version = workload_backend.pick_api_version(await kube.served_resources(C.WORKLOAD_API_GROUP))
     except Exception:  # noqa: BLE001 - discovery refused or failed: render the newest shape
         log.warning("Workload API discovery failed; assuming scheduling.k8s.io/%s", workload_backend.LATEST, exc_info=True)
-        return
-    workload_backend.use_served([version] if version else [])
+        return None
     log.info("Workload API: %s", f"scheduling.k8s.io/{version}" if version else "not served")
+    return [version] if version else []
 
 
-async def _workload_schedulable(kube: Kube, namespace: str, name: str, spec: dict[str, Any]) -> tuple[Any, str, str] | None:
+async def _workload_schedulable(kube: Kube, namespace: str, name: str, spec: dict[str, Any],
+                                workload_api_versions: tuple[str, ...] | None) -> Schedulable | None:
     """The job's PodGroup verdict (workload backend, v1alpha2 only), for the Schedulable condition."""
-    if (spec.get("scheduling") or {}).get("backend") != "workload" or workload_backend.served_version() != "v1alpha2":
+    if not backend_named((spec.get("scheduling") or {}).get("backend")).reads_pod_group(workload_api_versions):
         return None
     try:
         pod_group = await kube.get_custom(f"{C.WORKLOAD_API_GROUP}/v1alpha2", "podgroups", namespace,
@@ -289,7 +292,7 @@ async def _workload_schedulable(kube: Kube, namespace: str, name: str, spec: dic
 
 async def _kueue_admission(kube: Kube, namespace: str, name: str, spec: dict[str, Any], pods: list[dict[str, Any]]) -> kueue_backend.Admission | None:
     """Kueue's verdict on the job's pod group (kueue backend): its Workload, named after the group."""
-    if (spec.get("scheduling") or {}).get("backend") != "kueue":
+    if not backend_named((spec.get("scheduling") or {}).get("backend")).reads_kueue_workload:
         return None
     workload = None
     try:
@@ -586,7 +589,7 @@ class JobLoop:
             lost_nodes=_lost_nodes(pods, ix.cluster_nodes),
             config_map_hash=next(iter(owned(ix.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
-            backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec)
+            backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec, self.memo.config.workload_api_versions)
             or (kueued.condition() if kueued else None),
             backend_evicted=kueued.eviction() if kueued else None,
             quotas=tuple(ix.resource_quotas.get(ns, ())),

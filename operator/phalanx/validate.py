@@ -24,7 +24,7 @@ from phalanx.api.layout import check_layout
 from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
-from phalanx.backends import render_backend
+from phalanx.backends import backend_for
 from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
@@ -247,7 +247,8 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
             message += f"; known: {', '.join(sorted(config.network_profiles))}"
         out.append(Problem(f"spec.{field}", message, "operator"))
     stub = TrainingJob(metadata={"name": "validate"}, spec=spec)
-    for error in render_backend(stub, levels=config.topology.levels).errors:
+    for error in backend_for(spec).validate(stub, levels=config.topology.levels,
+                                            workload_api_versions=config.workload_api_versions):
         out.append(Problem("spec.scheduling", error, "operator"))
     levels = {lvl.name for lvl in config.topology.levels} | {lvl.label for lvl in config.topology.levels}
     for key in ("required", "preferred"):

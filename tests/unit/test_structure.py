@@ -165,3 +165,66 @@ def test_unit_tests_mirror_the_packages():
             elif not ((package / f"{module}.py").is_file() or init):
                 orphans.append(f"{path.relative_to(ROOT)}: no {package.relative_to(ROOT)}/{module}.py")
     assert not orphans, "unit test files named after no module:\n  " + "\n  ".join(orphans)
+
+
+# --- Framework and backend plugins: no switch on their names outside them ------------------------
+# A framework's own modules: its rules (api/<name>.py: the CRD's CEL compares the name too) and its
+# plugin (frameworks/<name>.py); a backend's: backends/<name>.py. Everyone else asks the registries
+# (phalanx.frameworks.plugin_for, phalanx.backends.backend_for / backend_named).
+# Work in flight elsewhere (lifecycle/reconcile.py is being split), to be removed as it lands —
+# each entry must still be true:
+PENDING_ENUM_SWITCHES: set[str] = {"lifecycle/reconcile.py GangBackend.NATIVE"}
+
+
+def _enum_values(enum: type) -> set[str]:
+    return {member.value for member in enum}
+
+
+def _switches(tree: ast.AST, names: set[str]):
+    """(line, name) of every comparison with a string constant of ``names``: ``x == 'name'``,
+    ``x != 'name'``, ``x in ('name', ...)``."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand]
+            for item in items:
+                if isinstance(item, ast.Constant) and item.value in names:
+                    yield node.lineno, item.value
+
+
+def _own_modules(kind: str, name: str) -> set[str]:
+    return {f"api/{name}.py", f"frameworks/{name}.py"} if kind == "framework" else {f"backends/{name}.py"}
+
+
+def test_framework_and_backend_names_are_compared_only_in_their_own_modules():
+    from phalanx.api.types import Framework, GangBackend
+
+    # "none" is also a value of other enums (gradCompression, activationCheckpointing)
+    kinds = {"framework": _enum_values(Framework) - {Framework.NONE.value}, "backend": _enum_values(GangBackend)}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        tree = ast.parse(path.read_text(), str(path))
+        for kind, names in kinds.items():
+            for line, name in _switches(tree, names):
+                if rel not in _own_modules(kind, name):
+                    offenders.append(f"{rel}:{line} compares with the {kind} name {name!r}")
+    assert not offenders, "ask the plugin registry instead:\n" + "\n".join(offenders)
+
+
+def test_framework_and_backend_members_are_compared_only_by_their_plugins():
+    """``spec.framework == Framework.X`` belongs in frameworks/, ``== GangBackend.X`` in backends/."""
+    owners = {"Framework": "frameworks", "GangBackend": "backends"}
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in (node.left, *node.comparators):
+                if (isinstance(operand, ast.Attribute) and isinstance(operand.value, ast.Name)
+                        and operand.value.id in owners and rel.split("/")[0] != owners[operand.value.id]):
+                    found.add(f"{rel} {operand.value.id}.{operand.attr}")
+    assert PENDING_ENUM_SWITCHES <= found, f"PENDING_ENUM_SWITCHES: drop what was fixed: {PENDING_ENUM_SWITCHES - found}"
+    assert not found - PENDING_ENUM_SWITCHES, "ask the plugin registry instead:\n" + "\n".join(sorted(found - PENDING_ENUM_SWITCHES))

@@ -3,11 +3,11 @@ and topology levels. Pure pydantic, shared by the operator, the planner and `pha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from phalanx import constants as C
 from phalanx.api.policy import ClusterPolicy
@@ -147,3 +147,18 @@ class OperatorConfig(Model):
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")
+    # What the API server serves, found at start-up (not configuration; see with_workload_api).
+    _workload_api_versions: tuple[str, ...] | None = PrivateAttr(None)
+
+    @property
+    def workload_api_versions(self) -> tuple[str, ...] | None:
+        """The Workload API versions (scheduling.k8s.io) the cluster serves, oldest → newest, as the
+        operator discovered them at start-up; None when not discovered (offline render and validate:
+        the workload backend renders the newest shape)."""
+        return self._workload_api_versions
+
+    def with_workload_api(self, versions: Iterable[str] | None) -> OperatorConfig:
+        """This config with what discovery found of the Workload API (None: not discovered)."""
+        found = self.model_copy()
+        found._workload_api_versions = None if versions is None else tuple(versions)
+        return found

@@ -68,7 +68,6 @@ class SuccessPolicy(Model):
 
 
 _HAS_ROLES = "has(self.roles) && size(self.roles) > 0"
-_TF_ROLES = ("chief", "ps", "evaluator")
 
 ROLE_RULES = (
     Rule(f"!({_HAS_ROLES}) || !self.network.hostNetwork",
@@ -84,22 +83,4 @@ ROLE_RULES = (
          "spec.successPolicy.roles names worker or a role of spec.roles",
          lambda s: s.success_policy is None
          or set(s.success_policy.roles) <= {C.ROLE_WORKER} | {r.name for r in s.roles}, ".successPolicy.roles"),
-    Rule(f"!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
-         f"self.roles.all(r, r.name in {list(_TF_ROLES)})",
-         "framework tensorflow: role names are TF_CONFIG task types: chief, ps, evaluator (the workers are spec.nodes)",
-         lambda s: s.framework != "tensorflow" or all(r.name in _TF_ROLES for r in s.roles), ".roles"),
-    Rule("!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
-         "self.roles.all(r, !(r.name in ['chief', 'evaluator']) || r.replicas == 1)",
-         "framework tensorflow: a chief or evaluator role has replicas 1 (TensorFlow has one of each)",
-         lambda s: s.framework != "tensorflow" or all(r.replicas == 1 for r in s.roles if r.name in ("chief", "evaluator")),
-         ".roles"),
-    Rule("!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
-         f"self.roles.all(r, !has(r.env) || !r.env.exists(e, e.name == '{C.ENV_TF_CONFIG}'))",
-         f"framework tensorflow: spec.roles[].env must not set {C.ENV_TF_CONFIG} (the operator renders it per pod)",
-         lambda s: s.framework != "tensorflow" or all(e.name != C.ENV_TF_CONFIG for r in s.roles for e in r.env), ".roles"),
-    Rule("!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
-         "!self.roles.exists(r, r.name == 'ps') || self.roles.exists(r, r.name == 'chief')",
-         "framework tensorflow: a ps role needs a chief role (ParameterServerStrategy's coordinator)",
-         lambda s: s.framework != "tensorflow" or not any(r.name == "ps" for r in s.roles)
-         or any(r.name == "chief" for r in s.roles), ".roles"),
 )

@@ -12,7 +12,7 @@ are ``None`` in Python and ``!has(...)`` in CEL (the API server prunes nulls, as
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,18 +93,23 @@ def add_cel(schema: dict[str, Any], cls: type) -> None:
         schema["x-kubernetes-validations"] = [r.crd() for r in rules]
 
 
-def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str, bool]]:
-    """(field path, message, enforced by the API server too) for every rule that does not hold
-    anywhere in ``obj``'s tree.
+def broken(rules: Iterable[Rule], obj: Any, path: str) -> Iterator[tuple[str, str, bool]]:
+    """(field path, message, enforced by the API server too) for every rule of ``rules`` that
+    does not hold for ``obj`` itself (not its children).
 
     A rule's predicate that raises counts as broken (it met a value its CEL twin would refuse)."""
-    for rule in getattr(type(obj), "checks", ()):
+    for rule in rules:
         try:
             ok = rule.holds(obj)
         except (ArithmeticError, TypeError, ValueError, AttributeError):
             ok = False
         if not ok:
             yield path + (rule.field or ""), rule.message, rule.cel is not None
+
+
+def broken_rules(obj: BaseModel, path: str) -> Iterator[tuple[str, str, bool]]:
+    """:func:`broken` for every rule anywhere in ``obj``'s tree."""
+    yield from broken(getattr(type(obj), "checks", ()), obj, path)
     for name, info in type(obj).model_fields.items():
         value = getattr(obj, name)
         child = f"{path}.{info.alias or name}"

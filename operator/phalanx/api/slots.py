@@ -51,6 +51,16 @@ def worker_hostname(job: str, rank: int) -> str:
     return f"{job}-node-{rank}"
 
 
+def service_name(job: str) -> str:
+    """The job's headless Service, through which every pod's hostname resolves."""
+    return job
+
+
+def master_addr(job: str) -> str:
+    """Stable DNS name of node-rank 0 through the headless Service."""
+    return f"{worker_hostname(job, 0)}.{service_name(job)}"
+
+
 def slot_hostname(job: str, slot: Slot) -> str:
     return worker_hostname(job, slot.index) if slot.is_worker else f"{job}-{slot.role}-{slot.index}"
 

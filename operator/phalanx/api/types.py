@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from phalanx import constants as C
 from phalanx.api import patterns as P
 from phalanx.api.base import KubeObject, Model, Quantity, bounded_str, keys_match, unique_by
+from phalanx.api.deepspeed import DEEPSPEED_RULES
 from phalanx.api.horovod import HOROVOD_RULES
 from phalanx.api.kubetypes import (
     PER_NODE_SOURCES,
@@ -29,13 +30,8 @@ from phalanx.api.kubetypes import (
 )
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
-from phalanx.api.rules import (
-    Rule,
-    default_unless,
-    full_replica_rules,
-    parallelism_default,
-    script_framework_rules,
-)
+from phalanx.api.rules import Rule, default_unless, parallelism_default
+from phalanx.api.tensorflow import TENSORFLOW_ROLE_RULES, TENSORFLOW_RULES, deciding_roles
 
 __all__ = ["KubeObject", "Model", "Quantity", "Resources", "Role", "SuccessPolicy"]  # re-exported
 
@@ -430,100 +426,6 @@ SPEC_RULES = (
 )
 
 
-# --- framework: deepspeed (command jobs) ------------------------------------------------------
-# The parallelism and training fields DeepSpeed honours are rendered into its config
-# (phalanx.render.deepspeed); the ones it has no equivalent for are refused, each by its field.
-_DS = "!has(self.framework) || self.framework != 'deepspeed' || "
-
-
-def _ds(holds):
-    return lambda s: s.framework != Framework.DEEPSPEED or holds(s)
-
-
-def _ds_batch_ok(s) -> bool:
-    p = s.parallelism
-    micro = p.microbatches if p.pipeline > 1 else s.training.micro_batch_size
-    return s.training.global_batch_size % (micro * (s.world_size // p.pipeline)) == 0
-
-
-DEEPSPEED_RULES = (
-    Rule(_DS + "(has(self.command) && !has(self.model))",
-         "framework deepspeed runs your own script: set command (e.g. torchrun … train.py), not model",
-         _ds(lambda s: s.command is not None and s.model is None), ".framework"),
-    Rule(_DS + "self.parallelism.tensor == 1",
-         "framework deepspeed: spec.parallelism.tensor must be 1 (tensor parallelism is not rendered for DeepSpeed)",
-         _ds(lambda s: s.parallelism.tensor == 1), ".parallelism.tensor"),
-    Rule(_DS + "!self.parallelism.sequenceParallel",
-         "framework deepspeed: spec.parallelism.sequenceParallel is not supported (no tensor parallelism)",
-         _ds(lambda s: not s.parallelism.sequence_parallel), ".parallelism.sequenceParallel"),
-    Rule(_DS + "self.parallelism.replicate == 1",
-         "framework deepspeed: spec.parallelism.replicate (HSDP) must be 1",
-         _ds(lambda s: s.parallelism.replicate == 1), ".parallelism.replicate"),
-    Rule(_DS + "(self.nodes * self.procsPerNode) % self.parallelism.pipeline == 0",
-         "framework deepspeed: nodes × procsPerNode must be divisible by parallelism.pipeline",
-         _ds(lambda s: s.world_size % s.parallelism.pipeline == 0), ".parallelism.pipeline"),
-    Rule(_DS + "!has(self.parallelism.data) || self.parallelism.data * self.parallelism.pipeline == self.nodes * self.procsPerNode",
-         "framework deepspeed: nodes × procsPerNode must equal parallelism.data × pipeline",
-         _ds(lambda s: s.parallelism.data is None or s.parallelism.data * s.parallelism.pipeline == s.world_size),
-         ".parallelism.data"),
-    Rule(_DS + "self.parallelism.pipeline == 1 || self.parallelism.zero <= 1",
-         "framework deepspeed: DeepSpeed's pipeline engine takes zero 0 or 1 (pipeline > 1)",
-         _ds(lambda s: s.parallelism.pipeline == 1 or s.parallelism.zero <= 1), ".parallelism.zero"),
-    Rule(_DS + "self.parallelism.pipelineSchedule == '1F1B' && self.parallelism.virtualStages == 1",
-         "framework deepspeed: DeepSpeed runs its own 1F1B pipeline schedule (pipelineSchedule 1F1B, virtualStages 1)",
-         _ds(lambda s: s.parallelism.pipeline_schedule == PipelineSchedule.ONE_F_ONE_B and s.parallelism.virtual_stages == 1),
-         ".parallelism.pipelineSchedule"),
-    Rule(_DS + "!self.parallelism.cpuOffload || self.parallelism.zero >= 1",
-         "framework deepspeed: cpuOffload needs zero 1, 2 or 3",
-         _ds(lambda s: not s.parallelism.cpu_offload or s.parallelism.zero >= 1), ".parallelism.cpuOffload"),
-    Rule(_DS + "self.training.gradCompression != 'powersgd'",
-         "framework deepspeed: gradCompression powersgd is a torch DDP hook (bf16 becomes DeepSpeed's communication_data_type)",
-         _ds(lambda s: s.training.grad_compression != GradCompression.POWERSGD), ".training.gradCompression"),
-    Rule(_DS + "self.training.globalBatchSize % ((self.parallelism.pipeline == 1 ? self.training.microBatchSize : self.parallelism.microbatches) * ((self.nodes * self.procsPerNode) / self.parallelism.pipeline)) == 0",
-         "framework deepspeed: globalBatchSize must be a multiple of microBatchSize (microbatches with pipeline > 1) × data-parallel ranks",
-         _ds(_ds_batch_ok), ".training.globalBatchSize"),
-    Rule(_DS + "!has(self.elastic)",
-         "framework deepspeed: the DeepSpeed config is rendered for nodes × procsPerNode; elastic is not supported",
-         _ds(lambda s: s.elastic is None), ".elastic"),
-)
-
-
-# --- framework: tensorflow (command jobs) -----------------------------------------------------
-# One TensorFlow worker per pod with TF_CONFIG rendered per pod (phalanx.render.tensorflow): the
-# script's MultiWorkerMirroredStrategy is synchronous data parallelism over the pods, so the
-# fields that split the world otherwise are refused unless at their defaults, each by its field.
-_TF = "!has(self.framework) || self.framework != 'tensorflow' || "
-
-
-def _tf(holds):
-    return lambda s: s.framework != Framework.TENSORFLOW or holds(s)
-
-
-_tf_default = functools.partial(parallelism_default, _TF, lambda s: s.framework == Framework.TENSORFLOW,
-                                "framework tensorflow")
-
-
-_TF_MWMS = "MultiWorkerMirroredStrategy keeps a full replica of the variables in every worker"
-TENSORFLOW_RULES = (
-    *script_framework_rules("tensorflow", "TensorFlow", "[python, train.py]", "torch"),
-    Rule(_TF + "self.procsPerNode == 1",
-         "framework tensorflow: spec.procsPerNode must be 1 (one TensorFlow worker per pod, one TF_CONFIG task; "
-         "it uses every GPU of its pod)",
-         _tf(lambda s: s.procs_per_node == 1), ".procsPerNode"),
-    Rule(_TF + "!has(self.parallelism.data) || self.parallelism.data == self.nodes",
-         "framework tensorflow: spec.parallelism.data must be unset or equal nodes (one data-parallel worker per pod)",
-         _tf(lambda s: s.parallelism.data is None or s.parallelism.data == s.nodes), ".parallelism.data"),
-    *full_replica_rules(_tf_default, _TF_MWMS),
-    Rule(_TF + "!has(self.elastic)",
-         "framework tensorflow: spec.elastic is not supported (TF_CONFIG lists spec.nodes workers; "
-         "MultiWorkerMirroredStrategy cannot change its cluster)",
-         _tf(lambda s: s.elastic is None), ".elastic"),
-    Rule(_TF + f"!has(self.env) || !self.env.exists(e, e.name == '{C.ENV_TF_CONFIG}')",
-         f"framework tensorflow: spec.env must not set {C.ENV_TF_CONFIG} (the operator renders it per pod)",
-         _tf(lambda s: all(e.name != C.ENV_TF_CONFIG for e in s.env)), ".env"),
-)
-
-
 # --- parallelism.parameterServer (built-in runtime) -------------------------------------------
 # The first `servers` ranks hold parameters and optimizer (phalanx_runtime.ps); the rest are
 # workers that each see the whole model: none of the layouts that split a model or its state.
@@ -608,7 +510,9 @@ class TrainingJobSpec(Model):
         None, description="Which roles' pods must all exit 0 for the job to succeed (default: all; "
         "chief for framework tensorflow with a chief role).")
 
-    checks = SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES + HOROVOD_RULES
+    # the order of the CRD's x-kubernetes-validations
+    checks = (SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES
+              + TENSORFLOW_ROLE_RULES + HOROVOD_RULES)
 
     @field_validator("roles")
     @classmethod
@@ -653,10 +557,7 @@ class TrainingJobSpec(Model):
         workers: an evaluator never decides); else every role."""
         if self.success_policy is not None:
             return tuple(self.success_policy.roles)
-        names = [r.name for r in self.roles]
-        if self.framework == Framework.TENSORFLOW:  # Kubeflow's TFJob: the chief, else the workers
-            return (C.TF_TASK_CHIEF,) if C.TF_TASK_CHIEF in names else (C.ROLE_WORKER,)
-        return (C.ROLE_WORKER, *names)
+        return deciding_roles(self) or (C.ROLE_WORKER, *(r.name for r in self.roles))
 
     @property
     def uses_runtime(self) -> bool:

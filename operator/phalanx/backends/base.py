@@ -1,13 +1,14 @@
-"""Shared shapes of the backend renderers."""
+"""The interface of a gang backend (``Backend``) and the shared shapes of their renderers."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from phalanx import constants as C
+from phalanx.api.types import GangBackend
 from phalanx.gang.inventory import format_amount
 from phalanx.gang.planner import GangRequest
 
@@ -27,6 +28,31 @@ class BackendRender:
     objects: list[dict[str, Any]] = field(default_factory=list)  # create before the pods
     pod: PodMutation = field(default_factory=PodMutation)
     errors: list[str] = field(default_factory=list)
+
+
+class Backend:
+    """One ``spec.scheduling.backend``: how it renders a gang (its objects and the pods' mutation),
+    what it refuses, and where the operator reads its verdict on the gang. A backend module
+    subclasses it once (``BACKEND``); ``phalanx.backends.backend_for`` picks it. Stateless: what
+    the cluster serves comes in as arguments."""
+
+    name: ClassVar[GangBackend]
+    # Phalanx's own gang admission places the pods (gang.admission): it may create a gang pinned.
+    admits_itself: ClassVar[bool] = False
+    # Kueue admits the gang: its Workload carries the verdict (backends.kueue.admission).
+    reads_kueue_workload: ClassVar[bool] = False
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        raise NotImplementedError
+
+    def validate(self, job: Any, **kwargs: Any) -> list[str]:
+        """What this backend refuses of ``job`` (the errors of its render), field first."""
+        return self.render(job, **kwargs).errors
+
+    def reads_pod_group(self, workload_api_versions: Sequence[str] | None) -> bool:
+        """The scheduler reports on the gang's PodGroup (backends.workload.schedulable), given the
+        Workload API versions the cluster serves (None: not discovered)."""
+        return False
 
 
 def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:

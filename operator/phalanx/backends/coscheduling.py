@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.backends.base import BackendRender, PodMutation, min_resources, object_meta
+from phalanx.api.types import GangBackend
+from phalanx.backends.base import Backend, BackendRender, PodMutation, min_resources, object_meta
 
 
 def render(
@@ -31,3 +32,13 @@ def render(
         remove_gates=[C.GANG_SCHEDULING_GATE],
     )
     return BackendRender(objects=[pg], pod=mutation)
+
+
+class Coscheduling(Backend):
+    name = GangBackend.COSCHEDULING
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        return render(job, **kwargs)
+
+
+BACKEND = Coscheduling()

@@ -19,8 +19,10 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import TopologyLevel
-from phalanx.backends.base import BackendRender, PodMutation, level_label
+from phalanx.api.types import GangBackend
+from phalanx.backends.base import Backend, BackendRender, PodMutation, level_label
 from phalanx.constants import KueueReason
+from phalanx.decision import Schedulable
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -78,9 +80,9 @@ class Admission:
     message: str
     evicted: bool = False
 
-    def condition(self) -> tuple[str, str, str]:
-        """(status, reason, message) for the Schedulable condition (Observed.backend_schedulable)."""
-        return self.status, self.reason, self.message
+    def condition(self) -> Schedulable:
+        """The Schedulable condition it makes (Observed.backend_schedulable)."""
+        return Schedulable(self.status, self.reason, self.message)
 
     def eviction(self) -> tuple[str, str] | None:
         """(reason, message) when Kueue evicted the gang (Observed.backend_evicted), else None."""
@@ -202,3 +204,14 @@ def withdrawal(evicted: tuple[str, str] | None, pods: Sequence[Mapping[str, Any]
         return None
     alive = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     return evicted if len(alive) < nodes else None
+
+
+class Kueue(Backend):
+    name = GangBackend.KUEUE
+    reads_kueue_workload = True
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        return render(job, **kwargs)
+
+
+BACKEND = Kueue()

@@ -6,8 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.backends.base import BackendRender, PodMutation
+from phalanx.api.types import GangBackend
+from phalanx.backends.base import Backend, BackendRender, PodMutation
 
 
 def render(job: Any, **_: Any) -> BackendRender:
     return BackendRender(objects=[], pod=PodMutation(add_gates=[C.GANG_SCHEDULING_GATE]))
+
+
+class Native(Backend):
+    name = GangBackend.NATIVE
+    admits_itself = True
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        return render(job, **kwargs)
+
+
+BACKEND = Native()

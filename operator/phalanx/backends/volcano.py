@@ -11,7 +11,8 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.config import TopologyLevel
-from phalanx.backends.base import BackendRender, PodMutation, min_resources, object_meta
+from phalanx.api.types import GangBackend
+from phalanx.backends.base import Backend, BackendRender, PodMutation, min_resources, object_meta
 
 
 def tier_of(level: str, levels: Sequence[TopologyLevel]) -> int | None:
@@ -52,3 +53,13 @@ def render(
         remove_gates=[C.GANG_SCHEDULING_GATE],
     )
     return BackendRender(objects=[pg], pod=mutation, errors=errors)
+
+
+class Volcano(Backend):
+    name = GangBackend.VOLCANO
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        return render(job, **kwargs)
+
+
+BACKEND = Volcano()

@@ -27,19 +27,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.backends.base import BackendRender, PodMutation, level_label, object_meta
+from phalanx.api.types import GangBackend
+from phalanx.backends.base import Backend, BackendRender, PodMutation, level_label, object_meta
 from phalanx.constants import WorkloadReason
+from phalanx.decision import Schedulable
 
 API_VERSIONS = ("v1alpha1", "v1alpha2")  # oldest → newest
 LATEST = API_VERSIONS[-1]
 # PodGroup status (k8s.io/api/scheduling/v1alpha2): condition types and reasons.
 COND_SCHEDULED = "PodGroupScheduled"
 COND_DISRUPTION = "DisruptionTarget"
-
-# The version the operator discovered at start-up (``use_served``); None = not discovered
-# (offline render/validate): the newest shape, without complaining about the cluster.
-_served: tuple[str, ...] | None = None
-
 
 def pick_api_version(served: Mapping[str, Iterable[str]]) -> str | None:
     """The newest Workload API version the server serves, from discovery: ``{version: resource
@@ -52,17 +49,13 @@ def pick_api_version(served: Mapping[str, Iterable[str]]) -> str | None:
     return None
 
 
-def use_served(versions: Iterable[str] | None) -> None:
-    """Record what discovery found (operator start-up); ``None`` forgets it."""
-    global _served
-    _served = None if versions is None else tuple(versions)
-
-
-def served_version() -> str | None:
-    """The discovered version; ``LATEST`` when nothing was discovered; None when the server serves none."""
-    if _served is None:
+def served_version(served: Sequence[str] | None) -> str | None:
+    """The version to render, from what the operator discovered at start-up
+    (``OperatorConfig.workload_api_versions``, oldest → newest): ``LATEST`` when nothing was
+    discovered (offline render and validate); None when the server serves none."""
+    if served is None:
         return LATEST
-    return _served[-1] if _served else None
+    return served[-1] if served else None
 
 
 def topology_constraints(sched: Any, levels: Sequence[Any] | None) -> tuple[list[dict[str, str]], list[str]]:
@@ -76,8 +69,10 @@ def topology_constraints(sched: Any, levels: Sequence[Any] | None) -> tuple[list
     return [{"key": key}], []
 
 
-def render(job: Any, *, api_version: str | None = None, levels: Sequence[Any] | None = None, **_: Any) -> BackendRender:
-    version = api_version or served_version()
+def render(job: Any, *, api_version: str | None = None, workload_api_versions: Sequence[str] | None = None,
+           levels: Sequence[Any] | None = None, **_: Any) -> BackendRender:
+    """``api_version``: this shape; else the newest of ``workload_api_versions`` (what discovery found)."""
+    version = api_version or served_version(workload_api_versions)
     if version is None:
         return BackendRender(errors=[
             "scheduling.backend: workload needs the Kubernetes Workload API (scheduling.k8s.io "
@@ -121,9 +116,9 @@ def pod_group_name(job_name: str) -> str:
     return f"{job_name}-{C.WORKLOAD_POD_GROUP_NAME}"
 
 
-def schedulable(pod_group: Mapping[str, Any] | None) -> tuple[bool | str, str, str]:
+def schedulable(pod_group: Mapping[str, Any] | None) -> Schedulable:
     """What a v1alpha2 PodGroup's status says about the gang, as the job's ``Schedulable``
-    condition: ``(status, reason, message)`` with status True, False or "Unknown".
+    condition, with status True, False or "Unknown".
 
     - no PodGroup (not created yet, or the API does not serve it): Unknown ``PodGroupMissing``;
     - ``DisruptionTarget=True`` (the scheduler preempts the group): False, its reason;
@@ -133,20 +128,33 @@ def schedulable(pod_group: Mapping[str, Any] | None) -> tuple[bool | str, str, s
     - no condition yet: Unknown ``WaitingForScheduler`` (fewer than minCount pods seen, or not tried).
     """
     if not pod_group:
-        return "Unknown", WorkloadReason.POD_GROUP_MISSING, "the PodGroup does not exist (yet)"
+        return Schedulable("Unknown", WorkloadReason.POD_GROUP_MISSING, "the PodGroup does not exist (yet)")
     name = (pod_group.get("metadata") or {}).get("name", "")
     conds = {c.get("type"): c for c in ((pod_group.get("status") or {}).get("conditions") or []) if isinstance(c, Mapping)}
     disrupted = conds.get(COND_DISRUPTION)
     if disrupted and disrupted.get("status") == "True":
-        return False, str(disrupted.get("reason") or WorkloadReason.DISRUPTED), _msg(name, disrupted, "the PodGroup is being disrupted")
+        return Schedulable(False, str(disrupted.get("reason") or WorkloadReason.DISRUPTED), _msg(name, disrupted, "the PodGroup is being disrupted"))
     cond = conds.get(COND_SCHEDULED)
     if cond is None or cond.get("status") not in ("True", "False"):
-        return "Unknown", WorkloadReason.WAITING_FOR_SCHEDULER, f"PodGroup {name}: kube-scheduler has not placed the gang yet"
+        return Schedulable("Unknown", WorkloadReason.WAITING_FOR_SCHEDULER, f"PodGroup {name}: kube-scheduler has not placed the gang yet")
     if cond["status"] == "True":
-        return True, WorkloadReason.SCHEDULED, _msg(name, cond, "kube-scheduler placed the whole gang")
-    return False, str(cond.get("reason") or WorkloadReason.UNSCHEDULABLE), _msg(name, cond, "kube-scheduler cannot place the gang")
+        return Schedulable(True, WorkloadReason.SCHEDULED, _msg(name, cond, "kube-scheduler placed the whole gang"))
+    return Schedulable(False, str(cond.get("reason") or WorkloadReason.UNSCHEDULABLE), _msg(name, cond, "kube-scheduler cannot place the gang"))
 
 
 def _msg(name: str, cond: Mapping[str, Any], default: str) -> str:
     text = str(cond.get("message") or "").strip()
     return f"PodGroup {name}: {text or default}"
+
+
+class Workload(Backend):
+    name = GangBackend.WORKLOAD
+
+    def reads_pod_group(self, workload_api_versions: Sequence[str] | None) -> bool:
+        return served_version(workload_api_versions) == "v1alpha2"  # v1alpha1's Workload has no status
+
+    def render(self, job: Any, **kwargs: Any) -> BackendRender:
+        return render(job, **kwargs)
+
+
+BACKEND = Workload()

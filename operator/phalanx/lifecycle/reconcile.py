@@ -243,10 +243,10 @@ def admission_withdrawn(ctx: Pass) -> Plan | None:
     st, observed = ctx.st, ctx.observed
     found = withdrawal(observed.backend_evicted, ctx.current, st.s.attempt_created, ctx.spec.gang_size)
     if found is None:
-        readmitted = observed.backend_schedulable is not None and observed.backend_schedulable[0] in (True, "True")
+        readmitted = observed.backend_schedulable is not None and observed.backend_schedulable.is_true
         suspended = get_condition(st.s.conditions, C.COND_SUSPENDED)
         if readmitted and suspended is not None and suspended.status == "True" and suspended.reason != Reason.SUSPENDED:
-            st.cond(C.COND_SUSPENDED, False, observed.backend_schedulable[1], observed.backend_schedulable[2])
+            st.cond(C.COND_SUSPENDED, False, observed.backend_schedulable.reason, observed.backend_schedulable.message)
         return None
     reason, message = found
     st.s.restart_attempt += 1
@@ -432,7 +432,8 @@ def place_gang(ctx: Pass) -> Plan | None:
     if gated and st.s.attempt_created and len(current) == ctx.spec.gang_size:
         return _gang_decision(ctx, gated)
     if current and not gated and st.s.attempt_created and ctx.observed.backend_schedulable is not None:
-        st.cond(C.COND_SCHEDULABLE, *ctx.observed.backend_schedulable)  # the scheduler's own gang verdict
+        verdict = ctx.observed.backend_schedulable  # the scheduler's own gang verdict
+        st.cond(C.COND_SCHEDULABLE, verdict.status, verdict.reason, verdict.message)
     elif current and not gated and st.s.attempt_created and not is_true(st.s.conditions, C.COND_SCHEDULABLE):
         st.cond(C.COND_SCHEDULABLE, True, Reason.GATES_LIFTED, "gang released to the scheduler")
     return None

@@ -1,5 +1,5 @@
-"""ConfigMap with the resolved runtime config (the runtime reads it from PHALANX_CONFIG) and, for
-``framework: deepspeed`` jobs, the DeepSpeed config (PHALANX_DEEPSPEED_CONFIG)."""
+"""ConfigMap with the resolved runtime config (the runtime reads it from PHALANX_CONFIG) and the
+files of the job's framework (``framework: deepspeed``: the DeepSpeed config, PHALANX_DEEPSPEED_CONFIG)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
-from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
+from phalanx.frameworks import plugin_for
 from phalanx.render.names import config_map_name, metadata
 
 
@@ -24,8 +24,7 @@ def runtime_config(job: TrainingJob) -> dict[str, Any]:
 
 def build_config_map(job: TrainingJob) -> dict[str, Any]:
     data = {C.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)}
-    if uses_deepspeed(job.spec):  # mounted next to config.json; $PHALANX_DEEPSPEED_CONFIG names it
-        data[C.DEEPSPEED_CONFIG_FILE] = json.dumps(deepspeed_config(job.spec), indent=2, sort_keys=True)
+    data |= plugin_for(job.spec).config_files(job.spec)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -33,7 +33,8 @@ def render_children(
     child carries the spec hash. (The executor creates every other kind before the pods.)"""
     config = config or OperatorConfig()
     wiring = job_wiring(job, config)
-    backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources)
+    backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources,
+                             workload_api_versions=config.workload_api_versions)
     pods = [
         merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
         for slot in (slots(job.spec) if only is None else only)

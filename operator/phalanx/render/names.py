@@ -7,12 +7,10 @@ import json
 from typing import Any
 
 from phalanx import constants as C
+from phalanx.api.slots import master_addr as master_addr  # re-exported with the children's names
+from phalanx.api.slots import service_name as service_name
 from phalanx.api.slots import worker_hostname
 from phalanx.api.types import TrainingJob
-
-
-def service_name(job: str) -> str:
-    return job
 
 
 def config_map_name(job: str) -> str:
@@ -25,11 +23,6 @@ def network_policy_name(job: str) -> str:
 
 def hostname(job: str, rank: int) -> str:
     return worker_hostname(job, rank)
-
-
-def master_addr(job: str) -> str:
-    """Stable DNS name of node-rank 0 through the headless Service."""
-    return f"{hostname(job, 0)}.{service_name(job)}"
 
 
 def base_labels(job: TrainingJob, component: str) -> dict[str, str]:

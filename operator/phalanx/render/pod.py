@@ -19,11 +19,9 @@ from phalanx.api.slots import (
     worker,
 )
 from phalanx.api.types import TrainingJob
-from phalanx.render.deepspeed import uses_deepspeed
-from phalanx.render.horovod import horovod_env, horovod_port
+from phalanx.frameworks import plugin_for
 from phalanx.render.names import config_map_name, master_addr, metadata, service_name
 from phalanx.render.network import NetworkWiring, merge_network
-from phalanx.render.tensorflow import tf_env
 
 RUNTIME_COMMAND = ["phalanx-runtime"]
 TERMINATION_GRACE_SECONDS = 120  # the runtime checkpoints on SIGTERM before it exits
@@ -78,7 +76,7 @@ def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
         _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
         {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-    ] + ([_env(C.ENV_DEEPSPEED_CONFIG, f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}")] if uses_deepspeed(spec) else [])
+    ] + plugin_for(spec).job_env(spec)
 
 
 def role_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
@@ -99,12 +97,12 @@ def role_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
 
 def rendezvous_env(job: TrainingJob, slot: Slot | int, attempt: int, master_port: int) -> list[dict[str, Any]]:
     """A pod's env from the operator. Workers get their torch rank; every pod gets MASTER_ADDR
-    (worker 0) and, with spec.roles, its role; framework tensorflow its TF_CONFIG."""
+    (worker 0) and, with spec.roles, its role; then what its framework wires (TF_CONFIG, Horovod's)."""
     slot = worker(slot) if isinstance(slot, int) else slot
     addr = master_addr(job.metadata.name)
     ranked = _rank_env(job, slot.index, attempt, master_port) if slot.is_worker else []
     return ([_env(C.ENV_MASTER_ADDR, addr), _env(C.ENV_MASTER_PORT, master_port)] + ranked + _job_env(job, attempt)
-            + role_env(job, slot) + tf_env(job, slot, master_port) + horovod_env(job, slot))
+            + role_env(job, slot) + plugin_for(job.spec).slot_env(job, slot, master_port))
 
 
 def gpu_visibility_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
@@ -199,7 +197,7 @@ def build_pod(
             {"name": C.PORT_NAME_RENDEZVOUS, "containerPort": master_port, "protocol": "TCP"},
             {"name": C.PORT_NAME_PROGRESS, "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
             {"name": C.PORT_NAME_METRICS, "containerPort": C.METRICS_PORT, "protocol": "TCP"},
-        ] + horovod_port(job),
+        ] + plugin_for(spec).container_ports(job),
         "volumeMounts": mounts,
         # a failed program that wrote no termination message gets its log's last lines as one
         "terminationMessagePolicy": C.TERMINATION_MESSAGE_POLICY,

@@ -6,7 +6,7 @@ from typing import Any
 
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
-from phalanx.render.horovod import horovod_service_port
+from phalanx.frameworks import plugin_for
 from phalanx.render.names import metadata, service_name
 
 
@@ -25,6 +25,6 @@ def build_service(job: TrainingJob, master_port: int = C.DEFAULT_MASTER_PORT) ->
                 {"name": "rendezvous", "port": master_port, "targetPort": master_port, "protocol": "TCP"},
                 {"name": "progress", "port": C.PROGRESS_PORT, "targetPort": C.PROGRESS_PORT, "protocol": "TCP"},
                 {"name": "metrics", "port": C.METRICS_PORT, "targetPort": C.METRICS_PORT, "protocol": "TCP"},
-            ] + horovod_service_port(job),
+            ] + plugin_for(job.spec).service_ports(job),
         },
     }

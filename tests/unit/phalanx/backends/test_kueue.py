@@ -7,6 +7,7 @@ from phalanx import constants as C
 from phalanx.api.config import TopologyConfig
 from phalanx.backends import apply_mutation
 from phalanx.backends.kueue import Admission, admission, render, withdrawal, workload_name
+from phalanx.decision import Schedulable
 from phalanx.lifecycle.reconcile import Observed, decide
 from phalanx.lifecycle.resume import FROM_CHECKPOINT, FROM_STEP_ZERO
 from tests.unit.phalanx.backends.fixtures import job, pod
@@ -78,7 +79,7 @@ def test_no_workload_yet():
 def test_pending_mirrors_kueue_reason_and_message():
     a = admission(wl(cond("QuotaReserved", "False", "Pending", PENDING_MSG)), [gated_pod()])
     assert a == Admission("False", "Pending", f"Kueue: {PENDING_MSG}")
-    assert a.condition() == ("False", "Pending", f"Kueue: {PENDING_MSG}") and a.eviction() is None
+    assert a.condition() == Schedulable("False", "Pending", f"Kueue: {PENDING_MSG}") and a.eviction() is None
     inad = admission(wl(cond("QuotaReserved", "False", "Inadmissible", "ClusterQueue cq is inactive")), [])
     assert (inad.status, inad.reason) == ("False", "Inadmissible")
 
@@ -175,7 +176,7 @@ def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj, vol
 
     step()
     assert len(pods) == nodes and all(p["metadata"]["labels"][C.LABEL_KUEUE_QUEUE_NAME] == "lq" for p in pods.values())
-    pending = ("False", "Pending", f"Kueue: {PENDING_MSG}")
+    pending = Schedulable("False", "Pending", f"Kueue: {PENDING_MSG}")
     step(pending)
     assert conds()["Schedulable"]["reason"] == "Pending" and PENDING_MSG in conds()["Schedulable"]["message"]
     assert obj["status"]["phase"] == "Scheduling"
@@ -184,29 +185,29 @@ def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj, vol
         p["spec"]["schedulingGates"] = []
         p["spec"]["nodeName"] = f"n{i}"
         p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    step(("True", "Admitted", "admitted by Kueue"))
+    step(Schedulable("True", "Admitted", "admitted by Kueue"))
     assert obj["status"]["phase"] == "Running" and conds()["Schedulable"]["status"] == "True"
     # Preempted: Kueue marks the pods and deletes them.
     for name in list(pods):
         pods[name] = {**pods[name], "metadata": {**pods[name]["metadata"], "deletionTimestamp": now.isoformat()},
                       "status": {**pods[name]["status"], "conditions": [cond("TerminationTarget", "True", "Preempted", "to make room")]}}
     ev = ("Preempted", "Kueue evicted Workload llm (Preempted): ...")
-    step(("False", *ev), ev)
+    step(Schedulable("False", *ev), ev)
     st = obj["status"]
     assert st["phase"] == "Pending" and st["restartAttempt"] == 1 and st.get("restarts", 0) == 0
     assert conds()["Suspended"]["status"] == "True" and conds()["Suspended"]["reason"] == "Preempted"
     assert resumes in st["message"]
-    assert not step(("False", *ev), ev).delete_pods  # already being deleted (by Kueue): left alone
+    assert not step(Schedulable("False", *ev), ev).delete_pods  # already being deleted (by Kueue): left alone
     pods.clear()  # their deletion completes
-    step(("False", *ev), ev)  # the new attempt's pods, queued behind the still-Evicted Workload
+    step(Schedulable("False", *ev), ev)  # the new attempt's pods, queued behind the still-Evicted Workload
     assert len(pods) == nodes and all(p["metadata"]["labels"][C.LABEL_RESTART_ATTEMPT] == "1" for p in pods.values())
-    step(("False", *ev), ev)
+    step(Schedulable("False", *ev), ev)
     assert obj["status"]["restartAttempt"] == 1 and conds()["Schedulable"]["reason"] == "Preempted"
     # Re-admitted: Suspended clears, the gang runs again (attempt 1 resumes from the checkpoint).
     for p in pods.values():
         p["spec"]["schedulingGates"] = []
         p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         p["spec"]["nodeName"] = "n"
-    step(("True", "Admitted", "admitted by Kueue"))
+    step(Schedulable("True", "Admitted", "admitted by Kueue"))
     assert obj["status"]["phase"] == "Running" and conds()["Suspended"]["status"] == "False"
     assert obj["status"].get("restarts", 0) == 0

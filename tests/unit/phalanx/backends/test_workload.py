@@ -1,16 +1,10 @@
 import pytest
 
 from phalanx.api.config import default_levels
-from phalanx.backends import apply_mutation, render_backend, workload
+from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.workload import pick_api_version, render, schedulable
+from phalanx.decision import Schedulable
 from tests.unit.phalanx.backends.fixtures import job, pod, validate
-
-
-@pytest.fixture(autouse=True)
-def _undiscovered():
-    workload.use_served(None)
-    yield
-    workload.use_served(None)
 
 
 def test_v1alpha1_workload_and_pod_ref():
@@ -80,10 +74,8 @@ def test_version_from_discovery():
     assert pick_api_version({"v1alpha2": ["workloads"]}) is None  # no PodGroup: not usable
     j = job(scheduling={"backend": "workload"})
     assert render(j).objects[0]["apiVersion"] == "scheduling.k8s.io/v1alpha2"  # not discovered: newest
-    workload.use_served(["v1alpha1"])
-    assert render(j).objects[0]["apiVersion"] == "scheduling.k8s.io/v1alpha1"
-    workload.use_served([])
-    r = render_backend(j)
+    assert render(j, workload_api_versions=("v1alpha1",)).objects[0]["apiVersion"] == "scheduling.k8s.io/v1alpha1"
+    r = render_backend(j, workload_api_versions=())
     assert not r.objects and "does not serve" in r.errors[0] and "GenericWorkload" in r.errors[0]
 
 
@@ -92,20 +84,26 @@ def pg(*conds):
 
 
 def test_schedulable_from_podgroup_status():
-    assert schedulable(None) == ("Unknown", "PodGroupMissing", "the PodGroup does not exist (yet)")
-    assert schedulable(pg())[:2] == ("Unknown", "WaitingForScheduler")
-    assert schedulable({"metadata": {"name": "x"}})[:2] == ("Unknown", "WaitingForScheduler")
+    def seen(pod_group):
+        verdict = schedulable(pod_group)
+        return verdict.status, verdict.reason, verdict.message
+
+    assert schedulable(None) == Schedulable("Unknown", "PodGroupMissing", "the PodGroup does not exist (yet)")
+    assert seen(pg())[:2] == ("Unknown", "WaitingForScheduler")
+    assert seen({"metadata": {"name": "x"}})[:2] == ("Unknown", "WaitingForScheduler")
     ok = {"type": "PodGroupScheduled", "status": "True", "reason": "Scheduled", "message": ""}
-    assert schedulable(pg(ok)) == (True, "Scheduled", "PodGroup llm-workers: kube-scheduler placed the whole gang")
+    assert seen(pg(ok)) == (True, "Scheduled", "PodGroup llm-workers: kube-scheduler placed the whole gang")
+    assert schedulable(pg(ok)).is_true
     no = {"type": "PodGroupScheduled", "status": "False", "reason": "Unschedulable",
           "message": "0/16 nodes are available: 16 Insufficient nvidia.com/gpu."}
-    assert schedulable(pg(no)) == (False, "Unschedulable", "PodGroup llm-workers: 0/16 nodes are available: 16 Insufficient nvidia.com/gpu.")
+    assert seen(pg(no)) == (False, "Unschedulable", "PodGroup llm-workers: 0/16 nodes are available: 16 Insufficient nvidia.com/gpu.")
+    assert not schedulable(pg(no)).is_true
     err = {"type": "PodGroupScheduled", "status": "False", "reason": "SchedulerError", "message": "boom"}
-    assert schedulable(pg(err))[:2] == (False, "SchedulerError")
+    assert seen(pg(err))[:2] == (False, "SchedulerError")
     gone = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": ""}
-    assert schedulable(pg(ok, gone))[:2] == (False, "PreemptionByScheduler")
-    assert schedulable(pg({"type": "DisruptionTarget", "status": "False"}, ok))[0] is True
-    assert schedulable(pg("junk", {"type": "PodGroupScheduled", "status": "Maybe"}))[0] == "Unknown"
+    assert seen(pg(ok, gone))[:2] == (False, "PreemptionByScheduler")
+    assert schedulable(pg({"type": "DisruptionTarget", "status": "False"}, ok)).status is True
+    assert schedulable(pg("junk", {"type": "PodGroupScheduled", "status": "Maybe"})).status == "Unknown"
 
 
 def test_reconcile_takes_schedulable_from_the_podgroup(job_obj):

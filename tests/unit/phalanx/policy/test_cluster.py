@@ -181,21 +181,19 @@ def test_volume_tables_match_core_v1():
 def test_the_scheduler_a_backend_implies_is_the_one_its_pods_get():
     from phalanx.api.policy import effective_scheduler_name
     from phalanx.api.types import GangBackend
-    from phalanx.backends import workload
-
-    workload.use_served(["v1alpha2"])
-    try:
-        for backend in GangBackend:
-            for named in (None, "custom"):
-                scheduling = {"backend": str(backend), "queue": "q"} | ({"schedulerName": named} if named else {})
-                parsed, found = validate_job(job(scheduling=scheduling), OperatorConfig(policy=ClusterPolicy(default=PolicyRules(
-                    allowed_backends=list(GangBackend), allowed_scheduler_names=["volcano", "scheduler-plugins-scheduler", "custom"]))))
-                assert not found, found
-                parsed.metadata.uid = "u"
-                pod = next(c for c in render_children(parsed, OperatorConfig(), attempt=0) if c["kind"] == "Pod")
-                assert pod["spec"].get("schedulerName") == effective_scheduler_name(named, backend), (backend, named)
-    finally:
-        workload.use_served(None)
+    served = ("v1alpha2",)  # the workload backend as on a cluster that serves its newest API
+    for backend in GangBackend:
+        for named in (None, "custom"):
+            scheduling = {"backend": str(backend), "queue": "q"} | ({"schedulerName": named} if named else {})
+            rules = PolicyRules(allowed_backends=list(GangBackend),
+                                allowed_scheduler_names=["volcano", "scheduler-plugins-scheduler", "custom"])
+            config = OperatorConfig(policy=ClusterPolicy(default=rules)).with_workload_api(served)
+            parsed, found = validate_job(job(scheduling=scheduling), config)
+            assert not found, found
+            parsed.metadata.uid = "u"
+            pod = next(c for c in render_children(parsed, OperatorConfig().with_workload_api(served), attempt=0)
+                       if c["kind"] == "Pod")
+            assert pod["spec"].get("schedulerName") == effective_scheduler_name(named, backend), (backend, named)
 
 
 def test_reserved_rendezvous_env_is_what_every_worker_gets():

@@ -10,8 +10,8 @@ import pytest
 from phalanx import constants as C
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import TrainingJob, TrainingJobSpec
+from phalanx.frameworks.deepspeed import deepspeed_config
 from phalanx.render.configmap import build_config_map
-from phalanx.render.deepspeed import deepspeed_config
 from phalanx.render.pod import rendezvous_env
 
 

@@ -13,10 +13,11 @@ from phalanx import constants as C
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.crd import build_crd
 from phalanx.api.rules import broken_rules
-from phalanx.api.types import TENSORFLOW_RULES, TrainingJob, TrainingJobSpec
+from phalanx.api.tensorflow import TENSORFLOW_RULES
+from phalanx.api.types import TrainingJob, TrainingJobSpec
+from phalanx.frameworks.tensorflow import tf_config, worker_address
 from phalanx.render.job import render_children
 from phalanx.render.pod import rendezvous_env
-from phalanx.render.tensorflow import tf_config, worker_address
 from phalanx.validate import validate_job
 
 

@@ -14,7 +14,7 @@ from phalanx.api.horovod import HOROVOD_RULES
 from phalanx.api.rules import broken_rules
 from phalanx.api.slots import Slot, worker
 from phalanx.api.types import TrainingJob, TrainingJobSpec
-from phalanx.render.horovod import horovod_env
+from phalanx.frameworks.horovod import horovod_env
 from phalanx.render.job import render_children
 from phalanx.render.networkpolicy import build_network_policy
 from phalanx.render.pod import rendezvous_env

@@ -1,4 +1,4 @@
-"""Horovod's gloo rendezvous env of a ``framework: horovod`` command job (pure: job in, env out).
+"""``framework: horovod``: Horovod's gloo rendezvous env of a command job (pure: job in, env out).
 
 Horovod 0.28.1 meets without horovodrun and ssh when each process finds in its environment what
 horovodrun's gloo launcher would have put there (docs/horovod.md, "Running without horovodrun").
@@ -28,9 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 from phalanx import constants as C
-from phalanx.api.slots import Slot, slot_hostname
+from phalanx.api.horovod import HOROVOD_RULES
+from phalanx.api.slots import Slot, master_addr, slot_hostname
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
-from phalanx.render.names import master_addr
+from phalanx.frameworks.base import FrameworkPlugin
 
 
 def uses_horovod(spec: TrainingJobSpec) -> bool:
@@ -78,3 +79,20 @@ def horovod_service_port(job: TrainingJob) -> list[dict[str, Any]]:
         return []
     port = C.HOROVOD_RENDEZVOUS_PORT
     return [{"name": C.PORT_NAME_HOROVOD, "port": port, "targetPort": port, "protocol": "TCP"}]
+
+
+class Horovod(FrameworkPlugin):
+    framework = Framework.HOROVOD
+    rules = HOROVOD_RULES
+
+    def slot_env(self, job: TrainingJob, slot: Slot, master_port: int) -> list[dict[str, Any]]:
+        return horovod_env(job, slot)
+
+    def container_ports(self, job: TrainingJob) -> list[dict[str, Any]]:
+        return horovod_port(job)
+
+    def service_ports(self, job: TrainingJob) -> list[dict[str, Any]]:
+        return horovod_service_port(job)
+
+
+PLUGIN = Horovod()
