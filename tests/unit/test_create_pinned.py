@@ -15,7 +15,8 @@ from phalanx.decision import GangDecision, Observed
 from phalanx.gang.pins import pin_affinity, pin_pod, pinned_node
 from phalanx.gang.quota import quota_entry
 from phalanx.lifecycle.pods import is_gated
-from phalanx.lifecycle.reconcile import INTERRUPTED_AFTER_SECONDS, REFUSED_GRACE_SECONDS, decide
+from phalanx.lifecycle.reconcile import decide
+from phalanx.lifecycle.replacement import INTERRUPTED_AFTER_SECONDS, REFUSED_GRACE_SECONDS
 
 PINS = {"job-node-0-0": "node-a", "job-node-1-0": "node-b"}
 PLACED = GangDecision(release=True, pins=PINS, message="placed on 2 nodes (block=1)",

@@ -34,6 +34,7 @@ from phalanx.constants import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
     ROLE_WORKER,
+    NodeExclusion,
     UnschedulableReason,
 )
 from phalanx.gang.inventory import (
@@ -170,11 +171,9 @@ class Unschedulable:
 # ---------------------------------------------------------------------------------------------
 # Feasibility
 
-R_NOT_READY = "not ready"
-R_CORDONED = "cordoned"
-R_TAINTED = "tainted"
-R_SELECTOR = "nodeSelector mismatch"
-_REASON_ORDER = [R_NOT_READY, R_CORDONED, R_TAINTED, R_SELECTOR]
+# Exclusions with equal counts are listed in this order in a message.
+_EXCLUSION_ORDER = [NodeExclusion.NOT_READY, NodeExclusion.CORDONED, NodeExclusion.TAINTED,
+                    NodeExclusion.SELECTOR_MISMATCH]
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
@@ -209,17 +208,17 @@ def static_rejection(node: NodeInfo, request: GangRequest) -> str | None:
     """Why ``node`` cannot take a pod of ``request`` whatever its free capacity (None when it can):
     readiness, cordon, taints, nodeSelector."""
     if not node.ready:
-        return R_NOT_READY
+        return NodeExclusion.NOT_READY
     if node.unschedulable and not any(
         tolerates(t, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for t in request.tolerations
     ):
-        return R_CORDONED
+        return NodeExclusion.CORDONED
     if node.taints and untolerated_taints(node, request.tolerations):
-        return R_TAINTED
+        return NodeExclusion.TAINTED
     labels = node.labels
     for k, v in request.node_selector.items():
         if labels.get(k) != v:
-            return R_SELECTOR
+            return NodeExclusion.SELECTOR_MISMATCH
     return None
 
 
@@ -227,7 +226,7 @@ def resource_rejection(free: Mapping[str, int], requests: Mapping[str, int]) -> 
     """'too little <resource>' for the first requested resource ``free`` lacks (None when it fits)."""
     for res, amount in requests.items():
         if amount > 0 and free.get(res, 0) < amount:
-            return f"too little {res}"
+            return NodeExclusion.TOO_LITTLE.format(resource=res)
     return None
 
 
@@ -255,7 +254,7 @@ def feasible_nodes(
 
 
 def _format_excluded(excluded: Mapping[str, int]) -> str:
-    order = {r: i for i, r in enumerate(_REASON_ORDER)}
+    order = {exclusion: i for i, exclusion in enumerate(_EXCLUSION_ORDER)}
     items = sorted(excluded.items(), key=lambda kv: (-kv[1], order.get(kv[0], 99), kv[0]))
     return ", ".join(f"{v} {k}" for k, v in items)
 
@@ -478,7 +477,7 @@ def _within(cap: Capacity, topo: Topology, fit: _Fit, scope: tuple[int, Path]) -
     inside = [n for n in cap.names if n in fit.feasible and topo.paths[n][: level + 1] == domain]
     excluded = dict(fit.excluded)
     if len(fit.feasible) > len(inside):
-        excluded[f"outside the workers' {topo.levels[level].name}"] = len(fit.feasible) - len(inside)
+        excluded[NodeExclusion.OUTSIDE_WORKERS_DOMAIN.format(level=topo.levels[level].name)] = len(fit.feasible) - len(inside)
     return _Fit.of(topo, inside, excluded)
 
 

@@ -47,3 +47,9 @@ def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
 def is_true(conditions: list[Condition], type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.status == "True"
+
+
+def reason_of(conditions: list[Condition], type_: str) -> str | None:
+    """The reason of the condition of ``type_`` (None when it is not set)."""
+    cond = get_condition(conditions, type_)
+    return cond.reason if cond is not None else None

@@ -17,11 +17,17 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
-from phalanx.constants import ErrorKey, FailureCategory
+from phalanx.constants import (
+    CONTAINER_NAME,
+    REPORT_KEY_ERROR,
+    REPORT_TYPE_INVALID_JOB,
+    TERMINATION_MESSAGE_MAX_BYTES,
+    ErrorKey,
+    FailureCategory,
+)
 from phalanx.lifecycle.progress import decode
 
-MAX_MESSAGE_CHARS = C.TERMINATION_MESSAGE_MAX_BYTES  # the kubelet keeps no more; of a longer one, the tail
+MAX_MESSAGE_CHARS = TERMINATION_MESSAGE_MAX_BYTES  # the kubelet keeps no more; of a longer one, the tail
 MAX_TEXT = 300  # the cause's text in a condition message, an Event, status.lastFailure.message
 MAX_LINES = 3  # of an exception's message in a log, or of a log's last lines
 MAX_RANK = 2**31 - 1
@@ -111,7 +117,7 @@ def parse_report(message: str) -> dict[str, Any] | None:
     if not message.lstrip().startswith("{"):
         return None
     obj = decode(message)
-    error = (obj or {}).get(C.REPORT_KEY_ERROR)
+    error = (obj or {}).get(REPORT_KEY_ERROR)
     if not isinstance(error, dict):
         return None
     out: dict[str, Any] = {}
@@ -220,7 +226,7 @@ def _category(text: str) -> FailureCategory | None:
 def classify(exit_code: int | None, reason: str | None, text: str, exception: bool) -> FailureCategory:
     """The category of a failed container: its reason, its text (RULES), its exit code, then
     whether it raised at all."""
-    if re.match(C.REPORT_TYPE_INVALID_JOB + r"\b", text):
+    if re.match(REPORT_TYPE_INVALID_JOB + r"\b", text):
         return FailureCategory.INVALID_CONFIG
     if reason == "OOMKilled":
         return FailureCategory.OUT_OF_MEMORY
@@ -244,7 +250,7 @@ def _signal_text(exit_code: int | None, reason: str | None, memory_limit: str | 
 def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The trainer container's terminated state (this run's, else the last)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") != C.CONTAINER_NAME:
+        if status.get("name") != CONTAINER_NAME:
             continue
         term = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
         if term:
@@ -254,7 +260,7 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def _memory_limit(pod: dict[str, Any]) -> str | None:
     for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == C.CONTAINER_NAME:
+        if container.get("name") == CONTAINER_NAME:
             limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
             return one_line(limit, 32) if isinstance(limit, str) else None
     return None

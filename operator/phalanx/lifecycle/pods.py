@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx.constants import GANG_SCHEDULING_GATE, LABEL_RESTART_ATTEMPT
 
 
 def attempt_of(pod: dict[str, Any]) -> int:
     """The restart attempt a pod belongs to (-1 when unlabelled)."""
-    return int(pod["metadata"].get("labels", {}).get(C.LABEL_RESTART_ATTEMPT, -1))
+    return int(pod["metadata"].get("labels", {}).get(LABEL_RESTART_ATTEMPT, -1))
 
 
 def is_gated(pod: dict[str, Any]) -> bool:
-    return any(g.get("name") == C.GANG_SCHEDULING_GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
+    return any(g.get("name") == GANG_SCHEDULING_GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
