@@ -38,7 +38,7 @@ def active_size(job: TrainingJob, recorded: int | None) -> int:
 
 def runnable_sizes(job: TrainingJob, low: int, high: int) -> list[int]:
     """Sizes in [low, high], largest first, whose layout the runtime can hold (batch, mesh, model)."""
-    return [n for n in range(high, low - 1, -1) if not check_layout(at_size(job, n).spec)]
+    return [size for size in range(high, low - 1, -1) if not check_layout(at_size(job, size).spec)]
 
 
 def shrink(ctx: Pass, waited: float) -> Plan | None:
@@ -48,9 +48,9 @@ def shrink(ctx: Pass, waited: float) -> Plan | None:
     if elastic is None or ctx.fits is None or waited < elastic.replace_timeout_seconds:
         return None
     assert ctx.requested is not None
-    for n in runnable_sizes(ctx.requested, elastic.min_nodes, ctx.active - 1):
-        if ctx.fits(at_size(ctx.requested, n)):
-            return resize(ctx, n, f"no room for {ctx.active} nodes for {int(waited)}s")
+    for size in runnable_sizes(ctx.requested, elastic.min_nodes, ctx.active - 1):
+        if ctx.fits(at_size(ctx.requested, size)):
+            return resize(ctx, size, f"no room for {ctx.active} nodes for {int(waited)}s")
     return None
 
 
@@ -63,9 +63,9 @@ def grow(ctx: Pass) -> Plan | None:
     if elastic is None or ctx.fits is None or ctx.active >= ctx.requested.spec.nodes or since is None \
             or (ctx.now - since).total_seconds() < elastic.replace_timeout_seconds:
         return None
-    for n in runnable_sizes(ctx.requested, ctx.active + 1, ctx.requested.spec.nodes):
-        if ctx.fits(at_size(ctx.requested, n)):
-            return resize(ctx, n, "capacity returned")
+    for size in runnable_sizes(ctx.requested, ctx.active + 1, ctx.requested.spec.nodes):
+        if ctx.fits(at_size(ctx.requested, size)):
+            return resize(ctx, size, "capacity returned")
     return None
 
 

@@ -152,8 +152,8 @@ def report_text(report: dict[str, Any], limit: int = MAX_TEXT, where: bool = Tru
 
 
 def _unprefixed(line: str) -> tuple[str, int | None]:
-    m = _RANK_PREFIX.match(line)
-    return (line[m.end():], int(m.group(1))) if m else (line, None)
+    prefix = _RANK_PREFIX.match(line)
+    return (line[prefix.end():], int(prefix.group(1))) if prefix else (line, None)
 
 
 def _torchrun_root(lines: list[str]) -> dict[str, str]:
@@ -161,9 +161,9 @@ def _torchrun_root(lines: list[str]) -> dict[str, str]:
     at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].lstrip().startswith("Root Cause")), None)
     fields: dict[str, str] = {}
     for line in lines[at + 1:] if at is not None else []:
-        m = _ROOT_FIELD.match(line.strip())
-        if m and m.group(1) not in fields:
-            fields[m.group(1)] = m.group(2)
+        field = _ROOT_FIELD.match(line.strip())
+        if field and field.group(1) not in fields:
+            fields[field.group(1)] = field.group(2)
     return fields
 
 
@@ -175,10 +175,10 @@ def _exception_lines(lines: list[str]) -> tuple[list[str], int | None]:
     line after the exception is as likely the script's own output."""
     plain = [_unprefixed(line) for line in lines]
     found: list[tuple[list[str], int | None]] = []
-    for i, (line, rank) in enumerate(plain):
-        if _EXCEPTION.match(line.strip()) and not any(w in line for w in _WRAPPERS):
+    for index, (line, rank) in enumerate(plain):
+        if _EXCEPTION.match(line.strip()) and not any(wrapper in line for wrapper in _WRAPPERS):
             more = []
-            continued = plain[i + 1:i + MAX_LINES] if line.rstrip().endswith(":") else []
+            continued = plain[index + 1:index + MAX_LINES] if line.rstrip().endswith(":") else []
             for following, whose in continued:
                 if (whose != rank or _SEPARATOR.match(following) or _NOT_MESSAGE.match(following)
                         or _EXCEPTION.match(following)):

@@ -99,9 +99,10 @@ def first_failure(view: StatusView, current: list[dict], spec: Any, now: datetim
     hangTimeoutSeconds)."""
     best = None
     for pod in sorted(current, key=_rank_order):  # the first of the lowest precedence, in rank order
-        if (f := classify_pod(pod, spec.failure_policy)) and (best is None or precedence(f.cause) < precedence(best.cause)):
-            best = f
-            if precedence(f.cause) == 0:
+        failure = classify_pod(pod, spec.failure_policy)
+        if failure is not None and (best is None or precedence(failure.cause) < precedence(best.cause)):
+            best = failure
+            if precedence(failure.cause) == 0:
                 break  # nothing outranks it: the other pods' messages need not be read
     if best is not None:
         return best
@@ -164,7 +165,7 @@ def unbound_too_long(view: StatusView, current: list[dict], nodes: int, now: dat
     released = parse_iso(cond.last_transition_time) if cond and cond.status == "True" else None
     if released is None or len(current) != nodes:
         return 0
-    created = [t for p in current if (t := created_at(p)) is not None]
+    created = [when for p in current if (when := created_at(p)) is not None]
     since = max([released, *created])
     if (now - since).total_seconds() < timeout:
         return 0

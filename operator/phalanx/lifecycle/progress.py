@@ -42,34 +42,34 @@ _BAD = object()
 _TOKENS = re.compile(r'[\\"\[\]{}]')
 
 
-def _count(v: Any) -> Any:
-    return v if type(v) is int and 0 <= v <= MAX_COUNT else _BAD  # type(): bool is not a count
+def _count(value: Any) -> Any:
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else _BAD  # type(): bool is not a count
 
 
-def _rate(v: Any) -> Any:
+def _rate(value: Any) -> Any:
     # The comparison rejects NaN and ±inf, and never converts a huge int (OverflowError).
-    return float(v) if type(v) in (int, float) and 0 <= v <= MAX_RATE else _BAD
+    return float(value) if type(value) in (int, float) and 0 <= value <= MAX_RATE else _BAD
 
 
-def _loss(v: Any) -> Any:
+def _loss(value: Any) -> Any:
     """Any float, NaN and ±infinity included (reported as such); never a string or a bool."""
-    if type(v) is float:
-        return v
-    return float(v) if type(v) is int and abs(v) <= MAX_COUNT else _BAD
+    if type(value) is float:
+        return value
+    return float(value) if type(value) is int and abs(value) <= MAX_COUNT else _BAD
 
 
 def _string(limit: int) -> Callable[[Any], Any]:
-    return lambda v: v if isinstance(v, str) and len(v) <= limit else _BAD
+    return lambda value: value if isinstance(value, str) and len(value) <= limit else _BAD
 
 
 def _record(fields: dict[str, Callable[[Any], Any]], required: tuple[str, ...]) -> Callable[[Any], Any]:
     """A nested object: only ``fields``, each valid; ``required`` present."""
 
-    def check(v: Any) -> Any:
-        if not isinstance(v, dict):
+    def check(value: Any) -> Any:
+        if not isinstance(value, dict):
             return _BAD
-        out = {k: fn(v[k]) for k, fn in fields.items() if v.get(k) is not None}
-        if any(x is _BAD for x in out.values()) or any(k not in out for k in required):
+        out = {key: checked(value[key]) for key, checked in fields.items() if value.get(key) is not None}
+        if any(item is _BAD for item in out.values()) or any(key not in out for key in required):
             return _BAD
         return out
 
@@ -120,11 +120,11 @@ def _too_deep_text(text: str) -> bool:
 def _too_deep(value: Any) -> bool:
     stack = [(value, 1)]
     while stack:
-        v, depth = stack.pop()
-        if isinstance(v, dict | list | tuple):
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
             if depth > MAX_DEPTH:
                 return True
-            stack += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+            stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
     return False
 
 

@@ -15,8 +15,8 @@ from phalanx.lifecycle.conditions import set_condition
 from phalanx.lifecycle.pods import is_ready, pod_phase
 
 
-def iso(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_iso(ts: str | None) -> datetime | None:
