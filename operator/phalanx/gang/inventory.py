@@ -130,8 +130,8 @@ class NodeInfo:
             if cond.get("type") == "Ready":
                 ready = cond.get("status") == "True"
         taints = tuple(
-            Taint(key=t.get("key", ""), value=t.get("value") or "", effect=t.get("effect", "NoSchedule"))
-            for t in spec.get("taints") or []
+            Taint(key=taint.get("key", ""), value=taint.get("value") or "", effect=taint.get("effect", "NoSchedule"))
+            for taint in spec.get("taints") or []
         )
         alloc_raw = status.get("allocatable") or status.get("capacity") or {}
         return cls(
@@ -148,8 +148,8 @@ def nodes_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> lis
     """NodeInfo for each Node of a ``kubectl get nodes -o yaml`` List (or a plain list); a
     NodeInfo in the list is taken as it is (a caller that parsed the nodes once)."""
     items = obj.get("items", []) if isinstance(obj, Mapping) else obj
-    return [n if isinstance(n, NodeInfo) else NodeInfo.from_node(n)
-            for n in items if isinstance(n, NodeInfo) or n.get("kind", "Node") == "Node"]
+    return [item if isinstance(item, NodeInfo) else NodeInfo.from_node(item)
+            for item in items if isinstance(item, NodeInfo) or item.get("kind", "Node") == "Node"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ class PodUsage:
 
 def pods_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[PodUsage]:
     items = obj.get("items", []) if isinstance(obj, Mapping) else obj
-    return [PodUsage.from_pod(p) for p in items if p.get("kind", "Pod") == "Pod"]
+    return [PodUsage.from_pod(pod) for pod in items if pod.get("kind", "Pod") == "Pod"]
 
 
 # ---------------------------------------------------------------------------------------------

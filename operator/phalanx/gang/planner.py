@@ -82,16 +82,16 @@ class GangRequest:
         topo = spec.scheduling.topology
         req = pod_requests(spec.resources, extra_requests)
         roles = tuple(
-            cls(key=key, count=r.replicas, requests=pod_requests(r.resources, extra_requests), role=r.name,
-                tolerations=tuple(t.to_kube() for t in spec.tolerations), node_selector=dict(spec.node_selector or {}),
-                required=topo.required if r.resources.gpus else None,
-                preferred=topo.preferred if r.resources.gpus else None)
-            for r in spec.roles)
+            cls(key=key, count=role.replicas, requests=pod_requests(role.resources, extra_requests), role=role.name,
+                tolerations=tuple(tol.to_kube() for tol in spec.tolerations), node_selector=dict(spec.node_selector or {}),
+                required=topo.required if role.resources.gpus else None,
+                preferred=topo.preferred if role.resources.gpus else None)
+            for role in spec.roles)
         return cls(
             key=key,
             count=spec.nodes,
             requests=req,
-            tolerations=tuple(t.to_kube() for t in spec.tolerations),
+            tolerations=tuple(tol.to_kube() for tol in spec.tolerations),
             node_selector=dict(spec.node_selector or {}),
             required=topo.required,
             preferred=topo.preferred,
@@ -146,16 +146,16 @@ class Placement:
 
     def parts(self) -> list[tuple[list[str], Mapping[str, int]]]:
         """(nodes, per-pod requests) of the workers and of each other role."""
-        return [(self.nodes, self.requests)] + [(n, self.role_requests[r]) for r, n in self.role_nodes.items()]
+        return [(self.nodes, self.requests)] + [(nodes, self.role_requests[role]) for role, nodes in self.role_nodes.items()]
 
     def reservations(self) -> list[Reservation]:
-        return [Reservation(gang=self.key, node=n, requests=req) for nodes, req in self.parts() for n in nodes]
+        return [Reservation(gang=self.key, node=node, requests=req) for nodes, req in self.parts() for node in nodes]
 
     def to_status(self) -> dict[str, Any]:
         """Fields of TrainingJobStatus.placement (camelCase)."""
         out = {"nodes": list(self.nodes), "span": dict(self.span), "message": "; ".join(self.notes) or None}
         if self.role_nodes:
-            out["roles"] = {r: list(n) for r, n in self.role_nodes.items()}
+            out["roles"] = {role: list(nodes) for role, nodes in self.role_nodes.items()}
         return out
 
 
@@ -210,7 +210,7 @@ def static_rejection(node: NodeInfo, request: GangRequest) -> str | None:
     if not node.ready:
         return NodeExclusion.NOT_READY
     if node.unschedulable and not any(
-        tolerates(t, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for t in request.tolerations
+        tolerates(tol, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for tol in request.tolerations
     ):
         return NodeExclusion.CORDONED
     if node.taints and untolerated_taints(node, request.tolerations):
@@ -254,9 +254,9 @@ def feasible_nodes(
 
 
 def _format_excluded(excluded: Mapping[str, int]) -> str:
-    order = {exclusion: i for i, exclusion in enumerate(_EXCLUSION_ORDER)}
+    order = {exclusion: position for position, exclusion in enumerate(_EXCLUSION_ORDER)}
     items = sorted(excluded.items(), key=lambda kv: (-kv[1], order.get(kv[0], 99), kv[0]))
-    return ", ".join(f"{v} {k}" for k, v in items)
+    return ", ".join(f"{count} {why}" for why, count in items)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +390,7 @@ class _Fit:
     def domains(self, level: int) -> list[Path]:
         """Domains of ``level`` holding feasible nodes, ordered by their first feasible node in
         the node list (the order ``Topology.counts`` inserts them in: ties go to the first)."""
-        return [p for p, v in self.count.items() if v and len(p) == level + 1]
+        return [path for path, held in self.count.items() if held and len(path) == level + 1]
 
 
 def _levels_checked(request: GangRequest, topo: Topology) -> list[tuple[str, int]] | Unschedulable:
@@ -454,13 +454,14 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
 
 
 def _negated(requests: Mapping[str, int]) -> dict[str, int]:
-    return {k: -v for k, v in requests.items()}
+    return {resource: -amount for resource, amount in requests.items()}
 
 
 def _scarce_first(roles: Sequence[GangRequest]) -> list[GangRequest]:
     """GPU roles first, then the larger CPU and memory requests (spec order among equals): a small
     CPU role must not take the CPU a GPU node's GPU role needs."""
-    return sorted(roles, key=lambda r: tuple(-r.requests.get(k, 0) for k in (RESOURCE_GPU, RESOURCE_CPU, RESOURCE_MEMORY)))
+    return sorted(roles, key=lambda role: tuple(-role.requests.get(resource, 0)
+                                               for resource in (RESOURCE_GPU, RESOURCE_CPU, RESOURCE_MEMORY)))
 
 
 def _workers_domain(request: GangRequest, topo: Topology, main: Placement) -> tuple[int, Path] | None:
@@ -474,7 +475,7 @@ def _workers_domain(request: GangRequest, topo: Topology, main: Placement) -> tu
 def _within(cap: Capacity, topo: Topology, fit: _Fit, scope: tuple[int, Path]) -> _Fit:
     """``fit`` less the nodes outside the workers' required domain (node order kept)."""
     level, domain = scope
-    inside = [n for n in cap.names if n in fit.feasible and topo.paths[n][: level + 1] == domain]
+    inside = [node for node in cap.names if node in fit.feasible and topo.paths[node][: level + 1] == domain]
     excluded = dict(fit.excluded)
     if len(fit.feasible) > len(inside):
         excluded[NodeExclusion.OUTSIDE_WORKERS_DOMAIN.format(level=topo.levels[level].name)] = len(fit.feasible) - len(inside)
@@ -539,8 +540,8 @@ def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
         cap.reserve(nodes, _negated(requests))
     if failed is not None:
         return _RolesFailed(main, failed)
-    return replace(main, role_nodes={r.role: role_nodes[r.role] for r in request.roles},
-                   role_requests={r.role: dict(r.requests) for r in request.roles})
+    return replace(main, role_nodes={role.role: role_nodes[role.role] for role in request.roles},
+                   role_requests={role.role: dict(role.requests) for role in request.roles})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,7 +551,7 @@ def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
 def _static_key(request: GangRequest) -> Any:
     """Requests with equal keys have equal ``static_rejection`` on every node."""
     try:
-        key = (tuple(tuple(sorted(t.items())) for t in request.tolerations),
+        key = (tuple(tuple(sorted(tol.items())) for tol in request.tolerations),
                tuple(sorted(request.node_selector.items())))
         hash(key)
     except TypeError:  # unhashable toleration values: no sharing
@@ -623,7 +624,7 @@ class Capacity:
 
     def __init__(self, nodes: Sequence[NodeInfo], topo: Topology, free: dict[str, Resources]):
         self.nodes = list(nodes)
-        self.names = [n.name for n in self.nodes]
+        self.names = [node.name for node in self.nodes]
         self.unique = len(set(self.names)) == len(self.names)  # else: no incremental state
         self.topo = topo
         self.free = free
@@ -634,7 +635,7 @@ class Capacity:
     def _static_of(self, key: Any, request: GangRequest) -> list[str | None]:
         out = self._static.get(key)
         if out is None:
-            out = self._static[key] = [static_rejection(n, request) for n in self.nodes]
+            out = self._static[key] = [static_rejection(node, request) for node in self.nodes]
         return out
 
     def fit(self, request: GangRequest) -> _Fit:
@@ -687,7 +688,7 @@ def plan_gang(
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
     if request.roles:  # the roles are placed on what the workers leave: a capacity of its own
-        return _place_gang(request, topo, Capacity(nodes, topo, {n: dict(f) for n, f in free.items()}))
+        return _place_gang(request, topo, Capacity(nodes, topo, {node: dict(left) for node, left in free.items()}))
     free_ = free
 
     def fit() -> _Fit:
@@ -703,7 +704,7 @@ class QueueResult:
 
     @property
     def placed(self) -> dict[str, Placement]:
-        return {k: v for k, v in self.results.items() if isinstance(v, Placement)}
+        return {key: result for key, result in self.results.items() if isinstance(result, Placement)}
 
 
 def queue_order(gangs: Iterable[GangRequest]) -> list[GangRequest]:

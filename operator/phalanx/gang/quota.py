@@ -59,7 +59,7 @@ def _need(key: str, requests: Mapping[str, int], limits: Mapping[str, int]) -> i
 
 def quota_shortfall(pods: Iterable[Mapping[str, Any]], quotas: Iterable[Mapping[str, Any]]) -> str | None:
     """None when every quota has room for all of ``pods`` together; else why not (for logs)."""
-    per_pod = [(pod_requests(p), pod_limits(p)) for p in pods]
+    per_pod = [(pod_requests(pod), pod_limits(pod)) for pod in pods]
     requests: Resources = {}
     limits: Resources = {}
     for req, lim in per_pod:

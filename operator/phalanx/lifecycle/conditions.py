@@ -41,7 +41,7 @@ def set_condition(
 
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_), None)
+    return next((cond for cond in conditions if cond.type == type_), None)
 
 
 def is_true(conditions: list[Condition], type_: str) -> bool:

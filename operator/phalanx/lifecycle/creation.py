@@ -23,7 +23,7 @@ def create_missing(ctx: Pass) -> None:
     plan, spec, view = ctx.plan, ctx.spec, ctx.view
     have = {p["metadata"]["name"] for p in ctx.current}
     plan_children(ctx, have)
-    plan.dry_run = not ctx.current and any(c["kind"] == "Pod" for c in plan.create)
+    plan.dry_run = not ctx.current and any(child["kind"] == "Pod" for child in plan.create)
     pinned = create_pinned(ctx)
     if view.status.phase == Phase.PENDING and not ctx.current:
         how = ", pinned to their nodes" if pinned else ""
@@ -31,7 +31,7 @@ def create_missing(ctx: Pass) -> None:
     if ctx.stale:
         view.cond(ConditionType.CREATED, False, Reason.WAITING_FOR_OLD_PODS,
                   f"{len(ctx.stale)} pods of an earlier attempt still terminating")
-    elif not any(c["kind"] == "Pod" for c in plan.create):
+    elif not any(child["kind"] == "Pod" for child in plan.create):
         if not view.status.attempt_created:
             view.events.append(("Normal", Reason.CREATED, f"all {spec.gang_size} pods of attempt {ctx.attempt} created"))
         view.status.attempt_created = True
@@ -48,7 +48,7 @@ def create_pinned(ctx: Pass) -> bool:
     like a release's (the gang step). A gang that is not placed now, or whose last pinned creation
     was interrupted, or that the namespace's quotas might refuse part-way, is created gated and
     placed by ``placement.place_gang`` once every pod exists."""
-    pods = [c for c in ctx.plan.create if c["kind"] == "Pod"]
+    pods = [child for child in ctx.plan.create if child["kind"] == "Pod"]
     if (not ctx.config.create_pinned or ctx.current or ctx.stale or len(pods) != ctx.spec.gang_size
             or not all(is_gated(p) for p in pods)
             or reason_of(ctx.view.status.conditions, ConditionType.SCHEDULABLE) == Reason.CREATE_INTERRUPTED
@@ -82,7 +82,7 @@ def plan_children(ctx: Pass, have: set[str]) -> None:
         return
     children = render_children(job, config, ctx.attempt, only=missing)
     if config_drift:  # the gang was resized: the runtime config must say the new size
-        plan.update += [c for c in children if c["kind"] == "ConfigMap"]
+        plan.update += [child for child in children if child["kind"] == "ConfigMap"]
     for child in children:
         kind, child_name = child["kind"], child["metadata"]["name"]
         if kind == "Service" and not observed.service_exists and child_name == service_name(name):

@@ -129,8 +129,8 @@ def parse_report(message: str) -> dict[str, Any] | None:
     if type(rank) is int and 0 <= rank <= MAX_RANK:
         out[ErrorKey.RANK] = rank
     frames = error.get(ErrorKey.FRAMES)
-    if isinstance(frames, list) and len(frames) <= MAX_FRAMES and all(isinstance(f, str) and len(f) <= MAX_FRAME_CHARS for f in frames):
-        out[ErrorKey.FRAMES] = [one_line(f, MAX_FRAME_CHARS) for f in frames]
+    if isinstance(frames, list) and len(frames) <= MAX_FRAMES and all(isinstance(frame, str) and len(frame) <= MAX_FRAME_CHARS for frame in frames):
+        out[ErrorKey.FRAMES] = [one_line(frame, MAX_FRAME_CHARS) for frame in frames]
     return out if out.get(ErrorKey.TYPE) or out.get(ErrorKey.MESSAGE) else None
 
 
@@ -138,7 +138,7 @@ def report_text(report: dict[str, Any], limit: int = MAX_TEXT, where: bool = Tru
     """``Type: message (from Cause: message) at file.py:12 in fn`` in ``limit`` characters: the
     message is shortened first, so that the type and the root cause stay; the innermost frame
     (``where``) only when it fits."""
-    kind, message, root = (report.get(k, "") for k in (ErrorKey.TYPE, ErrorKey.MESSAGE, ErrorKey.CAUSE))
+    kind, message, root = (report.get(key, "") for key in (ErrorKey.TYPE, ErrorKey.MESSAGE, ErrorKey.CAUSE))
     tail = f" (from {one_line(root, max(limit // 3, 16))})" if root else ""
     message = one_line(message, max(limit - len(kind) - len(tail) - 2, 16))
     text = (f"{kind}: {message}" if kind and message else kind or message) + tail
@@ -158,7 +158,7 @@ def _unprefixed(line: str) -> tuple[str, int | None]:
 
 def _torchrun_root(lines: list[str]) -> dict[str, str]:
     """rank, exitcode and traceback of torchrun's "Root Cause (first observed failure)" block."""
-    at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].lstrip().startswith("Root Cause")), None)
+    at = next((index for index in range(len(lines) - 1, -1, -1) if lines[index].lstrip().startswith("Root Cause")), None)
     fields: dict[str, str] = {}
     for line in lines[at + 1:] if at is not None else []:
         field = _ROOT_FIELD.match(line.strip())

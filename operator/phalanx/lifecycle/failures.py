@@ -113,7 +113,7 @@ def first_failure(view: StatusView, current: list[dict], spec: Any, now: datetim
                            Cause(FailureCategory.INFRASTRUCTURE))
     if view.status.attempt_created:
         present = {slot_of(p) for p in current}
-        missing = [s for s in slots(spec) if s not in present]
+        missing = [slot for slot in slots(spec) if slot not in present]
         if missing:
             lost = missing[0]
             return Failure(str(lost), lost.index if lost.is_worker else -1, Reason.POD_LOST,

@@ -199,7 +199,7 @@ def progress_port(pod: dict[str, Any]) -> int:
     """The port rank 0 serves progress on: the trainer's container port named ``progress`` (a
     hostNetwork job has its own port block), else the default."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    ordered = sorted(containers, key=lambda c: c.get("name") != CONTAINER_NAME)
+    ordered = sorted(containers, key=lambda container: container.get("name") != CONTAINER_NAME)
     for container in ordered:
         for port in container.get("ports") or []:
             number = port.get("containerPort")

@@ -53,14 +53,14 @@ def retry_delay(consecutive: int) -> float:
 
 
 def _summary(refusals: list[Refusal]) -> str:
-    text = "; ".join(str(r) for r in refusals[:3])
+    text = "; ".join(str(refusal) for refusal in refusals[:3])
     return text + (f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else "")
 
 
 def refused_status(obj: dict[str, Any], refusals: list[Refusal], now: datetime) -> tuple[dict[str, Any], bool]:
     """(new status, permanent). Permanent: Failed, reason CreateRejected, the API's message."""
     view = StatusView(obj.get("status"), obj.get("metadata", {}).get("generation"), now)
-    permanent = [r for r in refusals if r.permanent]
+    permanent = [refusal for refusal in refusals if refusal.permanent]
     if permanent:
         message = f"the API server rejected the job's objects: {_summary(permanent)}"
         view.cond(ConditionType.CREATED, False, Reason.CREATE_REJECTED, message)

@@ -73,8 +73,9 @@ def count_ready(view: StatusView, pods: list[dict[str, Any]]) -> None:
     view.status.ready_nodes = ready[ROLE_WORKER]
     view.status.nodes = f"{view.status.ready_nodes}/{view.status.total_nodes}"
     if view.role_totals:
-        view.status.roles = [RoleStatus(name=r, replicas=n, ready=ready[r]) for r, n in view.role_totals.items()]
-        view.status.roles_ready = " ".join(f"{r}:{ready[r]}/{n}" for r, n in view.role_totals.items())
+        view.status.roles = [RoleStatus(name=role, replicas=total, ready=ready[role])
+                             for role, total in view.role_totals.items()]
+        view.status.roles_ready = " ".join(f"{role}:{ready[role]}/{total}" for role, total in view.role_totals.items())
     else:  # no roles (any more: they may be removed while suspended)
         view.status.roles = view.status.roles_ready = None
 
@@ -83,7 +84,7 @@ def succeeded_roles(spec: TrainingJobSpec, current: list[dict[str, Any]]) -> str
     """The success message once every pod of ``spec.success_roles`` has exited 0, else None."""
     counts = role_counts(spec)
     done = Counter(_role(p) for p in current if pod_phase(p) == "Succeeded")
-    if not current or any(done[r] < counts.get(r, 0) for r in spec.success_roles):
+    if not current or any(done[role] < counts.get(role, 0) for role in spec.success_roles):
         return None
     if set(spec.success_roles) == set(counts):
         return f"all {spec.gang_size} pods completed" if spec.roles else f"all {spec.nodes} nodes completed"
