@@ -1,9 +1,15 @@
-"""Every key, label, annotation, gate, finalizer and env name Phalanx uses. One place only."""
+"""Every key, label, annotation, gate, finalizer, env name, path, port, timing, condition type and
+reason Phalanx uses, grouped by kind. One place only.
+
+Each reason enum's members are explained (meaning, what to do, where they appear) in
+phalanx/reasons.py, which the docs' reasons tables are generated from.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+# --- API identity: the CRDs' group, version, kinds and names ------------------------------------
 GROUP = "phalanx.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -13,7 +19,14 @@ SINGULAR = "trainingjob"
 SHORT_NAMES = ["tj"]
 CATEGORIES = ["all", "phalanx"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
+# TrainingSweep → trial TrainingJobs (api/sweep.py, sweep/, docs/sweep.md).
+SWEEP_KIND = "TrainingSweep"
+SWEEP_PLURAL = "trainingsweeps"
+SWEEP_SINGULAR = "trainingsweep"
+SWEEP_SHORT_NAMES = ["tsw"]
+SWEEP_CRD_NAME = f"{SWEEP_PLURAL}.{GROUP}"
 
+# --- Phalanx's labels, annotations, gate and finalizer -------------------------------------------
 # Labels on every child object.
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
@@ -23,253 +36,26 @@ LABEL_ROLE_INDEX = f"{GROUP}/role-index"  # the pod's index within its role
 LABEL_COMPONENT = f"{GROUP}/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "phalanx-operator"
-
+# Values of LABEL_COMPONENT.
 COMPONENT_WORKER = "worker"
 COMPONENT_SERVICE = "rendezvous"
 COMPONENT_CONFIG = "config"
 COMPONENT_NETWORK = "network-policy"
-# Container port names (the job's NetworkPolicy opens them by name: hostNetwork jobs move them).
-PORT_NAME_RENDEZVOUS = "rendezvous"
-PORT_NAME_PROGRESS = "progress"
-PORT_NAME_METRICS = "metrics"
-
-# Annotations.
+# On each trial TrainingJob of a sweep.
+LABEL_SWEEP = f"{GROUP}/sweep"  # its sweep's name
+LABEL_TRIAL = f"{GROUP}/trial"  # its index in the sweep
+ANNOTATION_TRIAL_PARAMETERS = f"{GROUP}/trial-parameters"  # the trial's assignment, JSON
 ANNOTATION_SPEC_HASH = f"{GROUP}/spec-hash"
 ANNOTATION_KOPF_PREFIX = GROUP  # kopf's progress/diff-base annotations live under phalanx.dev/
-
 # Scheduling gate that holds a gang until the whole gang is placed.
 GANG_SCHEDULING_GATE = f"{GROUP}/gang"
-
 # Finalizer (kopf's own finalizer is renamed to ours).
 FINALIZER = f"{GROUP}/finalizer"
 
-# Rendezvous.
-DEFAULT_MASTER_PORT = 29500
-PROGRESS_PORT = 29600
-METRICS_PORT = 29601
-RUNTIME_CONFIG_DIR = "/etc/phalanx"
-RUNTIME_CONFIG_FILE = "config.json"
-RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
-# spec.framework deepspeed: the rendered DeepSpeed config, a second key of the job's ConfigMap.
-DEEPSPEED_CONFIG_FILE = "deepspeed.json"
-SHM_MOUNT_PATH = "/dev/shm"
-# Writable scratch (HOME, caches, TMPDIR) on an emptyDir: pods may run with a read-only image.
-PHALANX_MOUNT_ROOT = "/phalanx"
-SCRATCH_MOUNT_PATH = f"{PHALANX_MOUNT_ROOT}/scratch"
-# The operator's own volumes in every worker pod (users' volumes may not take these names).
-VOLUME_CHECKPOINT = "checkpoint"
-VOLUME_CONFIG = "phalanx-config"
-VOLUME_SCRATCH = "phalanx-scratch"
-DEFAULT_SHM_SIZE = "2Gi"
-CONTAINER_NAME = "trainer"
-# The runtime image's non-root user (USER in runtime/Dockerfile and hack/kind/app-images.sh);
-# every worker pod runs as it, with this fsGroup so shared volumes are writable.
-RUNTIME_UID = 1000
-RUNTIME_GID = 1000
-
-# Env injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
-ENV_MASTER_ADDR = "MASTER_ADDR"
-ENV_MASTER_PORT = "MASTER_PORT"
-ENV_WORLD_SIZE = "WORLD_SIZE"
-ENV_NNODES = "NNODES"
-ENV_NODE_RANK = "NODE_RANK"
-ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
-ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
-ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
-ENV_PET_NNODES = "PET_NNODES"
-ENV_PET_NODE_RANK = "PET_NODE_RANK"
-ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
-ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
-ENV_PET_RDZV_ID = "PET_RDZV_ID"
-ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
-ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
-# Users' env may not set PHALANX_* (the operator's contract with the runtime).
-ENV_RESERVED_PREFIX = "PHALANX_"
-ENV_CONFIG_PATH = "PHALANX_CONFIG"
-ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
-# spec.framework tensorflow: the TensorFlow cluster spec and this pod's task, rendered per pod
-# ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
-ENV_TF_CONFIG = "TF_CONFIG"
-TF_TASK_WORKER = "worker"
-TF_TASK_CHIEF = "chief"
-TF_TASK_EVALUATOR = "evaluator"  # not in the cluster spec: it only reads checkpoints
-# spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
-# HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared
-# by every horovod pod and published by the headless Service; the env horovodrun would have set.
-HOROVOD_RENDEZVOUS_PORT = 29502
-HOROVOD_GLOO_TIMEOUT_SECONDS = 600  # a peer may reach hvd.init() this much later than the first
-PORT_NAME_HOROVOD = "horovod"
-ENV_HOROVOD_RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-ENV_HOROVOD_RENDEZVOUS_PORT = "HOROVOD_GLOO_RENDEZVOUS_PORT"
-ENV_HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
-ENV_HOROVOD_CPU_OPERATIONS = "HOROVOD_CPU_OPERATIONS"
-ENV_HOROVOD_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
-ENV_HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
-ENV_HOROVOD_RANK = "HOROVOD_RANK"  # per process: rendered for procsPerNode 1, else set by the launcher
-ENV_HOROVOD_SIZE = "HOROVOD_SIZE"
-ENV_HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"  # per process, like HOROVOD_RANK
-ENV_HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
-ENV_HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
-ENV_HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"
-HOROVOD_GLOO = "gloo"
-# Every HOROVOD_* variable the operator or the launcher sets (spec.env may not set them).
-HOROVOD_RENDERED_ENV = (
-    ENV_HOROVOD_RENDEZVOUS_ADDR, ENV_HOROVOD_RENDEZVOUS_PORT, ENV_HOROVOD_CONTROLLER, ENV_HOROVOD_CPU_OPERATIONS,
-    ENV_HOROVOD_GLOO_TIMEOUT, ENV_HOROVOD_HOSTNAME, ENV_HOROVOD_RANK, ENV_HOROVOD_SIZE, ENV_HOROVOD_LOCAL_RANK,
-    ENV_HOROVOD_LOCAL_SIZE, ENV_HOROVOD_CROSS_RANK, ENV_HOROVOD_CROSS_SIZE,
-)
-# Heterogeneous gangs (spec.roles): the workers' role name, and each pod's role env
-ROLE_WORKER = "worker"
-# A pod that requests no GPU sees none, even on a GPU node whose runtime would show it all (the
-# NVIDIA container toolkit's default for images that set NVIDIA_VISIBLE_DEVICES=all).
-ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
-NVIDIA_NO_DEVICES = "void"
-ENV_ROLE = "PHALANX_ROLE"
-ENV_ROLE_INDEX = "PHALANX_ROLE_INDEX"
-ENV_ROLE_REPLICAS = "PHALANX_ROLE_REPLICAS"
-ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its replicas
-ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
-ENV_JOB_NAME = "PHALANX_JOB_NAME"
-ENV_NAMESPACE = "PHALANX_NAMESPACE"
-ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
-ENV_POD_NAME = "PHALANX_POD_NAME"
-ENV_NODE_NAME = "PHALANX_NODE_NAME"
-ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
-# rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator
-ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
-ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
-# Prometheus label keys of per-job series (operator and runtime). Not `job`: Prometheus sets
-# `job` on every target (the scrape job), so an exported `job` would be renamed `exported_job`.
-METRIC_LABEL_NAMESPACE = "namespace"
-METRIC_LABEL_JOB = "trainingjob"
-# Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
-METRICS_LOG_FILE = "metrics.jsonl"
-
-# Extended resources.
-RESOURCE_GPU = "nvidia.com/gpu"
-
-# Condition types.
-COND_VALID = "Valid"
-COND_CREATED = "Created"
-COND_SCHEDULABLE = "Schedulable"
-COND_RUNNING = "Running"
-COND_RESTARTING = "Restarting"
-COND_SUSPENDED = "Suspended"
-COND_SUCCEEDED = "Succeeded"
-COND_FAILED = "Failed"
-COND_RECONCILED = "Reconciled"  # False while the operator cannot decide the job (ReconcileError)
-
-
-
-class Reason(StrEnum):
-    """Every reason the operator writes into a condition or an Event (a str: it compares and
-    serialises as its value). Failure reasons taken from pods (Evicted, exited, ...) pass through
-    as they are; the planner's and the backends' reasons are the enums below. Each member's
-    meaning and fix: phalanx/reasons.py (a unit test fails for a member without them)."""
-
-    # spec
-    INVALID_SPEC = "InvalidSpec"
-    VALIDATED = "Validated"
-    RECONCILED = "Reconciled"
-    # lifecycle phases
-    PENDING = "Pending"
-    CREATING = "Creating"
-    CREATED = "Created"
-    CREATING_PODS = "CreatingPods"
-    PODS_CREATED = "PodsCreated"
-    WAITING_FOR_OLD_PODS = "WaitingForOldPods"
-    SCHEDULING = "Scheduling"
-    RUNNING = "Running"
-    ALL_NODES_RUNNING = "AllNodesRunning"
-    SUCCEEDED = "Succeeded"
-    SUSPENDED = "Suspended"
-    RESUMED = "Resumed"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    # the gang
-    GANG_INCOMPLETE = "GangIncomplete"
-    GANG_COMPLETE = "GangComplete"
-    PLACED = "Placed"
-    GATES_LIFTED = "GatesLifted"
-    GANG_TIMEOUT = "GangTimeout"
-    REPLANNING = "Replanning"
-    CREATE_INTERRUPTED = "PinnedCreateInterrupted"  # part of a pinned gang exists: recreated behind the gate
-    RESIZING = "Resizing"
-    # failures and restarts
-    RESTARTING = "Restarting"  # a whole-gang restart (counted by phalanx_gang_restarts_total)
-    PERMANENT_FAILURE = "PermanentFailure"
-    MAX_RESTARTS_EXCEEDED = "MaxRestartsExceeded"
-    NODE_LOST = "NodeLost"
-    POD_LOST = "PodLost"
-    HANG = "Hang"
-    FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
-    # refusals and errors (lifecycle/refusals.py)
-    CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
-    CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission
-    RECONCILE_ERROR = "ReconcileError"
-    # rank 0's reports (lifecycle/progress.py)
-    LOSS_NOT_FINITE = "LossNotFinite"
-    LOSS_FINITE = "LossFinite"
-    RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
-
-
-class UnschedulableReason(StrEnum):
-    """The native planner's reasons for Schedulable=False (gang/planner.py)."""
-
-    INSUFFICIENT = "Insufficient"  # fewer feasible nodes than the gang needs
-    TOPOLOGY_REQUIRED = "TopologyRequired"  # no domain of the required level holds the gang
-    INVALID_REQUEST = "InvalidRequest"  # the request names an unknown level, or no nodes
-    QUEUED = "Queued"  # a gang ahead in the queue waits: no backfill past it
-
-
-class KueueReason(StrEnum):
-    """The kueue backend's reasons in Schedulable (and Suspended when Kueue takes the gang away),
-    backends/kueue.py; where Kueue's Workload or pods carry a reason of their own, that one
-    passes through instead of the fallbacks marked so."""
-
-    ADMITTED = "Admitted"
-    QUOTA_RESERVED = "QuotaReserved"  # quota held; admission checks pending
-    PENDING = "Pending"  # fallback: QuotaReserved=False without a reason
-    QUEUED = "Queued"  # the Workload exists; Kueue has not evaluated it
-    WAITING = "WaitingForKueue"  # pods gated, no Workload yet
-    DEACTIVATED = "Deactivated"  # the Workload's spec.active is false
-    EVICTED = "Evicted"  # fallback: Evicted=True without a reason
-    STOPPED = "StoppedByKueue"  # fallback: pods' TerminationTarget without a reason
-
-
-class WorkloadReason(StrEnum):
-    """The workload backend's reasons in Schedulable, from its PodGroup's status
-    (backends/workload.py); kube-scheduler's own reason passes through where it gave one."""
-
-    SCHEDULED = "Scheduled"
-    UNSCHEDULABLE = "Unschedulable"  # fallback: PodGroupScheduled=False without a reason
-    WAITING_FOR_SCHEDULER = "WaitingForScheduler"
-    POD_GROUP_MISSING = "PodGroupMissing"
-    DISRUPTED = "Disrupted"  # fallback: DisruptionTarget=True without a reason
-
-
-# Operator process defaults.
-DEFAULT_LIVENESS_PORT = 8080
-DEFAULT_OPERATOR_METRICS_PORT = 9090
-DEFAULT_POD_CREATE_CONCURRENCY = 32
-
-# --- Placement, network wiring and gang backends (gang/, render/network.py, backends/) ---------
-RESOURCE_CPU = "cpu"
-RESOURCE_MEMORY = "memory"
-RESOURCE_PODS = "pods"
-RESOURCE_EFA = "vpc.amazonaws.com/efa"
+# --- Other projects' keys and API groups (Kubernetes, Multus, gang backends) ---------------------
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-TOPOLOGY_UNKNOWN_DOMAIN = "unknown"
-
 # Multus secondary networks (SR-IOV / RDMA) on the pod.
 ANNOTATION_MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
-DNS_POLICY_HOST_NETWORK = "ClusterFirstWithHostNet"
-# hostNetwork jobs get a per-job block of ports (rendezvous, progress, metrics) from this range.
-HOST_NETWORK_PORT_RANGE = (20000, 29999)
-SHM_VOLUME_NAME = "dshm"
-TOPO_FILE_VOLUME_NAME = "nccl-topo"
-
 # Volcano.
 VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
 VOLCANO_SCHEDULER_NAME = "volcano"
@@ -289,26 +75,206 @@ KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 WORKLOAD_API_GROUP = "scheduling.k8s.io"
 WORKLOAD_POD_GROUP_NAME = "workers"
 
-# --- Stopping (runtime/phalanx_runtime/lifetime.py, docs/runtime.md "Stopping and preemption") ---
-# After SIGTERM a worker has this long to reach a step boundary and checkpoint; then its watchdog
-# ends it (exit 143, no checkpoint, the reason in its log). Each layer above waits one
-# STOP_ESCALATION_SECONDS more: torchrun's agent SIGKILLs its workers at +1, the launcher exits at
-# +2, `phalanx local` SIGKILLs what is left at +3 — all inside the pod's 120 s grace period.
-ENV_STOP_GRACE_SECONDS = "PHALANX_STOP_GRACE_SECONDS"
-STOP_GRACE_SECONDS = 90  # in pods (render/pod.py TERMINATION_GRACE_SECONDS = 120)
-LOCAL_STOP_GRACE_SECONDS = 30  # `phalanx local`
-STOP_ESCALATION_SECONDS = 5
-# The pid a runtime process expects as its parent; it dies with that parent (PR_SET_PDEATHSIG).
-ENV_PARENT_PID = "PHALANX_PARENT_PID"
+# --- Names inside a worker pod: container, ports, volumes, roles, framework tasks ----------------
+CONTAINER_NAME = "trainer"
+# Container port names (the job's NetworkPolicy opens them by name: hostNetwork jobs move them).
+PORT_NAME_RENDEZVOUS = "rendezvous"
+PORT_NAME_PROGRESS = "progress"
+PORT_NAME_METRICS = "metrics"
+PORT_NAME_HOROVOD = "horovod"
+# The operator's own volumes in every worker pod (users' volumes may not take these names).
+VOLUME_CHECKPOINT = "checkpoint"
+VOLUME_CONFIG = "phalanx-config"
+VOLUME_SCRATCH = "phalanx-scratch"
+SHM_VOLUME_NAME = "dshm"
+TOPO_FILE_VOLUME_NAME = "nccl-topo"
+DEFAULT_SHM_SIZE = "2Gi"
+# The runtime image's non-root user (USER in runtime/Dockerfile and hack/kind/app-images.sh);
+# every worker pod runs as it, with this fsGroup so shared volumes are writable.
+RUNTIME_UID = 1000
+RUNTIME_GID = 1000
+DNS_POLICY_HOST_NETWORK = "ClusterFirstWithHostNet"
+# Heterogeneous gangs (spec.roles): the workers' role name.
+ROLE_WORKER = "worker"
+# spec.framework tensorflow: the task types of TF_CONFIG.
+TF_TASK_WORKER = "worker"
+TF_TASK_CHIEF = "chief"
+TF_TASK_EVALUATOR = "evaluator"  # not in the cluster spec: it only reads checkpoints
+HOROVOD_GLOO = "gloo"  # spec.framework horovod: the controller (HOROVOD_CONTROLLER)
+# A pod that requests no GPU sees none, even on a GPU node whose runtime would show it all (the
+# NVIDIA container toolkit's default for images that set NVIDIA_VISIBLE_DEVICES=all).
+NVIDIA_NO_DEVICES = "void"
 
-# --- Untrusted progress and checkpoint provenance (lifecycle/progress.py, components/checkpoint.py) ---
+# --- Ports -----------------------------------------------------------------------------------------
+DEFAULT_MASTER_PORT = 29500
+PROGRESS_PORT = 29600
+METRICS_PORT = 29601
+# spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
+# HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared
+# by every horovod pod and published by the headless Service.
+HOROVOD_RENDEZVOUS_PORT = 29502
+# hostNetwork jobs get a per-job block of ports (rendezvous, progress, metrics) from this range.
+HOST_NETWORK_PORT_RANGE = (20000, 29999)
+# The operator process.
+DEFAULT_LIVENESS_PORT = 8080
+DEFAULT_OPERATOR_METRICS_PORT = 9090
+
+# --- File paths, mounts and ConfigMap keys ----------------------------------------------------------
+RUNTIME_CONFIG_DIR = "/etc/phalanx"
+RUNTIME_CONFIG_FILE = "config.json"
+RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
+# spec.framework deepspeed: the rendered DeepSpeed config, a second key of the job's ConfigMap.
+DEEPSPEED_CONFIG_FILE = "deepspeed.json"
+SHM_MOUNT_PATH = "/dev/shm"
+# Writable scratch (HOME, caches, TMPDIR) on an emptyDir: pods may run with a read-only image.
+PHALANX_MOUNT_ROOT = "/phalanx"
+SCRATCH_MOUNT_PATH = f"{PHALANX_MOUNT_ROOT}/scratch"
+# rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator.
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
+METRICS_LOG_FILE = "metrics.jsonl"
+# The operator pod's own namespace when POD_NAMESPACE is unset.
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+# --- Env names ---------------------------------------------------------------------------------------
+# Injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_NNODES = "NNODES"
+ENV_NODE_RANK = "NODE_RANK"
+ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
+ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
+ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
+ENV_PET_NNODES = "PET_NNODES"
+ENV_PET_NODE_RANK = "PET_NODE_RANK"
+ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+ENV_PET_RDZV_ID = "PET_RDZV_ID"
+ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
+ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
+# The operator's contract with the runtime: users' env may not set PHALANX_*.
+ENV_RESERVED_PREFIX = "PHALANX_"
+ENV_CONFIG_PATH = "PHALANX_CONFIG"
+ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
+ENV_ROLE = "PHALANX_ROLE"
+ENV_ROLE_INDEX = "PHALANX_ROLE_INDEX"
+ENV_ROLE_REPLICAS = "PHALANX_ROLE_REPLICAS"
+ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its replicas
+ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
+ENV_JOB_NAME = "PHALANX_JOB_NAME"
+ENV_NAMESPACE = "PHALANX_NAMESPACE"
+ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
+ENV_POD_NAME = "PHALANX_POD_NAME"
+ENV_NODE_NAME = "PHALANX_NODE_NAME"
+ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
 # The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
 # one written by an earlier job of the same name.
 ENV_JOB_UID = "PHALANX_JOB_UID"
-COND_LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
-COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
+# rank 0 writes its final progress JSON to this path (DEFAULT_TERMINATION_LOG) for the operator.
+ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
+ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
+ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
+# Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
+# and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
+ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"
+ENV_STOP_GRACE_SECONDS = "PHALANX_STOP_GRACE_SECONDS"  # STOP_GRACE_SECONDS, below
+# The pid a runtime process expects as its parent; it dies with that parent (PR_SET_PDEATHSIG).
+ENV_PARENT_PID = "PHALANX_PARENT_PID"
+ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"  # set to NVIDIA_NO_DEVICES in pods without GPUs
+# spec.framework tensorflow: the TensorFlow cluster spec and this pod's task, rendered per pod
+# ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
+ENV_TF_CONFIG = "TF_CONFIG"
+# spec.framework horovod: the env horovodrun would have set.
+ENV_HOROVOD_RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+ENV_HOROVOD_RENDEZVOUS_PORT = "HOROVOD_GLOO_RENDEZVOUS_PORT"
+ENV_HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
+ENV_HOROVOD_CPU_OPERATIONS = "HOROVOD_CPU_OPERATIONS"
+ENV_HOROVOD_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
+ENV_HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
+ENV_HOROVOD_RANK = "HOROVOD_RANK"  # per process: rendered for procsPerNode 1, else set by the launcher
+ENV_HOROVOD_SIZE = "HOROVOD_SIZE"
+ENV_HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"  # per process, like HOROVOD_RANK
+ENV_HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
+ENV_HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
+ENV_HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"
+# The operator pod's own name and namespace (downward API): lease identity and namespace.
+ENV_OPERATOR_POD_NAME = "POD_NAME"
+ENV_OPERATOR_POD_NAMESPACE = "POD_NAMESPACE"
 
-# --- Why a pod failed (runtime/phalanx_runtime/failure_report.py → lifecycle/failure_cause.py) ---
+# --- Env no job may set (api/kubetypes.py EnvVar, network.ncclEnv) ----------------------------------
+# Every HOROVOD_* variable the operator or the launcher sets (spec.env may not set them).
+HOROVOD_RENDERED_ENV = (
+    ENV_HOROVOD_RENDEZVOUS_ADDR, ENV_HOROVOD_RENDEZVOUS_PORT, ENV_HOROVOD_CONTROLLER, ENV_HOROVOD_CPU_OPERATIONS,
+    ENV_HOROVOD_GLOO_TIMEOUT, ENV_HOROVOD_HOSTNAME, ENV_HOROVOD_RANK, ENV_HOROVOD_SIZE, ENV_HOROVOD_LOCAL_RANK,
+    ENV_HOROVOD_LOCAL_SIZE, ENV_HOROVOD_CROSS_RANK, ENV_HOROVOD_CROSS_SIZE,
+)
+# The rendezvous variables every worker pod gets (render/pod.py); a job's env comes after them
+# and would win. PYTHONUNBUFFERED and the scratch paths (HOME, TMPDIR, caches) stay the job's to
+# change; TF_CONFIG and HOROVOD_* are reserved only under their framework (api/types.py, horovod.py).
+RENDEZVOUS_ENV = (
+    ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,
+    ENV_PET_MASTER_ADDR, ENV_PET_MASTER_PORT, ENV_PET_NNODES, ENV_PET_NODE_RANK, ENV_PET_NPROC_PER_NODE,
+    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_MAX_RESTARTS,
+)
+# Env the node's container runtime reads from the container's spec to decide which devices and
+# driver files to inject: a grant, not a filter. In env-var mode the NVIDIA container toolkit
+# shows a pod every GPU of its node for NVIDIA_VISIBLE_DEVICES=all, whatever it requested, and
+# reads the other NVIDIA_* (DRIVER_CAPABILITIES, REQUIRE_*, MIG_*, IMEX_CHANNELS, ...) likewise;
+# the AMD container runtime (AMD_VISIBLE_DEVICES), habana-container-runtime (HABANA_VISIBLE_DEVICES,
+# HABANA_VISIBLE_MODULES), the Neuron OCI hook (AWS_NEURON_VISIBLE_DEVICES) and Ascend Docker
+# Runtime (ASCEND_VISIBLE_DEVICES, its mount and vNPU options) do the same. Only the device plugin
+# may set them. Not here: the process-level filters (CUDA_VISIBLE_DEVICES, ROCR_/HIP_VISIBLE_DEVICES,
+# NEURON_RT_VISIBLE_CORES, TPU_VISIBLE_CHIPS, ASCEND_RT_VISIBLE_DEVICES, ZE_AFFINITY_MASK) narrow
+# what a process uses among the devices its container already has.
+ENV_DEVICE_GRANT_PREFIXES = ("NVIDIA_",)
+ENV_DEVICE_GRANT_NAMES = (
+    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "AWS_NEURON_VISIBLE_DEVICES",
+    "ASCEND_VISIBLE_DEVICES", "ASCEND_RUNTIME_OPTIONS", "ASCEND_RUNTIME_MOUNTS", "ASCEND_ALLOW_LINK",
+    "ASCEND_VNPU_SPECS",
+)
+
+# --- Resources and topology ----------------------------------------------------------------------
+RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_CPU = "cpu"
+RESOURCE_MEMORY = "memory"
+RESOURCE_PODS = "pods"
+RESOURCE_EFA = "vpc.amazonaws.com/efa"
+TOPOLOGY_UNKNOWN_DOMAIN = "unknown"  # the domain of a node without the level's label
+
+# --- Metric labels -----------------------------------------------------------------------------------
+# Prometheus label keys of per-job series (operator and runtime). Not `job`: Prometheus sets
+# `job` on every target (the scrape job), so an exported `job` would be renamed `exported_job`.
+METRIC_LABEL_NAMESPACE = "namespace"
+METRIC_LABEL_JOB = "trainingjob"
+
+# --- Timings and limits ------------------------------------------------------------------------------
+DEFAULT_POD_CREATE_CONCURRENCY = 32
+HOROVOD_GLOO_TIMEOUT_SECONDS = 600  # a Horovod peer may reach hvd.init() this much later than the first
+# Stopping (runtime/phalanx_runtime/lifetime.py, docs/runtime.md "Stopping and preemption"): after
+# SIGTERM a worker has STOP_GRACE_SECONDS to reach a step boundary and checkpoint; then its watchdog
+# ends it (exit 143, no checkpoint, the reason in its log). Each layer above waits one
+# STOP_ESCALATION_SECONDS more: torchrun's agent SIGKILLs its workers at +1, the launcher exits at
+# +2, `phalanx local` SIGKILLs what is left at +3 — all inside the pod's 120 s grace period.
+STOP_GRACE_SECONDS = 90  # in pods (render/pod.py TERMINATION_GRACE_SECONDS = 120)
+LOCAL_STOP_GRACE_SECONDS = 30  # `phalanx local`
+STOP_ESCALATION_SECONDS = 5
+# Leader election (leader.py): one coordination.k8s.io Lease; only its holder reconciles. Timings
+# as client-go's defaults: a holder that has not renewed for RENEW_DEADLINE stops (exits); a
+# standby takes over LEASE_DURATION after it last saw the lease change.
+LEADER_LEASE_NAME = "phalanx-operator-leader"
+LEADER_LEASE_DURATION_SECONDS = 15.0
+LEADER_RENEW_DEADLINE_SECONDS = 10.0
+LEADER_RETRY_PERIOD_SECONDS = 2.0
+# SIGTERM to exit at most this long (the chart's terminationGracePeriodSeconds leaves 5 s more);
+# after kopf stops on its own, threads get this long before the process ends regardless.
+SHUTDOWN_GRACE_SECONDS = 25.0
+EXIT_AFTER_STOP_SECONDS = 10.0
+# Namespaced mode: the cluster-wide pod reflector's watch length and page size.
+POD_REFLECTOR_WATCH_SECONDS = 300
+POD_REFLECTOR_PAGE_SIZE = 500
+
+# --- Why a pod failed (runtime/phalanx_runtime/failure_report.py → lifecycle/failure_cause.py) ------
 # Every training container's termination message: what the process wrote to its
 # terminationMessagePath, else (a failed container that wrote nothing) the last lines of its log.
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
@@ -351,40 +317,142 @@ class FailureCategory(StrEnum):
     HANG = "Hang"  # no step progress for hangTimeoutSeconds
     UNKNOWN = "Unknown"
 
-# --- The operator's own availability (leader.py, podreflector.py, charts/phalanx) ---------------
-# Leader election: one coordination.k8s.io Lease; only its holder reconciles. Timings as
-# client-go's defaults: a holder that has not renewed for RENEW_DEADLINE stops (exits); a
-# standby takes over LEASE_DURATION after it last saw the lease change.
-LEADER_LEASE_NAME = "phalanx-operator-leader"
-LEADER_LEASE_DURATION_SECONDS = 15.0
-LEADER_RENEW_DEADLINE_SECONDS = 10.0
-LEADER_RETRY_PERIOD_SECONDS = 2.0
-# SIGTERM to exit at most this long (the chart's terminationGracePeriodSeconds leaves 5 s more);
-# after kopf stops on its own, threads get this long before the process ends regardless.
-SHUTDOWN_GRACE_SECONDS = 25.0
-EXIT_AFTER_STOP_SECONDS = 10.0
-# The operator pod's own name and namespace (downward API): lease identity and namespace.
-ENV_OPERATOR_POD_NAME = "POD_NAME"
-ENV_OPERATOR_POD_NAMESPACE = "POD_NAMESPACE"
-SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-# Namespaced mode: the cluster-wide pod reflector's watch length and page size.
-POD_REFLECTOR_WATCH_SECONDS = 300
-POD_REFLECTOR_PAGE_SIZE = 500
 
-# --- runtime environment (rendered by the operator, read by runtime/phalanx_runtime) ------------
-# Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
-# and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
-ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"
+# --- Condition types -------------------------------------------------------------------------------
 
-# --- Sweeps and ensembles: TrainingSweep → trial TrainingJobs (api/sweep.py, sweep/, docs/sweep.md) ---
-SWEEP_KIND = "TrainingSweep"
-SWEEP_PLURAL = "trainingsweeps"
-SWEEP_SINGULAR = "trainingsweep"
-SWEEP_SHORT_NAMES = ["tsw"]
-SWEEP_CRD_NAME = f"{SWEEP_PLURAL}.{GROUP}"
-LABEL_SWEEP = f"{GROUP}/sweep"  # on each trial TrainingJob: its sweep's name
-LABEL_TRIAL = f"{GROUP}/trial"  # on each trial TrainingJob: its index in the sweep
-ANNOTATION_TRIAL_PARAMETERS = f"{GROUP}/trial-parameters"  # the trial's assignment, JSON
+
+class ConditionType(StrEnum):
+    """The condition types of a TrainingJob's (and a TrainingSweep's) status.conditions; each one's
+    meaning: phalanx/reasons.py CONDITIONS."""
+
+    VALID = "Valid"
+    CREATED = "Created"
+    SCHEDULABLE = "Schedulable"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    RECONCILED = "Reconciled"  # False while the operator cannot decide the job (ReconcileError)
+    LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
+    RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
+
+
+# The module-level names code outside lifecycle/ uses (C.COND_*): the same members.
+COND_VALID = ConditionType.VALID
+COND_CREATED = ConditionType.CREATED
+COND_SCHEDULABLE = ConditionType.SCHEDULABLE
+COND_RUNNING = ConditionType.RUNNING
+COND_RESTARTING = ConditionType.RESTARTING
+COND_SUSPENDED = ConditionType.SUSPENDED
+COND_SUCCEEDED = ConditionType.SUCCEEDED
+COND_FAILED = ConditionType.FAILED
+COND_RECONCILED = ConditionType.RECONCILED
+COND_LOSS_NOT_FINITE = ConditionType.LOSS_NOT_FINITE
+COND_RESUMED_FROM_PREDECESSOR = ConditionType.RESUMED_FROM_PREDECESSOR
+
+# --- Reasons (conditions, Events, status.trials[].reason) ------------------------------------------
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes into a condition or an Event (a str: it compares and
+    serialises as its value). Failure reasons taken from pods (Evicted, exited, ...) pass through
+    as they are; the planner's and the backends' reasons are the enums below. Each member's
+    meaning and fix: phalanx/reasons.py (a unit test fails for a member without them)."""
+
+    # spec
+    INVALID_SPEC = "InvalidSpec"
+    VALIDATED = "Validated"
+    RECONCILED = "Reconciled"
+    # lifecycle phases
+    PENDING = "Pending"
+    CREATING = "Creating"
+    CREATED = "Created"
+    CREATING_PODS = "CreatingPods"
+    PODS_CREATED = "PodsCreated"
+    WAITING_FOR_OLD_PODS = "WaitingForOldPods"
+    SCHEDULING = "Scheduling"
+    RUNNING = "Running"
+    ALL_NODES_RUNNING = "AllNodesRunning"
+    SUCCEEDED = "Succeeded"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    # the gang
+    GANG_INCOMPLETE = "GangIncomplete"
+    GANG_COMPLETE = "GangComplete"
+    PLACED = "Placed"
+    GATES_LIFTED = "GatesLifted"
+    GANG_TIMEOUT = "GangTimeout"
+    REPLANNING = "Replanning"
+    CREATE_INTERRUPTED = "PinnedCreateInterrupted"  # part of a pinned gang exists: recreated behind the gate
+    RESIZING = "Resizing"
+    # failures and restarts
+    RESTARTING = "Restarting"  # a whole-gang restart (counted by phalanx_gang_restarts_total)
+    PERMANENT_FAILURE = "PermanentFailure"
+    MAX_RESTARTS_EXCEEDED = "MaxRestartsExceeded"
+    NODE_LOST = "NodeLost"
+    POD_LOST = "PodLost"
+    HANG = "Hang"
+    EXITED = "exited"  # a pod's trainer exited with a code (the message has it)
+    POD_FAILED = "Failed"  # a pod failed without a reason or an exit code of its own
+    FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
+    # refusals and errors (lifecycle/refusals.py)
+    CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
+    CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission
+    RECONCILE_ERROR = "ReconcileError"
+    # rank 0's reports (lifecycle/progress.py)
+    LOSS_NOT_FINITE = "LossNotFinite"
+    LOSS_FINITE = "LossFinite"
+    RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
+
+
+class UnschedulableReason(StrEnum):
+    """The native planner's reasons for Schedulable=False (gang/planner.py)."""
+
+    INSUFFICIENT = "Insufficient"  # fewer feasible nodes than the gang needs
+    TOPOLOGY_REQUIRED = "TopologyRequired"  # no domain of the required level holds the gang
+    INVALID_REQUEST = "InvalidRequest"  # the request names an unknown level, or no nodes
+    QUEUED = "Queued"
+
+
+class NodeExclusion(StrEnum):
+    """Why the native planner left a node out of a gang (gang/planner.py): the counts per kind in a
+    Schedulable=False message ("2 fit (3 excluded: 2 cordoned, 1 too little nvidia.com/gpu)").
+    The members with a placeholder are formatted with the resource or the topology level."""
+
+    NOT_READY = "not ready"
+    CORDONED = "cordoned"  # spec.unschedulable, and no toleration of node.kubernetes.io/unschedulable
+    TAINTED = "tainted"  # a NoSchedule or NoExecute taint the pods do not tolerate
+    SELECTOR_MISMATCH = "nodeSelector mismatch"
+    TOO_LITTLE = "too little {resource}"  # free after running pods and other gangs' reservations
+    OUTSIDE_WORKERS_DOMAIN = "outside the workers' {level}"  # a role's pod, scheduling.topology.required
+
+
+class KueueReason(StrEnum):
+    """The kueue backend's reasons in Schedulable (and Suspended when Kueue takes the gang away),
+    backends/kueue.py; where Kueue's Workload or pods carry a reason of their own, that one
+    passes through instead of the fallbacks marked so."""
+
+    ADMITTED = "Admitted"
+    QUOTA_RESERVED = "QuotaReserved"  # quota held; admission checks pending
+    PENDING = "Pending"  # fallback: QuotaReserved=False without a reason
+    QUEUED = "Queued"  # the Workload exists; Kueue has not evaluated it
+    WAITING = "WaitingForKueue"  # pods gated, no Workload yet
+    DEACTIVATED = "Deactivated"  # the Workload's spec.active is false
+    EVICTED = "Evicted"  # fallback: Evicted=True without a reason
+    STOPPED = "StoppedByKueue"
+
+
+class WorkloadReason(StrEnum):
+    """The workload backend's reasons in Schedulable, from its PodGroup's status
+    (backends/workload.py); kube-scheduler's own reason passes through where it gave one."""
+
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"  # fallback: PodGroupScheduled=False without a reason
+    WAITING_FOR_SCHEDULER = "WaitingForScheduler"
+    POD_GROUP_MISSING = "PodGroupMissing"
+    DISRUPTED = "Disrupted"
 
 
 class SweepReason(StrEnum):
@@ -404,29 +472,3 @@ class SweepReason(StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a trial's gang is not placed: no more trials yet
     SWEEP_COMPLETE = "SweepComplete"
     NO_TRIAL_SUCCEEDED = "NoTrialSucceeded"
-
-# --- Env no job may set (api/kubetypes.py EnvVar, network.ncclEnv) ---------------------------
-# The rendezvous variables every worker pod gets (render/pod.py); a job's env comes after them
-# and would win. PYTHONUNBUFFERED and the scratch paths (HOME, TMPDIR, caches) stay the job's to
-# change; TF_CONFIG and HOROVOD_* are reserved only under their framework (api/types.py, horovod.py).
-RENDEZVOUS_ENV = (
-    ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE, ENV_NNODES, ENV_NODE_RANK, ENV_NPROC_PER_NODE,
-    ENV_PET_MASTER_ADDR, ENV_PET_MASTER_PORT, ENV_PET_NNODES, ENV_PET_NODE_RANK, ENV_PET_NPROC_PER_NODE,
-    ENV_PET_RDZV_ENDPOINT, ENV_PET_RDZV_ID, ENV_PET_MAX_RESTARTS,
-)
-# Env the node's container runtime reads from the container's spec to decide which devices and
-# driver files to inject: a grant, not a filter. In env-var mode the NVIDIA container toolkit
-# shows a pod every GPU of its node for NVIDIA_VISIBLE_DEVICES=all, whatever it requested, and
-# reads the other NVIDIA_* (DRIVER_CAPABILITIES, REQUIRE_*, MIG_*, IMEX_CHANNELS, ...) likewise;
-# the AMD container runtime (AMD_VISIBLE_DEVICES), habana-container-runtime (HABANA_VISIBLE_DEVICES,
-# HABANA_VISIBLE_MODULES), the Neuron OCI hook (AWS_NEURON_VISIBLE_DEVICES) and Ascend Docker
-# Runtime (ASCEND_VISIBLE_DEVICES, its mount and vNPU options) do the same. Only the device plugin
-# may set them. Not here: the process-level filters (CUDA_VISIBLE_DEVICES, ROCR_/HIP_VISIBLE_DEVICES,
-# NEURON_RT_VISIBLE_CORES, TPU_VISIBLE_CHIPS, ASCEND_RT_VISIBLE_DEVICES, ZE_AFFINITY_MASK) narrow
-# what a process uses among the devices its container already has.
-ENV_DEVICE_GRANT_PREFIXES = ("NVIDIA_",)
-ENV_DEVICE_GRANT_NAMES = (
-    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "AWS_NEURON_VISIBLE_DEVICES",
-    "ASCEND_VISIBLE_DEVICES", "ASCEND_RUNTIME_OPTIONS", "ASCEND_RUNTIME_MOUNTS", "ASCEND_ALLOW_LINK",
-    "ASCEND_VNPU_SPECS",
-)

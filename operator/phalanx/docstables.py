@@ -8,7 +8,7 @@ A doc marks a block with two lines of their own::
 and ``phalanx crd --docs-tables FILE...`` (``make crds``) rewrites what is between them from the
 code; with ``--check`` (``make crds-check``) it changes nothing and fails naming each file and
 block whose body differs. The blocks (``BLOCKS``): reasons and sweep-reasons (phalanx/reasons.py),
-conditions and sweep-conditions (the same), cli (the argparse parser of phalanx/cli.py, passed
+node-exclusions, conditions and sweep-conditions (the same), cli (the argparse parser of phalanx/cli.py, passed
 in: this module imports no command), rbac (the rules of the chart's rbac.yaml with the ``# why:``
 comment above each), printer-columns (the CRDs' additionalPrinterColumns), modules (every
 module of the Python packages with the first sentence of its docstring: the code map).
@@ -93,8 +93,14 @@ def reasons_block(tables: Sequence[tuple[type, dict, str]], kind: str, footer: s
 
 
 PASS_THROUGH = ("`Restarting=True` also carries a failed pod's own reason as Kubernetes reports it (e.g. "
-                "`Evicted`) or `exited` (the message has the exit code); with the kueue and workload backends, "
+                "`Evicted`); with the kueue and workload backends, "
                 "`Schedulable` and `Suspended` carry Kueue's or kube-scheduler's own reason where they give one.")
+
+
+def node_exclusions_block() -> str:
+    rows = [[f"`{member.value.format(resource='RESOURCE', level='LEVEL')}`", doc.meaning, doc.fix]
+            for member, doc in R.NODE_EXCLUSIONS.items()]
+    return "\n".join(_table(["excluded", "meaning", "what to do"], rows))
 
 
 def _on_condition(tables: Sequence[tuple[type, dict, str]], cond: str) -> list[str]:
@@ -287,6 +293,7 @@ def modules_block(repo: Path) -> str:
 BLOCKS: dict[str, Callable[[Sources], str]] = {
     "reasons": lambda _: reasons_block(R.TABLES, "job", PASS_THROUGH),
     "sweep-reasons": lambda _: reasons_block(R.SWEEP_TABLES, "sweep"),
+    "node-exclusions": lambda _: node_exclusions_block(),
     "conditions": lambda _: conditions_block(R.CONDITIONS, R.TABLES),
     "sweep-conditions": lambda _: conditions_block(R.SWEEP_CONDITIONS, R.SWEEP_TABLES),
     "cli": lambda s: cli_block(s.parser),

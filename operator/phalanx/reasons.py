@@ -2,7 +2,8 @@
 reasons and conditions tables in the docs (phalanx/docstables.py fills them; `make crds-check`
 fails when a doc's table drifted). Every member of the reason enums of phalanx/constants.py needs
 an entry here (tests/unit/phalanx/test_reasons.py fails otherwise); to add one, add a line to the table of
-its enum with ``_doc(group, meaning, fix, *on)``.
+its enum with ``_doc(group, meaning, fix, *on)``. The native planner's node exclusions (the counts
+in its Schedulable=False messages) are explained in ``NODE_EXCLUSIONS`` the same way.
 
 ``on`` says where the reason appears: a condition with its status (``Failed=True``), ``Event``
 (a Kubernetes Event, phase transitions included) or a sweep's ``status.trials[].reason``.
@@ -13,8 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from phalanx import constants as C
-from phalanx.constants import KueueReason, Reason, SweepReason, UnschedulableReason, WorkloadReason
+from phalanx.constants import (
+    ConditionType,
+    KueueReason,
+    NodeExclusion,
+    Reason,
+    SweepReason,
+    UnschedulableReason,
+    WorkloadReason,
+)
 
 PENDING = "Pending"  # the job waits (to be created, placed or admitted); the reason says why
 FAILED = "Failed"  # the job ended Failed
@@ -36,14 +44,14 @@ def _doc(group: str, meaning: str, fix: str, *on: str) -> ReasonDoc:
     return ReasonDoc(group, meaning, fix, on)
 
 
-def _on(cond: str, status: str) -> str:
+def _on(cond: ConditionType, status: str) -> str:
     return f"{cond}={status}"
 
 
-VALID_F, FAILED_T, SUCCEEDED_T = _on(C.COND_VALID, "False"), _on(C.COND_FAILED, "True"), _on(C.COND_SUCCEEDED, "True")
-CREATED_F, SCHED_F, SCHED_T, SCHED_U = (_on(C.COND_CREATED, "False"), _on(C.COND_SCHEDULABLE, "False"),
-                                        _on(C.COND_SCHEDULABLE, "True"), _on(C.COND_SCHEDULABLE, "Unknown"))
-RUNNING_F, RESTARTING_T, SUSPENDED_T = _on(C.COND_RUNNING, "False"), _on(C.COND_RESTARTING, "True"), _on(C.COND_SUSPENDED, "True")
+VALID_F, FAILED_T, SUCCEEDED_T = _on(ConditionType.VALID, "False"), _on(ConditionType.FAILED, "True"), _on(ConditionType.SUCCEEDED, "True")
+CREATED_F, SCHED_F, SCHED_T, SCHED_U = (_on(ConditionType.CREATED, "False"), _on(ConditionType.SCHEDULABLE, "False"),
+                                        _on(ConditionType.SCHEDULABLE, "True"), _on(ConditionType.SCHEDULABLE, "Unknown"))
+RUNNING_F, RESTARTING_T, SUSPENDED_T = _on(ConditionType.RUNNING, "False"), _on(ConditionType.RESTARTING, "True"), _on(ConditionType.SUSPENDED, "True")
 RECREATE = "no restart is counted; nothing to do unless it repeats"
 
 REASONS: dict[Reason, ReasonDoc] = {
@@ -51,27 +59,27 @@ REASONS: dict[Reason, ReasonDoc] = {
                               "network profile, topology levels, cluster policy, Pod Security level); the message names "
                               "the field and the rule", "fix that field (`phalanx validate JOB.yaml --config OPCONFIG` "
                               "gives the same verdict offline) and create the job again", VALID_F, FAILED_T, EVENT),
-    Reason.VALIDATED: _doc(OTHER, "the spec passed the operator's checks", "", _on(C.COND_VALID, "True")),
+    Reason.VALIDATED: _doc(OTHER, "the spec passed the operator's checks", "", _on(ConditionType.VALID, "True")),
     Reason.RECONCILED: _doc(OTHER, "the operator's last pass decided the job without error", "",
-                            _on(C.COND_RECONCILED, "True")),
+                            _on(ConditionType.RECONCILED, "True")),
     Reason.PENDING: _doc(PENDING, "pods of the current gang are being created", "see `Created` and `Schedulable`", EVENT),
     Reason.CREATING: _doc(PENDING, "the operator starts creating the gang's pods (a new attempt)", "", EVENT),
     Reason.CREATED: _doc(OTHER, "every pod of the attempt was created", "", EVENT),
     Reason.CREATING_PODS: _doc(PENDING, "some of the gang's pods exist, the rest are being created", "if it stays, "
                                "look for `CreateRefused` (the message says what the API server refused)", CREATED_F),
-    Reason.PODS_CREATED: _doc(OTHER, "every pod of the attempt exists", "", _on(C.COND_CREATED, "True")),
+    Reason.PODS_CREATED: _doc(OTHER, "every pod of the attempt exists", "", _on(ConditionType.CREATED, "True")),
     Reason.WAITING_FOR_OLD_PODS: _doc(PENDING, "pods of an earlier attempt are still terminating; the new gang is "
                                       "created once they are gone", "a pod stuck on a lost node is force-deleted after "
                                       "`forceDeleteAfterSeconds` (operator config); else check the kubelet", CREATED_F),
     Reason.SCHEDULING: _doc(PENDING, "every pod exists; the scheduler is binding them", "see `Schedulable`", EVENT),
-    Reason.RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(C.COND_RESTARTING, "False"), EVENT),
-    Reason.ALL_NODES_RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(C.COND_RUNNING, "True")),
+    Reason.RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(ConditionType.RESTARTING, "False"), EVENT),
+    Reason.ALL_NODES_RUNNING: _doc(OTHER, "every pod of the gang runs", "", _on(ConditionType.RUNNING, "True")),
     Reason.SUCCEEDED: _doc(OTHER, "every pod `successPolicy` names exited 0", "", SUCCEEDED_T, EVENT),
     Reason.SUSPENDED: _doc(OTHER, "`spec.suspend` is true: the pods were deleted, each saving a checkpoint on SIGTERM",
                            "set `spec.suspend: false` to resume (from the checkpoint, with a checkpoint volume)",
                            SUSPENDED_T, RUNNING_F, EVENT),
     Reason.RESUMED: _doc(OTHER, "`spec.suspend` is false again: a new gang is created and resumes from the checkpoint "
-                         "(step 0 without a checkpoint volume)", "", _on(C.COND_SUSPENDED, "False"), EVENT),
+                         "(step 0 without a checkpoint volume)", "", _on(ConditionType.SUSPENDED, "False"), EVENT),
     Reason.DEADLINE_EXCEEDED: _doc(FAILED, "the job ran longer than `activeDeadlineSeconds`", "raise "
                                    "`activeDeadlineSeconds` (it may change at any time) and create the job again; with "
                                    "a checkpoint volume it resumes from its last checkpoint", FAILED_T, EVENT),
@@ -110,6 +118,11 @@ REASONS: dict[Reason, ReasonDoc] = {
     Reason.HANG: _doc(OTHER, "no step progress for `failurePolicy.hangTimeoutSeconds`: a retryable failure",
                       "look for a stuck collective in the pods' logs (NCCL_DEBUG=INFO), or raise `hangTimeoutSeconds`",
                       RESTARTING_T),
+    Reason.EXITED: _doc(OTHER, "a pod's trainer exited with a code `failurePolicy` counts as retryable (128 and up: "
+                        "killed by a signal, unless listed otherwise); the message has the code and the cause",
+                        "see `status.lastFailure` and the pod's log (`kubectl logs POD --previous`)", RESTARTING_T),
+    Reason.POD_FAILED: _doc(OTHER, "a pod failed without a reason or an exit code of its own: a retryable failure",
+                            "see the pod's Events (`kubectl describe pod POD`)", RESTARTING_T),
     Reason.FORCE_DELETED: _doc(OTHER, "a pod stuck terminating on a lost node was deleted with grace period 0", "", EVENT),
     Reason.CREATE_REFUSED: _doc(PENDING, "the API server refused a creation for now (quota, a PriorityClass or "
                                 "ServiceAccount that does not exist yet, 409/429/5xx); retried with backoff",
@@ -120,15 +133,15 @@ REASONS: dict[Reason, ReasonDoc] = {
                                  "create the job again", CREATED_F, FAILED_T, EVENT),
     Reason.RECONCILE_ERROR: _doc(FAILED, "the operator could not decide the job (the message has the error); repeated "
                                  "errors end the job Failed", "report it with the operator's log: it is a bug",
-                                 _on(C.COND_RECONCILED, "False"), FAILED_T, EVENT),
+                                 _on(ConditionType.RECONCILED, "False"), FAILED_T, EVENT),
     Reason.LOSS_NOT_FINITE: _doc(OTHER, "rank 0 reported a NaN or infinite loss: training diverged (the job keeps "
                                  "running)", "lower the learning rate, clip gradients (`training.gradClip`), check the data",
-                                 _on(C.COND_LOSS_NOT_FINITE, "True"), EVENT),
-    Reason.LOSS_FINITE: _doc(OTHER, "the loss is finite again", "", _on(C.COND_LOSS_NOT_FINITE, "False")),
+                                 _on(ConditionType.LOSS_NOT_FINITE, "True"), EVENT),
+    Reason.LOSS_FINITE: _doc(OTHER, "the loss is finite again", "", _on(ConditionType.LOSS_NOT_FINITE, "False")),
     Reason.RESUMED_FROM_PREDECESSOR: _doc(OTHER, "the job resumed a checkpoint an earlier job of the same name wrote "
                                           "(`checkpoint.resume`)", "if unintended, use another checkpoint volume or "
                                           "`checkpoint.resume: false`",
-                                          _on(C.COND_RESUMED_FROM_PREDECESSOR, "True"), EVENT),
+                                          _on(ConditionType.RESUMED_FROM_PREDECESSOR, "True"), EVENT),
 }
 
 UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {
@@ -146,6 +159,31 @@ UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {
                                      "plans with backfill and does not set it): a gang ahead in the queue (priority, "
                                      "then age) cannot be placed, so none is placed past it", "wait, or give the job "
                                      "a higher `priorityClassName`", SCHED_F),
+}
+
+
+
+@dataclass(frozen=True)
+class ExclusionDoc:
+    meaning: str
+    fix: str
+
+
+NODE_EXCLUSIONS: dict[NodeExclusion, ExclusionDoc] = {
+    NodeExclusion.NOT_READY: ExclusionDoc("the node's Ready condition is not True", "check the node and its kubelet"),
+    NodeExclusion.CORDONED: ExclusionDoc("the node is cordoned (`spec.unschedulable`) and the job does not tolerate "
+                                         "`node.kubernetes.io/unschedulable`", "uncordon the node"),
+    NodeExclusion.TAINTED: ExclusionDoc("the node has a `NoSchedule` or `NoExecute` taint the job does not tolerate",
+                                        "add a toleration to the job (`tolerations`), if policy allows"),
+    NodeExclusion.SELECTOR_MISMATCH: ExclusionDoc("the node's labels do not match the job's `nodeSelector`",
+                                                  "label the node, or change `nodeSelector`"),
+    NodeExclusion.TOO_LITTLE: ExclusionDoc("less of the resource is free on the node than one pod requests, after "
+                                           "its running pods and other gangs' reservations", "free capacity, or "
+                                           "request less per pod"),
+    NodeExclusion.OUTSIDE_WORKERS_DOMAIN: ExclusionDoc("a role's pod: the node is outside the domain of the "
+                                                       "`scheduling.topology.required` level the workers were placed in",
+                                                       "free capacity for the roles inside one domain, or relax "
+                                                       "`required`"),
 }
 
 KUEUE_REASONS: dict[KueueReason, ReasonDoc] = {
@@ -184,7 +222,7 @@ SWEEP_REASONS: dict[SweepReason, ReasonDoc] = {
     SweepReason.INVALID_SPEC: _doc(FAILED, "the sweep or one of its generated trials breaks a rule; the message names "
                                    "the parameter and value", "fix it (`phalanx validate SWEEP.yaml`) and create the "
                                    "sweep again", VALID_F, FAILED_T, RUNNING_F, EVENT),
-    SweepReason.VALIDATED: _doc(OTHER, "every trial was generated and checked", "", _on(C.COND_VALID, "True")),
+    SweepReason.VALIDATED: _doc(OTHER, "every trial was generated and checked", "", _on(ConditionType.VALID, "True")),
     SweepReason.TRIAL_CREATED: _doc(OTHER, "a trial's TrainingJob was created", "", EVENT),
     SweepReason.TRIAL_SUCCEEDED: _doc(OTHER, "a trial succeeded; its objective value is recorded", "", EVENT),
     SweepReason.TRIAL_FAILED: _doc(OTHER, "a trial's TrainingJob failed (the sweep goes on)", "see the trial's "
@@ -198,9 +236,9 @@ SWEEP_REASONS: dict[SweepReason, ReasonDoc] = {
                                       TRIAL),
     SweepReason.NEW_BEST: _doc(OTHER, "a trial became the best so far", "", EVENT),
     SweepReason.TRIALS_RUNNING: _doc(OTHER, "trials are running or waiting for their turn (`maxParallel`)", "",
-                                     C.COND_RUNNING),
+                                     ConditionType.RUNNING),
     SweepReason.WAITING_FOR_CAPACITY: _doc(PENDING, "a trial's gang is not placed: no more trials are created until "
-                                           "it is", "see that trial's `Schedulable` condition", C.COND_RUNNING),
+                                           "it is", "see that trial's `Schedulable` condition", ConditionType.RUNNING),
     SweepReason.SWEEP_COMPLETE: _doc(OTHER, "every trial finished and at least one succeeded", "", SUCCEEDED_T, EVENT),
     SweepReason.NO_TRIAL_SUCCEEDED: _doc(FAILED, "every trial finished and none succeeded", "see the trials' "
                                          "reasons in `status.trials`", FAILED_T, EVENT),
@@ -223,36 +261,36 @@ class ConditionDoc:
     unknown: str = ""
 
 
-CONDITIONS: dict[str, ConditionDoc] = {
-    C.COND_VALID: ConditionDoc("the spec passed the operator's checks", "it did not (`InvalidSpec`): the job is Failed"),
-    C.COND_CREATED: ConditionDoc("every pod of the current attempt was created",
+CONDITIONS: dict[ConditionType, ConditionDoc] = {
+    ConditionType.VALID: ConditionDoc("the spec passed the operator's checks", "it did not (`InvalidSpec`): the job is Failed"),
+    ConditionType.CREATED: ConditionDoc("every pod of the current attempt was created",
                                  "pods are being created, old ones still terminate, or the API server refused one"),
-    C.COND_SCHEDULABLE: ConditionDoc("the gang is placed or admitted as a whole",
+    ConditionType.SCHEDULABLE: ConditionDoc("the gang is placed or admitted as a whole",
                                      "it cannot be placed now; the reason says why, the message what is missing",
                                      "waiting for every pod, or for the backend's verdict"),
-    C.COND_RUNNING: ConditionDoc("every pod of the gang runs", "not (yet, or any more): creating, restarting, "
+    ConditionType.RUNNING: ConditionDoc("every pod of the gang runs", "not (yet, or any more): creating, restarting, "
                                  "suspended, resizing or finished"),
-    C.COND_RESTARTING: ConditionDoc("a whole-gang restart after a retryable failure; the reason is the failure's "
+    ConditionType.RESTARTING: ConditionDoc("a whole-gang restart after a retryable failure; the reason is the failure's "
                                     "(`NodeLost`, `PodLost`, `Hang`, `exited`, or the pod's own)",
                                     "the gang runs again, or the job finished"),
-    C.COND_SUSPENDED: ConditionDoc("the pods are gone (their checkpoint kept, with a checkpoint volume): `spec.suspend`, or the admitter "
+    ConditionType.SUSPENDED: ConditionDoc("the pods are gone (their checkpoint kept, with a checkpoint volume): `spec.suspend`, or the admitter "
                                    "(Kueue) took the gang away", "resumed, or readmitted"),
-    C.COND_SUCCEEDED: ConditionDoc("the job succeeded (`successPolicy`)", "it failed"),
-    C.COND_FAILED: ConditionDoc("the job failed; the reason says why", "it succeeded"),
-    C.COND_RECONCILED: ConditionDoc("the operator's last pass decided the job", "it could not (`ReconcileError`)"),
-    C.COND_LOSS_NOT_FINITE: ConditionDoc("rank 0 reported a NaN or infinite loss", "the loss is finite again"),
-    C.COND_RESUMED_FROM_PREDECESSOR: ConditionDoc("the job resumed a checkpoint an earlier job of its name wrote",
+    ConditionType.SUCCEEDED: ConditionDoc("the job succeeded (`successPolicy`)", "it failed"),
+    ConditionType.FAILED: ConditionDoc("the job failed; the reason says why", "it succeeded"),
+    ConditionType.RECONCILED: ConditionDoc("the operator's last pass decided the job", "it could not (`ReconcileError`)"),
+    ConditionType.LOSS_NOT_FINITE: ConditionDoc("rank 0 reported a NaN or infinite loss", "the loss is finite again"),
+    ConditionType.RESUMED_FROM_PREDECESSOR: ConditionDoc("the job resumed a checkpoint an earlier job of its name wrote",
                                                   "(never set)"),
 }
 
-SWEEP_CONDITIONS: dict[str, ConditionDoc] = {
-    C.COND_VALID: ConditionDoc("the sweep and every generated trial passed the checks", "they did not: the sweep is Failed"),
-    C.COND_RUNNING: ConditionDoc("some trial has started", "none yet, or the sweep finished"),
-    C.COND_SUCCEEDED: ConditionDoc("every trial finished and one succeeded", "every trial finished and none succeeded"),
-    C.COND_FAILED: ConditionDoc("the sweep is invalid, or no trial succeeded", "it succeeded"),
+SWEEP_CONDITIONS: dict[ConditionType, ConditionDoc] = {
+    ConditionType.VALID: ConditionDoc("the sweep and every generated trial passed the checks", "they did not: the sweep is Failed"),
+    ConditionType.RUNNING: ConditionDoc("some trial has started", "none yet, or the sweep finished"),
+    ConditionType.SUCCEEDED: ConditionDoc("every trial finished and one succeeded", "every trial finished and none succeeded"),
+    ConditionType.FAILED: ConditionDoc("the sweep is invalid, or no trial succeeded", "it succeeded"),
 }
 
 
 def condition_types() -> list[str]:
-    """Every condition type constants.py defines (COND_*), in its order."""
-    return list(dict.fromkeys(v for k, v in vars(C).items() if k.startswith("COND_") and isinstance(v, str)))
+    """Every condition type (constants.ConditionType), in its order."""
+    return [str(member) for member in ConditionType]

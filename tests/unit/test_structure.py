@@ -171,9 +171,6 @@ def test_unit_tests_mirror_the_packages():
 # A framework's own modules: its rules (api/<name>.py: the CRD's CEL compares the name too) and its
 # plugin (frameworks/<name>.py); a backend's: backends/<name>.py. Everyone else asks the registries
 # (phalanx.frameworks.plugin_for, phalanx.backends.backend_for / backend_named).
-# Work in flight elsewhere (lifecycle/reconcile.py is being split), to be removed as it lands —
-# each entry must still be true:
-PENDING_ENUM_SWITCHES: set[str] = {"lifecycle/reconcile.py GangBackend.NATIVE"}
 
 
 def _enum_values(enum: type) -> set[str]:
@@ -226,5 +223,4 @@ def test_framework_and_backend_members_are_compared_only_by_their_plugins():
                 if (isinstance(operand, ast.Attribute) and isinstance(operand.value, ast.Name)
                         and operand.value.id in owners and rel.split("/")[0] != owners[operand.value.id]):
                     found.add(f"{rel} {operand.value.id}.{operand.attr}")
-    assert PENDING_ENUM_SWITCHES <= found, f"PENDING_ENUM_SWITCHES: drop what was fixed: {PENDING_ENUM_SWITCHES - found}"
-    assert not found - PENDING_ENUM_SWITCHES, "ask the plugin registry instead:\n" + "\n".join(sorted(found - PENDING_ENUM_SWITCHES))
+    assert not found, "ask the plugin registry instead:\n" + "\n".join(sorted(found))

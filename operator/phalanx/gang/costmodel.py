@@ -1,6 +1,6 @@
 """Alpha-beta cost model of gradient allreduce over a placement, plus ZeRO memory per GPU.
 
-Link figures come from the topology levels (anchors §5):
+Link figures come from the topology levels (``OperatorConfig.topology.levels``):
 
 - two nodes whose paths first differ at level i talk across level i: bandwidth
   ``bandwidth_gbps[i] / oversubscription[i]`` (GB/s per node), latency ``latency_us[i]``; a node
@@ -71,15 +71,15 @@ def zero_memory_per_gpu(params: int, stage: int, tensor: int = 1, pipeline: int 
                         shard: int = 1) -> float:
     """Bytes of model state (params + grads + Adam) per GPU for a ZeRO stage."""
     psi = params / (tensor * pipeline)
-    n = max(1, shard)
+    degree = max(1, shard)
     if stage == 0:
         return 16 * psi
     if stage == 1:
-        return 4 * psi + 12 * psi / n
+        return 4 * psi + 12 * psi / degree
     if stage == 2:
-        return 2 * psi + 14 * psi / n
+        return 2 * psi + 14 * psi / degree
     if stage == 3:
-        return 16 * psi / n
+        return 16 * psi / degree
     raise ValueError(f"ZeRO stage must be 0-3, got {stage}")
 
 
@@ -88,29 +88,34 @@ def link_between(topo: Topology, nodes: Sequence[str], config: TopologyConfig) -
     nodes = list(dict.fromkeys(nodes))
     if len(nodes) <= 1:
         return Link("nvlink", config.intra_node_bandwidth_gbps, config.intra_node_latency_us)
-    paths = [topo.paths[n] for n in nodes]
+    paths = [topo.paths[node] for node in nodes]
     crossed: list[Link] = []
-    for i, lvl in enumerate(topo.levels):
-        if len({p[: i + 1] for p in paths}) > 1 or any(p[i] == UNKNOWN for p in paths):
+    for index, lvl in enumerate(topo.levels):
+        if len({path[: index + 1] for path in paths}) > 1 or any(path[index] == UNKNOWN for path in paths):
             crossed.append(Link(lvl.name, lvl.bandwidth_gbps / lvl.oversubscription, lvl.latency_us))
     # Distinct nodes always differ at the finest level, so ``crossed`` is never empty.
     slowest = min(crossed, key=lambda link: link.bandwidth_gbps)
     return replace(slowest, latency_us=max(link.latency_us for link in crossed))
 
 
-def ring_seconds(size: float, n: int, link: Link) -> float:
-    if n <= 1:
+def ring_seconds(size: float, ranks: int, link: Link) -> float:
+    """The flat ring over ``ranks`` (n in the module's formula)."""
+    if ranks <= 1:
         return 0.0
-    return 2 * (n - 1) / n * size / (link.bandwidth_gbps * GB) + 2 * (n - 1) * link.latency_us * US
+    return 2 * (ranks - 1) / ranks * size / (link.bandwidth_gbps * GB) + 2 * (ranks - 1) * link.latency_us * US
 
 
-def hierarchical_seconds(size: float, m: int, g: int, net: Link, nvlink: Link) -> float:
-    t = 0.0
-    if g > 1:
-        t += 2 * ((g - 1) / g * size / (nvlink.bandwidth_gbps * GB) + (g - 1) * nvlink.latency_us * US)
-    if m > 1:
-        t += 2 * (m - 1) / m * (size / g) / (net.bandwidth_gbps * GB / g) + 2 * (m - 1) * net.latency_us * US
-    return t
+def hierarchical_seconds(size: float, nodes: int, per_node: int, net: Link, nvlink: Link) -> float:
+    """In-node reduce-scatter, allreduce across ``nodes`` (m), in-node all-gather; ``per_node``
+    ranks of the group on each node (g)."""
+    seconds = 0.0
+    if per_node > 1:
+        seconds += 2 * ((per_node - 1) / per_node * size / (nvlink.bandwidth_gbps * GB)
+                        + (per_node - 1) * nvlink.latency_us * US)
+    if nodes > 1:
+        seconds += (2 * (nodes - 1) / nodes * (size / per_node) / (net.bandwidth_gbps * GB / per_node)
+                    + 2 * (nodes - 1) * net.latency_us * US)
+    return seconds
 
 
 def dp_groups(world: int, procs_per_node: int, tensor: int, pipeline: int) -> list[list[int]]:
@@ -119,7 +124,7 @@ def dp_groups(world: int, procs_per_node: int, tensor: int, pipeline: int) -> li
     groups = []
     for pp in range(pipeline):
         for tp in range(tensor):
-            groups.append([(pp * tensor * dp + d * tensor + tp) // procs_per_node for d in range(dp)])
+            groups.append([(pp * tensor * dp + dp_rank * tensor + tp) // procs_per_node for dp_rank in range(dp)])
     return groups
 
 
@@ -140,25 +145,25 @@ def allreduce_estimate(
     best: AllreduceEstimate | None = None
     seen: set[tuple] = set()
     for group in dp_groups(world, procs_per_node, tensor, pipeline):
-        group_nodes = [nodes[k] for k in group]
+        group_nodes = [nodes[rank] for rank in group]
         sig = tuple(group_nodes)
         if sig in seen:
             continue
         seen.add(sig)
         per_node: dict[str, int] = {}
-        for x in group_nodes:
-            per_node[x] = per_node.get(x, 0) + 1
-        m = len(per_node)
-        g = max(per_node.values())
+        for node in group_nodes:
+            per_node[node] = per_node.get(node, 0) + 1
+        spanned = len(per_node)
+        ranks_per_node = max(per_node.values())
         link = link_between(topo, list(per_node), config)
-        if m > 1:
-            share = max(1, procs_per_node // g)  # DP groups sharing each node's NICs
+        if spanned > 1:
+            share = max(1, procs_per_node // ranks_per_node)  # DP groups sharing each node's NICs
             link = replace(link, bandwidth_gbps=link.bandwidth_gbps / share)
-        n = len(group_nodes)
+        ranks = len(group_nodes)
         est = AllreduceEstimate(
-            bytes=size_bytes, ranks=n, nodes=m, ranks_per_node=g, bottleneck=link,
-            ring_seconds=ring_seconds(size_bytes, n, link),
-            hierarchical_seconds=hierarchical_seconds(size_bytes, m, g, link, nvlink),
+            bytes=size_bytes, ranks=ranks, nodes=spanned, ranks_per_node=ranks_per_node, bottleneck=link,
+            ring_seconds=ring_seconds(size_bytes, ranks, link),
+            hierarchical_seconds=hierarchical_seconds(size_bytes, spanned, ranks_per_node, link, nvlink),
         )
         if best is None or est.ring_seconds > best.ring_seconds:
             best = est
@@ -172,9 +177,9 @@ def compact_nodes(count: int, nodes: Sequence[NodeInfo], topo: Topology,
     same shape (every node ready, nothing running, allocatable ≥ the request)."""
     from phalanx.gang.planner import GangRequest, plan_gang
 
-    empty = [replace(n, ready=True, unschedulable=False, taints=()) for n in nodes]
+    empty = [replace(node, ready=True, unschedulable=False, taints=()) for node in nodes]
     req = GangRequest(key="lower-bound", count=count, requests=requests or {})
-    res = plan_gang(req, empty, topology=topo, free={n.name: dict(n.allocatable) for n in empty})
+    res = plan_gang(req, empty, topology=topo, free={node.name: dict(node.allocatable) for node in empty})
     return getattr(res, "nodes", None)
 
 
@@ -200,18 +205,18 @@ def cost_report(
 ) -> CostReport:
     """Everything ``phalanx plan`` prints about a placement of ``spec``."""
     config = config or TopologyConfig(levels=list(topo.levels))
-    p = spec.parallelism
+    parallelism = spec.parallelism
     params = params if params is not None else model_params(spec)
     if params is None:
         return CostReport(None, None, None, None, None, None)
-    size = gradient_bytes(params, p.tensor, p.pipeline)
-    kw = dict(size_bytes=size, procs_per_node=spec.procs_per_node, tensor=p.tensor, pipeline=p.pipeline)
+    size = gradient_bytes(params, parallelism.tensor, parallelism.pipeline)
+    kw = dict(size_bytes=size, procs_per_node=spec.procs_per_node, tensor=parallelism.tensor, pipeline=parallelism.pipeline)
     est = allreduce_estimate(placement_nodes, topo, config, **kw)
     lb_nodes = compact_nodes(len(placement_nodes), nodes, topo, requests)
     lb = allreduce_estimate(lb_nodes, topo, config, **kw) if lb_nodes else None
     dp = spec.data_degree
-    shard = dp // p.replicate if p.replicate > 1 else dp
-    mem = zero_memory_per_gpu(params, p.zero, p.tensor, p.pipeline, shard)
+    shard = dp // parallelism.replicate if parallelism.replicate > 1 else dp
+    mem = zero_memory_per_gpu(params, parallelism.zero, parallelism.tensor, parallelism.pipeline, shard)
     return CostReport(params, size, est, lb, topo.span(lb_nodes) if lb_nodes else None, mem)
 
 

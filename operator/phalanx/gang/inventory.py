@@ -34,44 +34,44 @@ _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), ""
             "P": Decimal("1e15"), "E": Decimal("1e18")}
 
 
-def parse_quantity(q: str | int | float | Decimal) -> Decimal:
+def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
     """A Kubernetes quantity ('500m', '64Gi', '1e3', 8) as an exact Decimal. Raises ValueError."""
-    if isinstance(q, bool):
-        raise ValueError(f"invalid quantity {q!r}")
-    if isinstance(q, int):
-        return Decimal(q)
-    if isinstance(q, float):
-        if not math.isfinite(q):
-            raise ValueError(f"invalid quantity {q!r}")
-        return Decimal(repr(q))
-    if isinstance(q, Decimal):
-        return q
-    s = str(q).strip()
-    m = _QUANTITY_RE.match(s)
-    if not m:
-        raise ValueError(f"invalid quantity {q!r}")
+    if isinstance(quantity, bool):
+        raise ValueError(f"invalid quantity {quantity!r}")
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    if isinstance(quantity, float):
+        if not math.isfinite(quantity):
+            raise ValueError(f"invalid quantity {quantity!r}")
+        return Decimal(repr(quantity))
+    if isinstance(quantity, Decimal):
+        return quantity
+    text = str(quantity).strip()
+    match = _QUANTITY_RE.match(text)
+    if not match:
+        raise ValueError(f"invalid quantity {quantity!r}")
     try:
-        num = Decimal(m["num"])
-    except InvalidOperation as e:  # pragma: no cover - the regex already guards this
-        raise ValueError(f"invalid quantity {q!r}") from e
-    suffix = m["suffix"] or ""
+        num = Decimal(match["num"])
+    except InvalidOperation as error:  # pragma: no cover - the regex already guards this
+        raise ValueError(f"invalid quantity {quantity!r}") from error
+    suffix = match["suffix"] or ""
     if suffix in _BINARY:
         value = num * _BINARY[suffix]
     elif suffix in _DECIMAL:
         value = num * _DECIMAL[suffix]
     else:  # exponent
         value = num.scaleb(int(suffix[1:]))
-    return -value if m["sign"] == "-" else value
+    return -value if match["sign"] == "-" else value
 
 
-def _ceil(d: Decimal) -> int:
-    return int(d.to_integral_value(rounding="ROUND_CEILING"))
+def _ceil(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # a few distinct amounts, parsed for every node each pass
-def canonical_amount(resource: str, q: str | int | float | Decimal) -> int:
+def canonical_amount(resource: str, quantity: str | int | float | Decimal) -> int:
     """Integer amount in the scheduler's units: millicores for cpu, else the value rounded up."""
-    value = parse_quantity(q)
+    value = parse_quantity(quantity)
     if resource == RESOURCE_CPU:
         return _ceil(value * 1000)
     return _ceil(value)
@@ -90,13 +90,13 @@ def format_amount(resource: str, amount: int) -> str:
 
 
 def parse_resources(raw: Mapping[str, Any] | None) -> Resources:
-    return {k: canonical_amount(k, v) for k, v in (raw or {}).items()}
+    return {resource: canonical_amount(resource, quantity) for resource, quantity in (raw or {}).items()}
 
 
-def add_resources(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + v
+def add_resources(first: Mapping[str, int], second: Mapping[str, int]) -> Resources:
+    out = dict(first)
+    for resource, amount in second.items():
+        out[resource] = out.get(resource, 0) + amount
     return out
 
 
@@ -130,8 +130,8 @@ class NodeInfo:
             if cond.get("type") == "Ready":
                 ready = cond.get("status") == "True"
         taints = tuple(
-            Taint(key=t.get("key", ""), value=t.get("value") or "", effect=t.get("effect", "NoSchedule"))
-            for t in spec.get("taints") or []
+            Taint(key=taint.get("key", ""), value=taint.get("value") or "", effect=taint.get("effect", "NoSchedule"))
+            for taint in spec.get("taints") or []
         )
         alloc_raw = status.get("allocatable") or status.get("capacity") or {}
         return cls(
@@ -148,8 +148,8 @@ def nodes_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> lis
     """NodeInfo for each Node of a ``kubectl get nodes -o yaml`` List (or a plain list); a
     NodeInfo in the list is taken as it is (a caller that parsed the nodes once)."""
     items = obj.get("items", []) if isinstance(obj, Mapping) else obj
-    return [n if isinstance(n, NodeInfo) else NodeInfo.from_node(n)
-            for n in items if isinstance(n, NodeInfo) or n.get("kind", "Node") == "Node"]
+    return [item if isinstance(item, NodeInfo) else NodeInfo.from_node(item)
+            for item in items if isinstance(item, NodeInfo) or item.get("kind", "Node") == "Node"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,17 +159,17 @@ def nodes_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> lis
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def _container_requests(c: Mapping[str, Any]) -> Resources:
-    res = c.get("resources") or {}
+def _container_requests(container: Mapping[str, Any]) -> Resources:
+    res = container.get("resources") or {}
     req = parse_resources(res.get("requests"))
     # The API server defaults requests to limits when only limits are set.
-    for k, v in parse_resources(res.get("limits")).items():
-        req.setdefault(k, v)
+    for resource, amount in parse_resources(res.get("limits")).items():
+        req.setdefault(resource, amount)
     return req
 
 
-def _container_limits(c: Mapping[str, Any]) -> Resources:
-    return parse_resources((c.get("resources") or {}).get("limits"))
+def _container_limits(container: Mapping[str, Any]) -> Resources:
+    return parse_resources((container.get("resources") or {}).get("limits"))
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
@@ -191,22 +191,22 @@ def pod_limits(pod: Mapping[str, Any]) -> Resources:
 def _pod_total(pod: Mapping[str, Any], amounts: Callable[[Mapping[str, Any]], Resources]) -> Resources:
     spec = pod.get("spec") or {}
     total: Resources = {}
-    for c in spec.get("containers") or []:
-        total = add_resources(total, amounts(c))
+    for container in spec.get("containers") or []:
+        total = add_resources(total, amounts(container))
     sidecars: Resources = {}
     init_peak: Resources = {}
-    for c in spec.get("initContainers") or []:
-        req = amounts(c)
-        if c.get("restartPolicy") == "Always":
+    for container in spec.get("initContainers") or []:
+        req = amounts(container)
+        if container.get("restartPolicy") == "Always":
             sidecars = add_resources(sidecars, req)
-            cand = sidecars
+            while_running = sidecars
         else:
-            cand = add_resources(sidecars, req)
-        for k, v in cand.items():
-            init_peak[k] = max(init_peak.get(k, 0), v)
+            while_running = add_resources(sidecars, req)
+        for resource, amount in while_running.items():
+            init_peak[resource] = max(init_peak.get(resource, 0), amount)
     total = add_resources(total, sidecars)
-    for k, v in init_peak.items():
-        total[k] = max(total.get(k, 0), v)
+    for resource, amount in init_peak.items():
+        total[resource] = max(total.get(resource, 0), amount)
     return add_resources(total, parse_resources(spec.get("overhead")))
 
 
@@ -239,7 +239,7 @@ class PodUsage:
 
 def pods_from_list(obj: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[PodUsage]:
     items = obj.get("items", []) if isinstance(obj, Mapping) else obj
-    return [PodUsage.from_pod(p) for p in items if p.get("kind", "Pod") == "Pod"]
+    return [PodUsage.from_pod(pod) for pod in items if pod.get("kind", "Pod") == "Pod"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,18 +267,18 @@ def free_capacity(
     Reservations of ``ignore_gang`` are not subtracted (a gang being re-planned does not compete
     with itself). Values may go negative when a node is over-committed.
     """
-    free: dict[str, Resources] = {n.name: dict(n.allocatable) for n in nodes}
-    for p in usage:
-        if p.counts and p.node_name in free:
-            f = free[p.node_name]
-            for k, v in p.requests.items():
-                f[k] = f.get(k, 0) - v
-    for r in reservations:
-        if r.gang == ignore_gang or r.node not in free:
+    free: dict[str, Resources] = {node.name: dict(node.allocatable) for node in nodes}
+    for pod in usage:
+        if pod.counts and pod.node_name in free:
+            left = free[pod.node_name]
+            for resource, amount in pod.requests.items():
+                left[resource] = left.get(resource, 0) - amount
+    for held in reservations:
+        if held.gang == ignore_gang or held.node not in free:
             continue
-        f = free[r.node]
-        for k, v in r.requests.items():
-            f[k] = f.get(k, 0) - v
+        left = free[held.node]
+        for resource, amount in held.requests.items():
+            left[resource] = left.get(resource, 0) - amount
     return free
 
 

@@ -18,7 +18,7 @@ def pin_pod(pod: dict[str, Any], node: str) -> None:
     (kube.Kube.release_pod) makes of it, for a pod that is created already placed."""
     spec = pod["spec"]
     spec["affinity"] = pin_affinity(node)
-    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_SCHEDULING_GATE]
+    gates = [gate for gate in spec.get("schedulingGates") or [] if gate.get("name") != GANG_SCHEDULING_GATE]
     if gates:
         spec["schedulingGates"] = gates
     else:

@@ -34,6 +34,7 @@ from phalanx.constants import (
     RESOURCE_MEMORY,
     RESOURCE_PODS,
     ROLE_WORKER,
+    NodeExclusion,
     UnschedulableReason,
 )
 from phalanx.gang.inventory import (
@@ -81,16 +82,16 @@ class GangRequest:
         topo = spec.scheduling.topology
         req = pod_requests(spec.resources, extra_requests)
         roles = tuple(
-            cls(key=key, count=r.replicas, requests=pod_requests(r.resources, extra_requests), role=r.name,
-                tolerations=tuple(t.to_kube() for t in spec.tolerations), node_selector=dict(spec.node_selector or {}),
-                required=topo.required if r.resources.gpus else None,
-                preferred=topo.preferred if r.resources.gpus else None)
-            for r in spec.roles)
+            cls(key=key, count=role.replicas, requests=pod_requests(role.resources, extra_requests), role=role.name,
+                tolerations=tuple(tol.to_kube() for tol in spec.tolerations), node_selector=dict(spec.node_selector or {}),
+                required=topo.required if role.resources.gpus else None,
+                preferred=topo.preferred if role.resources.gpus else None)
+            for role in spec.roles)
         return cls(
             key=key,
             count=spec.nodes,
             requests=req,
-            tolerations=tuple(t.to_kube() for t in spec.tolerations),
+            tolerations=tuple(tol.to_kube() for tol in spec.tolerations),
             node_selector=dict(spec.node_selector or {}),
             required=topo.required,
             preferred=topo.preferred,
@@ -120,10 +121,10 @@ def pod_requests(res: Any, extra_requests: Mapping[str, Any] | None = None) -> R
         req[RESOURCE_CPU] = canonical_amount(RESOURCE_CPU, res.cpu)
     if res.memory is not None:
         req[RESOURCE_MEMORY] = canonical_amount(RESOURCE_MEMORY, res.memory)
-    for k, v in (res.extra or {}).items():
-        req[k] = canonical_amount(k, v)
-    for k, v in (extra_requests or {}).items():
-        req[k] = canonical_amount(k, v)
+    for resource, amount in (res.extra or {}).items():
+        req[resource] = canonical_amount(resource, amount)
+    for resource, amount in (extra_requests or {}).items():
+        req[resource] = canonical_amount(resource, amount)
     req[RESOURCE_PODS] = 1
     return req
 
@@ -145,16 +146,16 @@ class Placement:
 
     def parts(self) -> list[tuple[list[str], Mapping[str, int]]]:
         """(nodes, per-pod requests) of the workers and of each other role."""
-        return [(self.nodes, self.requests)] + [(n, self.role_requests[r]) for r, n in self.role_nodes.items()]
+        return [(self.nodes, self.requests)] + [(nodes, self.role_requests[role]) for role, nodes in self.role_nodes.items()]
 
     def reservations(self) -> list[Reservation]:
-        return [Reservation(gang=self.key, node=n, requests=req) for nodes, req in self.parts() for n in nodes]
+        return [Reservation(gang=self.key, node=node, requests=req) for nodes, req in self.parts() for node in nodes]
 
     def to_status(self) -> dict[str, Any]:
         """Fields of TrainingJobStatus.placement (camelCase)."""
         out = {"nodes": list(self.nodes), "span": dict(self.span), "message": "; ".join(self.notes) or None}
         if self.role_nodes:
-            out["roles"] = {r: list(n) for r, n in self.role_nodes.items()}
+            out["roles"] = {role: list(nodes) for role, nodes in self.role_nodes.items()}
         return out
 
 
@@ -170,11 +171,9 @@ class Unschedulable:
 # ---------------------------------------------------------------------------------------------
 # Feasibility
 
-R_NOT_READY = "not ready"
-R_CORDONED = "cordoned"
-R_TAINTED = "tainted"
-R_SELECTOR = "nodeSelector mismatch"
-_REASON_ORDER = [R_NOT_READY, R_CORDONED, R_TAINTED, R_SELECTOR]
+# Exclusions with equal counts are listed in this order in a message.
+_EXCLUSION_ORDER = [NodeExclusion.NOT_READY, NodeExclusion.CORDONED, NodeExclusion.TAINTED,
+                    NodeExclusion.SELECTOR_MISMATCH]
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
@@ -197,11 +196,11 @@ def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) 
 
 def untolerated_taints(node: NodeInfo, tolerations: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
-    for t in node.taints:
-        if t.effect not in _SCHEDULING_EFFECTS:
+    for taint in node.taints:
+        if taint.effect not in _SCHEDULING_EFFECTS:
             continue
-        if not any(tolerates(tol, t.key, t.value, t.effect) for tol in tolerations):
-            out.append(t.key)
+        if not any(tolerates(tol, taint.key, taint.value, taint.effect) for tol in tolerations):
+            out.append(taint.key)
     return out
 
 
@@ -209,17 +208,17 @@ def static_rejection(node: NodeInfo, request: GangRequest) -> str | None:
     """Why ``node`` cannot take a pod of ``request`` whatever its free capacity (None when it can):
     readiness, cordon, taints, nodeSelector."""
     if not node.ready:
-        return R_NOT_READY
+        return NodeExclusion.NOT_READY
     if node.unschedulable and not any(
-        tolerates(t, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for t in request.tolerations
+        tolerates(tol, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for tol in request.tolerations
     ):
-        return R_CORDONED
+        return NodeExclusion.CORDONED
     if node.taints and untolerated_taints(node, request.tolerations):
-        return R_TAINTED
+        return NodeExclusion.TAINTED
     labels = node.labels
-    for k, v in request.node_selector.items():
-        if labels.get(k) != v:
-            return R_SELECTOR
+    for key, value in request.node_selector.items():
+        if labels.get(key) != value:
+            return NodeExclusion.SELECTOR_MISMATCH
     return None
 
 
@@ -227,7 +226,7 @@ def resource_rejection(free: Mapping[str, int], requests: Mapping[str, int]) -> 
     """'too little <resource>' for the first requested resource ``free`` lacks (None when it fits)."""
     for res, amount in requests.items():
         if amount > 0 and free.get(res, 0) < amount:
-            return f"too little {res}"
+            return NodeExclusion.TOO_LITTLE.format(resource=res)
     return None
 
 
@@ -245,19 +244,19 @@ def feasible_nodes(
     ok: list[str] = []
     excluded: dict[str, int] = {}
     empty: Mapping[str, int] = {}
-    for n in nodes:
-        why = node_rejection(n, free.get(n.name, empty), request)
+    for node in nodes:
+        why = node_rejection(node, free.get(node.name, empty), request)
         if why is None:
-            ok.append(n.name)
+            ok.append(node.name)
         else:
             excluded[why] = excluded.get(why, 0) + 1
     return ok, excluded
 
 
 def _format_excluded(excluded: Mapping[str, int]) -> str:
-    order = {r: i for i, r in enumerate(_REASON_ORDER)}
+    order = {exclusion: position for position, exclusion in enumerate(_EXCLUSION_ORDER)}
     items = sorted(excluded.items(), key=lambda kv: (-kv[1], order.get(kv[0], 99), kv[0]))
-    return ", ".join(f"{v} {k}" for k, v in items)
+    return ", ".join(f"{count} {why}" for why, count in items)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,19 +279,19 @@ class _Walk:
 
     def leaf(self, path: Path) -> list[str]:
         """Feasible nodes of a finest domain, in the topology's order."""
-        m = self.members.get(path)
-        if m is None:
-            feas = self.feasible
-            m = self.members[path] = [n for n in self.topo.members.get(path, ()) if n in feas]
-        return m
+        members = self.members.get(path)
+        if members is None:
+            feasible = self.feasible
+            members = self.members[path] = [node for node in self.topo.members.get(path, ()) if node in feasible]
+        return members
 
     def children(self, path: Path) -> list[Path]:
-        c = self.count
-        return [ch for ch in self.topo.children.get(path, ()) if c.get(ch, 0) > 0]
+        count = self.count
+        return [child for child in self.topo.children.get(path, ()) if count.get(child, 0) > 0]
 
-    def cost(self, path: Path, n: int) -> tuple[tuple[int, ...], list[tuple[Path, int]] | None]:
-        """(domains used at each level below ``path``, [(child, how many)]) for n nodes in path."""
-        key = (path, n)
+    def cost(self, path: Path, wanted: int) -> tuple[tuple[int, ...], list[tuple[Path, int]] | None]:
+        """(domains used at each level below ``path``, [(child, how many)]) for ``wanted`` nodes in path."""
+        key = (path, wanted)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
@@ -301,73 +300,73 @@ class _Walk:
             self.memo[key] = out
             return out
         kids = self.children(path)
-        c = self.count
-        if n >= c.get(path, 0):  # take everything
-            plan = [(ch, c[ch]) for ch in kids]
+        count = self.count
+        if wanted >= count.get(path, 0):  # take everything
+            plan = [(child, count[child]) for child in kids]
         else:
-            single = [ch for ch in kids if c[ch] >= n]
+            single = [child for child in kids if count[child] >= wanted]
             if single:
                 best = min(
                     single,
-                    key=lambda ch: (Topology.is_unknown(ch), self.cost(ch, n)[0], c[ch]),
+                    key=lambda child: (Topology.is_unknown(child), self.cost(child, wanted)[0], count[child]),
                 )
-                plan = [(best, n)]
+                plan = [(best, wanted)]
             else:
-                plan = self._multi(kids, n)
-        sub: list[int] = []
-        for ch, k in plan:
-            t = self.cost(ch, k)[0]
-            if len(sub) < len(t):
-                sub.extend([0] * (len(t) - len(sub)))
-            for i, v in enumerate(t):
-                sub[i] += v
-        out = ((len(plan), *sub), plan)
+                plan = self._multi(kids, wanted)
+        below: list[int] = []
+        for child, taken in plan:
+            child_cost = self.cost(child, taken)[0]
+            if len(below) < len(child_cost):
+                below.extend([0] * (len(child_cost) - len(below)))
+            for level, used in enumerate(child_cost):
+                below[level] += used
+        out = ((len(plan), *below), plan)
         self.memo[key] = out
         return out
 
-    def _multi(self, kids: list[Path], n: int) -> list[tuple[Path, int]]:
-        c = self.count
+    def _multi(self, kids: list[Path], wanted: int) -> list[tuple[Path, int]]:
+        count = self.count
         # Remaining children ascending by (count, unknown last-ish, DFS order).
-        rem = sorted(
-            ((c[ch], 1 if Topology.is_unknown(ch) else 0, i, ch) for i, ch in enumerate(kids)),
-            key=lambda t: (t[0], t[1], t[2]),
+        remaining = sorted(
+            ((count[child], 1 if Topology.is_unknown(child) else 0, order, child) for order, child in enumerate(kids)),
+            key=lambda entry: (entry[0], entry[1], entry[2]),
         )
-        if rem[-1][0] <= 1:  # single-node children (hosts): DFS order, known first
-            picks = sorted(rem, key=lambda t: (t[1], t[2]))[:n]
-            return [(t[3], t[0]) for t in sorted(picks, key=lambda t: t[2])]
-        counts = [t[0] for t in rem]
-        # k = fewest children that can hold n: the largest ones decide.
-        total, k = 0, 0
-        for v in reversed(counts):
-            total += v
-            k += 1
-            if total >= n:
+        if remaining[-1][0] <= 1:  # single-node children (hosts): DFS order, known first
+            picks = sorted(remaining, key=lambda entry: (entry[1], entry[2]))[:wanted]
+            return [(entry[3], entry[0]) for entry in sorted(picks, key=lambda entry: entry[2])]
+        counts = [entry[0] for entry in remaining]
+        # fewest children that can hold ``wanted``: the largest ones decide.
+        total, fewest = 0, 0
+        for held in reversed(counts):
+            total += held
+            fewest += 1
+            if total >= wanted:
                 break
         plan: list[tuple[Path, int]] = []
-        m = n
-        for slots in range(k, 0, -1):
+        left = wanted
+        for slots in range(fewest, 0, -1):
             top = sum(counts[len(counts) - (slots - 1):]) if slots > 1 else 0
-            need = max(1, m - top)
-            i = bisect.bisect_left(counts, need)
-            # Among equal counts prefer known domains, then DFS order (rem is sorted that way).
-            cnt, _, _, ch = rem.pop(i)
-            counts.pop(i)
-            take = min(cnt, m)
-            plan.append((ch, take))
-            m -= take
-            if m == 0:
+            need = max(1, left - top)
+            index = bisect.bisect_left(counts, need)
+            # Among equal counts prefer known domains, then DFS order (remaining is sorted that way).
+            held, _, _, child = remaining.pop(index)
+            counts.pop(index)
+            take = min(held, left)
+            plan.append((child, take))
+            left -= take
+            if left == 0:
                 break
-        order = {ch: i for i, ch in enumerate(kids)}
-        plan.sort(key=lambda pc: order[pc[0]])
+        order = {child: position for position, child in enumerate(kids)}
+        plan.sort(key=lambda pick: order[pick[0]])
         return plan
 
-    def materialise(self, path: Path, n: int) -> list[str]:
+    def materialise(self, path: Path, wanted: int) -> list[str]:
         if len(path) == self.depth:
-            return self.leaf(path)[:n]
-        _, plan = self.cost(path, n)
+            return self.leaf(path)[:wanted]
+        _, plan = self.cost(path, wanted)
         out: list[str] = []
-        for ch, k in plan or ():
-            out.extend(self.materialise(ch, k))
+        for child, taken in plan or ():
+            out.extend(self.materialise(child, taken))
         return out
 
 
@@ -391,7 +390,7 @@ class _Fit:
     def domains(self, level: int) -> list[Path]:
         """Domains of ``level`` holding feasible nodes, ordered by their first feasible node in
         the node list (the order ``Topology.counts`` inserts them in: ties go to the first)."""
-        return [p for p, v in self.count.items() if v and len(p) == level + 1]
+        return [path for path, held in self.count.items() if held and len(path) == level + 1]
 
 
 def _levels_checked(request: GangRequest, topo: Topology) -> list[tuple[str, int]] | Unschedulable:
@@ -414,40 +413,40 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
     if isinstance(levels_checked, Unschedulable):
         return levels_checked
     fit = fit_of()
-    n = request.count
-    n_fit = len(fit.feasible)
+    wanted = request.count
+    fitting_nodes = len(fit.feasible)
     excluded = dict(fit.excluded)
-    if n_fit < n:
-        msg = f"needs {request.describe()}; {n_fit} fit"
+    if fitting_nodes < wanted:
+        msg = f"needs {request.describe()}; {fitting_nodes} fit"
         if excluded:
             msg += f" ({sum(excluded.values())} excluded: {_format_excluded(excluded)})"
-        return Unschedulable(request.key, msg, fit=n_fit, excluded=excluded)
+        return Unschedulable(request.key, msg, fit=fitting_nodes, excluded=excluded)
 
     walk = _Walk(topo, fit.feasible, fit.count)
     notes: list[str] = []
     chosen: list[str] | None = None
-    for which, r in levels_checked:
-        lvl_name = topo.levels[r].name
-        cands = [p for p in fit.domains(r) if not Topology.is_unknown(p)]
-        fitting = [p for p in cands if walk.count[p] >= n]
+    for which, level in levels_checked:
+        level_name = topo.levels[level].name
+        candidates = [path for path in fit.domains(level) if not Topology.is_unknown(path)]
+        fitting = [path for path in candidates if walk.count[path] >= wanted]
         if fitting:
-            best = min(fitting, key=lambda p: (walk.cost(p, n)[0], walk.count[p]))
-            chosen = walk.materialise(best, n)
+            best = min(fitting, key=lambda path: (walk.cost(path, wanted)[0], walk.count[path]))
+            chosen = walk.materialise(best, wanted)
             break
-        largest = max((walk.count[p] for p in cands), default=0)
-        msg = f"needs {request.describe()} under one {lvl_name}; the largest has {largest}"
+        largest = max((walk.count[path] for path in candidates), default=0)
+        msg = f"needs {request.describe()} under one {level_name}; the largest has {largest}"
         if which == "required":
-            return Unschedulable(request.key, msg, reason=UnschedulableReason.TOPOLOGY_REQUIRED, fit=n_fit,
+            return Unschedulable(request.key, msg, reason=UnschedulableReason.TOPOLOGY_REQUIRED, fit=fitting_nodes,
                                  excluded=excluded)
-        notes.append(f"preferred {lvl_name} not met: {msg.split('needs ', 1)[1]}")
+        notes.append(f"preferred {level_name} not met: {msg.split('needs ', 1)[1]}")
     if chosen is None:
-        chosen = walk.materialise((), n)
+        chosen = walk.materialise((), wanted)
 
     ranked = topo.order(chosen)
     return Placement(
         key=request.key,
         nodes=ranked,
-        domains=[topo.describe(topo.paths[x]) for x in ranked],
+        domains=[topo.describe(topo.paths[node]) for node in ranked],
         span=topo.span(ranked),
         requests=dict(request.requests),
         notes=notes,
@@ -455,13 +454,14 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
 
 
 def _negated(requests: Mapping[str, int]) -> dict[str, int]:
-    return {k: -v for k, v in requests.items()}
+    return {resource: -amount for resource, amount in requests.items()}
 
 
 def _scarce_first(roles: Sequence[GangRequest]) -> list[GangRequest]:
     """GPU roles first, then the larger CPU and memory requests (spec order among equals): a small
     CPU role must not take the CPU a GPU node's GPU role needs."""
-    return sorted(roles, key=lambda r: tuple(-r.requests.get(k, 0) for k in (RESOURCE_GPU, RESOURCE_CPU, RESOURCE_MEMORY)))
+    return sorted(roles, key=lambda role: tuple(-role.requests.get(resource, 0)
+                                               for resource in (RESOURCE_GPU, RESOURCE_CPU, RESOURCE_MEMORY)))
 
 
 def _workers_domain(request: GangRequest, topo: Topology, main: Placement) -> tuple[int, Path] | None:
@@ -475,10 +475,10 @@ def _workers_domain(request: GangRequest, topo: Topology, main: Placement) -> tu
 def _within(cap: Capacity, topo: Topology, fit: _Fit, scope: tuple[int, Path]) -> _Fit:
     """``fit`` less the nodes outside the workers' required domain (node order kept)."""
     level, domain = scope
-    inside = [n for n in cap.names if n in fit.feasible and topo.paths[n][: level + 1] == domain]
+    inside = [node for node in cap.names if node in fit.feasible and topo.paths[node][: level + 1] == domain]
     excluded = dict(fit.excluded)
     if len(fit.feasible) > len(inside):
-        excluded[f"outside the workers' {topo.levels[level].name}"] = len(fit.feasible) - len(inside)
+        excluded[NodeExclusion.OUTSIDE_WORKERS_DOMAIN.format(level=topo.levels[level].name)] = len(fit.feasible) - len(inside)
     return _Fit.of(topo, inside, excluded)
 
 
@@ -492,7 +492,7 @@ def _place_gang(request: GangRequest, topo: Topology, cap: Capacity) -> Placemen
     """The workers, then each other role (scarce first) on the capacity they leave, inside the
     workers' domain when the topology is required: all of them or none. Where the workers' best
     domain leaves no room for the roles, every other domain of the required level is tried. The
-    capacity is as before on return (the caller reserves a placement)."""
+    capacity is unchanged on return (the caller reserves a placement)."""
     first = _place_parts(request, topo, cap, None)
     if not isinstance(first, _RolesFailed):
         return first
@@ -518,7 +518,7 @@ class _RolesFailed:
 def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
                  scope: tuple[int, Path] | None) -> Placement | Unschedulable | _RolesFailed:
     """The whole gang; Unschedulable when the workers do not fit (in ``scope``); _RolesFailed when
-    a role does not. The capacity is as before on return."""
+    a role does not. The capacity is unchanged on return."""
     main = _place(request, topo, _role_fit(cap, topo, request, scope))
     if not request.roles or isinstance(main, Unschedulable):
         return main
@@ -540,8 +540,8 @@ def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
         cap.reserve(nodes, _negated(requests))
     if failed is not None:
         return _RolesFailed(main, failed)
-    return replace(main, role_nodes={r.role: role_nodes[r.role] for r in request.roles},
-                   role_requests={r.role: dict(r.requests) for r in request.roles})
+    return replace(main, role_nodes={role.role: role_nodes[role.role] for role in request.roles},
+                   role_requests={role.role: dict(role.requests) for role in request.roles})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,7 +551,7 @@ def _place_parts(request: GangRequest, topo: Topology, cap: Capacity,
 def _static_key(request: GangRequest) -> Any:
     """Requests with equal keys have equal ``static_rejection`` on every node."""
     try:
-        key = (tuple(tuple(sorted(t.items())) for t in request.tolerations),
+        key = (tuple(tuple(sorted(tol.items())) for tol in request.tolerations),
                tuple(sorted(request.node_selector.items())))
         hash(key)
     except TypeError:  # unhashable toleration values: no sharing
@@ -597,15 +597,15 @@ class _LiveFit(_Fit):
         path = self.topo.paths[node]
         if old is None:  # feasible -> not
             self.feasible.discard(node)
-            for i in range(len(path) + 1):
-                key = path[:i]
+            for depth in range(len(path) + 1):
+                key = path[:depth]
                 count[key] -= 1
                 if not count[key]:
                     del count[key]
         elif new is None:
             self.feasible.add(node)
-            for i in range(len(path) + 1):
-                key = path[:i]
+            for depth in range(len(path) + 1):
+                key = path[:depth]
                 count[key] = count.get(key, 0) + 1
 
     def domains(self, level: int) -> list[Path]:
@@ -624,7 +624,7 @@ class Capacity:
 
     def __init__(self, nodes: Sequence[NodeInfo], topo: Topology, free: dict[str, Resources]):
         self.nodes = list(nodes)
-        self.names = [n.name for n in self.nodes]
+        self.names = [node.name for node in self.nodes]
         self.unique = len(set(self.names)) == len(self.names)  # else: no incremental state
         self.topo = topo
         self.free = free
@@ -635,7 +635,7 @@ class Capacity:
     def _static_of(self, key: Any, request: GangRequest) -> list[str | None]:
         out = self._static.get(key)
         if out is None:
-            out = self._static[key] = [static_rejection(n, request) for n in self.nodes]
+            out = self._static[key] = [static_rejection(node, request) for node in self.nodes]
         return out
 
     def fit(self, request: GangRequest) -> _Fit:
@@ -651,11 +651,11 @@ class Capacity:
     def reserve(self, nodes: Iterable[str], requests: Mapping[str, int]) -> None:
         nodes = list(nodes)
         for node in nodes:
-            f = self.free[node]
-            for k, v in requests.items():
-                f[k] = f.get(k, 0) - v
+            free = self.free[node]
+            for resource, amount in requests.items():
+                free[resource] = free.get(resource, 0) - amount
         if self._fits and self._index is None:
-            self._index = {n: i for i, n in enumerate(self.names)}
+            self._index = {name: position for position, name in enumerate(self.names)}
         index = self._index or {}
         for (skey, _), fit in self._fits.items():
             static = self._static[skey]
@@ -688,7 +688,7 @@ def plan_gang(
     if free is None:
         free = free_capacity(nodes, usage, reservations, ignore_gang=request.key)
     if request.roles:  # the roles are placed on what the workers leave: a capacity of its own
-        return _place_gang(request, topo, Capacity(nodes, topo, {n: dict(f) for n, f in free.items()}))
+        return _place_gang(request, topo, Capacity(nodes, topo, {node: dict(left) for node, left in free.items()}))
     free_ = free
 
     def fit() -> _Fit:
@@ -704,12 +704,12 @@ class QueueResult:
 
     @property
     def placed(self) -> dict[str, Placement]:
-        return {k: v for k, v in self.results.items() if isinstance(v, Placement)}
+        return {key: result for key, result in self.results.items() if isinstance(result, Placement)}
 
 
 def queue_order(gangs: Iterable[GangRequest]) -> list[GangRequest]:
     """Priority (high first), then creation time (old first), then key."""
-    return sorted(gangs, key=lambda g: (-g.priority, g.creation, g.key))
+    return sorted(gangs, key=lambda gang: (-gang.priority, gang.creation, gang.key))
 
 
 def plan_queue(
@@ -734,23 +734,23 @@ def plan_queue(
     for each gang in turn on the capacity left by the gangs before it.
     """
     ordered = queue_order(gangs)
-    keys = {g.key for g in ordered}
-    kept = [r for r in reservations if r.gang not in keys]
+    keys = {gang.key for gang in ordered}
+    kept = [held for held in reservations if held.gang not in keys]
     topo = topology_for(nodes, topology_config)
     cap = Capacity(nodes, topo, free_capacity(nodes, usage, kept))
     results: dict[str, Placement | Unschedulable] = {}
     out_res = list(kept)
     blocked_by: str | None = None
-    for g in ordered:
+    for gang in ordered:
         if blocked_by is not None:
-            results[g.key] = Unschedulable(g.key, f"queued behind {blocked_by}", reason=UnschedulableReason.QUEUED)
+            results[gang.key] = Unschedulable(gang.key, f"queued behind {blocked_by}", reason=UnschedulableReason.QUEUED)
             continue
-        res = _place_gang(g, topo, cap)
-        results[g.key] = res
+        res = _place_gang(gang, topo, cap)
+        results[gang.key] = res
         if isinstance(res, Placement):
             for part_nodes, requests in res.parts():
                 cap.reserve(part_nodes, requests)
             out_res.extend(res.reservations())
         elif not backfill:
-            blocked_by = g.key
+            blocked_by = gang.key
     return QueueResult(results=results, reservations=out_res)

@@ -1,6 +1,6 @@
 """Would the namespace's ResourceQuotas admit a whole gang at once? (pure)
 
-A gang created pinned (``lifecycle.reconcile._create_pinned``) holds its nodes from its first
+A gang created pinned (``lifecycle.creation.create_pinned``) holds its nodes from its first
 pod on, so it is only created that way when every pod will be admitted: a quota refusal
 part-way would leave pods that start without their peers. The API server's own dry run checks
 one pod against the quota, not the sum; this sums the gang's pods the way the quota admission
@@ -10,7 +10,7 @@ a quota with ``scopes``/``scopeSelector`` or without a status yet, or one that l
 some pod does not declare (a LimitRange default would count), counts as no room, and the gang
 is then created behind the gate (refusals there hold nothing). Two jobs of one namespace planned
 at the same moment each see the same room: the later one may be refused part-way, and is then
-recreated behind the gate (``recreate_interrupted``).
+recreated behind the gate (``lifecycle.replacement.recreate_interrupted``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _need(key: str, requests: Mapping[str, int], limits: Mapping[str, int]) -> i
 
 def quota_shortfall(pods: Iterable[Mapping[str, Any]], quotas: Iterable[Mapping[str, Any]]) -> str | None:
     """None when every quota has room for all of ``pods`` together; else why not (for logs)."""
-    per_pod = [(pod_requests(p), pod_limits(p)) for p in pods]
+    per_pod = [(pod_requests(pod), pod_limits(pod)) for pod in pods]
     requests: Resources = {}
     limits: Resources = {}
     for req, lim in per_pod:

@@ -65,23 +65,23 @@ class Topology:
         child_sets: dict[Path, set[Path]] = {}
         members: dict[Path, list[str]] = {}
         for node in nodes:
-            vals = []
-            for i, lvl in enumerate(levels):
-                v = node.labels.get(lvl.label)
-                if not v:
-                    v = node.name if i == last else UNKNOWN
-                vals.append(v)
-            path = tuple(vals)
+            domains = []
+            for index, lvl in enumerate(levels):
+                domain = node.labels.get(lvl.label)
+                if not domain:
+                    domain = node.name if index == last else UNKNOWN
+                domains.append(domain)
+            path = tuple(domains)
             paths[node.name] = path
-            for i in range(len(path)):
-                child_sets.setdefault(path[:i], set()).add(path[: i + 1])
+            for depth in range(len(path)):
+                child_sets.setdefault(path[:depth], set()).add(path[: depth + 1])
             members.setdefault(path, []).append(node.name)
         children = {
-            k: sorted(v, key=lambda p: _sort_key(p[-1])) for k, v in child_sets.items()
+            parent: sorted(kids, key=lambda child: _sort_key(child[-1])) for parent, kids in child_sets.items()
         }
-        for v in members.values():
-            if len(v) > 1:
-                v.sort(key=_sort_key)
+        for names in members.values():
+            if len(names) > 1:
+                names.sort(key=_sort_key)
         return cls(levels=levels, paths=paths, children=children, members=members)
 
     # ------------------------------------------------------------------------------------------
@@ -95,9 +95,9 @@ class Topology:
 
     def level_index(self, name_or_label: str) -> int:
         """Index of a level given by name ('subblock') or label key. Raises KeyError."""
-        for i, lvl in enumerate(self.levels):
+        for index, lvl in enumerate(self.levels):
             if name_or_label in (lvl.name, lvl.label):
-                return i
+                return index
         known = ", ".join(f"{lvl.name} ({lvl.label})" for lvl in self.levels)
         raise KeyError(f"unknown topology level {name_or_label!r}; known: {known}")
 
@@ -110,28 +110,28 @@ class Topology:
 
     def order(self, nodes: Iterable[str]) -> list[str]:
         """Depth-first order of the tree: consecutive nodes share the deepest possible domain."""
-        return sorted(nodes, key=lambda n: tuple(_sort_key(v) for v in self.paths[n]) + (_sort_key(n),))
+        return sorted(nodes, key=lambda node: tuple(_sort_key(domain) for domain in self.paths[node]) + (_sort_key(node),))
 
     def span(self, nodes: Iterable[str]) -> dict[str, int]:
         """Number of distinct domains used at each level."""
         nodes = list(nodes)
         return {
-            lvl.name: len({self.paths[n][: i + 1] for n in nodes}) for i, lvl in enumerate(self.levels)
+            lvl.name: len({self.paths[node][: index + 1] for node in nodes}) for index, lvl in enumerate(self.levels)
         }
 
     def counts(self, nodes: Iterable[str]) -> dict[Path, int]:
         """How many of ``nodes`` each domain (and the root ``()``) holds."""
         out: dict[Path, int] = {}
-        for n in nodes:
-            path = self.paths[n]
-            for i in range(len(path) + 1):
-                key = path[:i]
+        for node in nodes:
+            path = self.paths[node]
+            for depth in range(len(path) + 1):
+                key = path[:depth]
                 out[key] = out.get(key, 0) + 1
         return out
 
     def describe(self, path: Path) -> str:
         """'block=b1/subblock=s3' for a domain path."""
-        return "/".join(f"{self.levels[i].name}={v}" for i, v in enumerate(path))
+        return "/".join(f"{self.levels[index].name}={domain}" for index, domain in enumerate(path))
 
 
 def topology_levels(
@@ -148,11 +148,11 @@ def topology_levels(
     for lvl in config.levels:
         by_key = {**by_key, lvl.name: lvl, lvl.label: lvl}
     out = []
-    for n in names:
-        n = n.strip()
-        if not n:
+    for given in names:
+        name = given.strip()
+        if not name:
             continue
-        out.append(by_key.get(n) or TopologyLevel(name=n.rsplit("/", 1)[-1], label=n))
+        out.append(by_key.get(name) or TopologyLevel(name=name.rsplit("/", 1)[-1], label=name))
     return out
 
 
@@ -168,7 +168,7 @@ def topology_for(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel] | To
     levels = levels_of(levels)
     last = _last_built
     if (last is not None and last[1] == levels and len(last[0]) == len(nodes)
-            and all(a is b for a, b in zip(last[0], nodes, strict=True))):
+            and all(kept is given for kept, given in zip(last[0], nodes, strict=True))):
         return last[2]
     topo = Topology.build(nodes, levels)
     _last_built = (tuple(nodes), levels, topo)

@@ -41,9 +41,15 @@ def set_condition(
 
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_), None)
+    return next((cond for cond in conditions if cond.type == type_), None)
 
 
 def is_true(conditions: list[Condition], type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.status == "True"
+
+
+def reason_of(conditions: list[Condition], type_: str) -> str | None:
+    """The reason of the condition of ``type_`` (None when it is not set)."""
+    cond = get_condition(conditions, type_)
+    return cond.reason if cond is not None else None

@@ -27,7 +27,7 @@ class Pass:
     config: OperatorConfig
     gang: GangStep
     fits: Fits | None
-    st: StatusView
+    view: StatusView
     job: TrainingJob | None  # parsed and checked; at its current (elastic) size once accepted
     problems: list[Problem]
     plan: Plan = field(default_factory=Plan)
@@ -49,11 +49,11 @@ class Pass:
 
     @property
     def attempt(self) -> int:
-        return self.st.s.restart_attempt
+        return self.view.status.restart_attempt
 
     def done(self) -> Plan:
         for report in self.reports:
-            apply_progress(self.st, report, self.st.s.total_steps or 0, self.meta.get("uid"))
-        self.plan.status = self.st.dump()
-        self.plan.events = self.st.events
+            apply_progress(self.view, report, self.view.status.total_steps or 0, self.meta.get("uid"))
+        self.plan.status = self.view.dump()
+        self.plan.events = self.view.events
         return self.plan

@@ -8,14 +8,13 @@ re-split), with the data-parallel degree recomputed for the new size.
 
 from __future__ import annotations
 
-from phalanx import constants as C
 from phalanx.api.layout import check_layout
 from phalanx.api.types import Phase, TrainingJob
-from phalanx.constants import Reason
+from phalanx.constants import ConditionType, Reason
 from phalanx.decision import Plan
+from phalanx.lifecycle.attempts import start_new_attempt
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.context import Pass
-from phalanx.lifecycle.pods import undeleted_names
 from phalanx.lifecycle.resume import resume_phrase
 from phalanx.lifecycle.status import parse_iso
 
@@ -39,7 +38,7 @@ def active_size(job: TrainingJob, recorded: int | None) -> int:
 
 def runnable_sizes(job: TrainingJob, low: int, high: int) -> list[int]:
     """Sizes in [low, high], largest first, whose layout the runtime can hold (batch, mesh, model)."""
-    return [n for n in range(high, low - 1, -1) if not check_layout(at_size(job, n).spec)]
+    return [size for size in range(high, low - 1, -1) if not check_layout(at_size(job, size).spec)]
 
 
 def shrink(ctx: Pass, waited: float) -> Plan | None:
@@ -49,36 +48,34 @@ def shrink(ctx: Pass, waited: float) -> Plan | None:
     if elastic is None or ctx.fits is None or waited < elastic.replace_timeout_seconds:
         return None
     assert ctx.requested is not None
-    for n in runnable_sizes(ctx.requested, elastic.min_nodes, ctx.active - 1):
-        if ctx.fits(at_size(ctx.requested, n)):
-            return resize(ctx, n, f"no room for {ctx.active} nodes for {int(waited)}s")
+    for size in runnable_sizes(ctx.requested, elastic.min_nodes, ctx.active - 1):
+        if ctx.fits(at_size(ctx.requested, size)):
+            return resize(ctx, size, f"no room for {ctx.active} nodes for {int(waited)}s")
     return None
 
 
 def grow(ctx: Pass) -> Plan | None:
     """Grow back towards spec.nodes once the current size has run for replaceTimeoutSeconds."""
     elastic = ctx.spec.elastic
-    running = get_condition(ctx.st.s.conditions, C.COND_RUNNING)
+    running = get_condition(ctx.view.status.conditions, ConditionType.RUNNING)
     since = parse_iso(running.last_transition_time) if running and running.status == "True" else None
     assert ctx.requested is not None
     if elastic is None or ctx.fits is None or ctx.active >= ctx.requested.spec.nodes or since is None \
             or (ctx.now - since).total_seconds() < elastic.replace_timeout_seconds:
         return None
-    for n in runnable_sizes(ctx.requested, ctx.active + 1, ctx.requested.spec.nodes):
-        if ctx.fits(at_size(ctx.requested, n)):
-            return resize(ctx, n, "capacity returned")
+    for size in runnable_sizes(ctx.requested, ctx.active + 1, ctx.requested.spec.nodes):
+        if ctx.fits(at_size(ctx.requested, size)):
+            return resize(ctx, size, "capacity returned")
     return None
 
 
 def resize(ctx: Pass, new: int, why: str) -> Plan:
     """Replace the gang with one of ``new`` nodes; it resumes from the checkpoint saved on SIGTERM
     (with a checkpoint volume)."""
-    st, old = ctx.st, ctx.active
+    view, old = ctx.view, ctx.active
     message = f"resizing the gang from {old} to {new} nodes ({why}); the new gang {resume_phrase(ctx.spec)}"
-    st.s.active_nodes = new
-    st.s.restart_attempt += 1
-    st.s.attempt_created = False
-    st.cond(C.COND_RUNNING, False, Reason.RESIZING, message)
-    st.phase(Phase.PENDING, Reason.RESIZING, message, warning=new < old)
-    ctx.plan.delete_pods += undeleted_names(ctx.current)
+    view.status.active_nodes = new
+    view.cond(ConditionType.RUNNING, False, Reason.RESIZING, message)
+    view.phase(Phase.PENDING, Reason.RESIZING, message, warning=new < old)
+    start_new_attempt(ctx)
     return ctx.done()

@@ -17,11 +17,17 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
-from phalanx.constants import ErrorKey, FailureCategory
+from phalanx.constants import (
+    CONTAINER_NAME,
+    REPORT_KEY_ERROR,
+    REPORT_TYPE_INVALID_JOB,
+    TERMINATION_MESSAGE_MAX_BYTES,
+    ErrorKey,
+    FailureCategory,
+)
 from phalanx.lifecycle.progress import decode
 
-MAX_MESSAGE_CHARS = C.TERMINATION_MESSAGE_MAX_BYTES  # the kubelet keeps no more; of a longer one, the tail
+MAX_MESSAGE_CHARS = TERMINATION_MESSAGE_MAX_BYTES  # the kubelet keeps no more; of a longer one, the tail
 MAX_TEXT = 300  # the cause's text in a condition message, an Event, status.lastFailure.message
 MAX_LINES = 3  # of an exception's message in a log, or of a log's last lines
 MAX_RANK = 2**31 - 1
@@ -111,7 +117,7 @@ def parse_report(message: str) -> dict[str, Any] | None:
     if not message.lstrip().startswith("{"):
         return None
     obj = decode(message)
-    error = (obj or {}).get(C.REPORT_KEY_ERROR)
+    error = (obj or {}).get(REPORT_KEY_ERROR)
     if not isinstance(error, dict):
         return None
     out: dict[str, Any] = {}
@@ -123,8 +129,8 @@ def parse_report(message: str) -> dict[str, Any] | None:
     if type(rank) is int and 0 <= rank <= MAX_RANK:
         out[ErrorKey.RANK] = rank
     frames = error.get(ErrorKey.FRAMES)
-    if isinstance(frames, list) and len(frames) <= MAX_FRAMES and all(isinstance(f, str) and len(f) <= MAX_FRAME_CHARS for f in frames):
-        out[ErrorKey.FRAMES] = [one_line(f, MAX_FRAME_CHARS) for f in frames]
+    if isinstance(frames, list) and len(frames) <= MAX_FRAMES and all(isinstance(frame, str) and len(frame) <= MAX_FRAME_CHARS for frame in frames):
+        out[ErrorKey.FRAMES] = [one_line(frame, MAX_FRAME_CHARS) for frame in frames]
     return out if out.get(ErrorKey.TYPE) or out.get(ErrorKey.MESSAGE) else None
 
 
@@ -132,7 +138,7 @@ def report_text(report: dict[str, Any], limit: int = MAX_TEXT, where: bool = Tru
     """``Type: message (from Cause: message) at file.py:12 in fn`` in ``limit`` characters: the
     message is shortened first, so that the type and the root cause stay; the innermost frame
     (``where``) only when it fits."""
-    kind, message, root = (report.get(k, "") for k in (ErrorKey.TYPE, ErrorKey.MESSAGE, ErrorKey.CAUSE))
+    kind, message, root = (report.get(key, "") for key in (ErrorKey.TYPE, ErrorKey.MESSAGE, ErrorKey.CAUSE))
     tail = f" (from {one_line(root, max(limit // 3, 16))})" if root else ""
     message = one_line(message, max(limit - len(kind) - len(tail) - 2, 16))
     text = (f"{kind}: {message}" if kind and message else kind or message) + tail
@@ -146,18 +152,18 @@ def report_text(report: dict[str, Any], limit: int = MAX_TEXT, where: bool = Tru
 
 
 def _unprefixed(line: str) -> tuple[str, int | None]:
-    m = _RANK_PREFIX.match(line)
-    return (line[m.end():], int(m.group(1))) if m else (line, None)
+    prefix = _RANK_PREFIX.match(line)
+    return (line[prefix.end():], int(prefix.group(1))) if prefix else (line, None)
 
 
 def _torchrun_root(lines: list[str]) -> dict[str, str]:
     """rank, exitcode and traceback of torchrun's "Root Cause (first observed failure)" block."""
-    at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].lstrip().startswith("Root Cause")), None)
+    at = next((index for index in range(len(lines) - 1, -1, -1) if lines[index].lstrip().startswith("Root Cause")), None)
     fields: dict[str, str] = {}
     for line in lines[at + 1:] if at is not None else []:
-        m = _ROOT_FIELD.match(line.strip())
-        if m and m.group(1) not in fields:
-            fields[m.group(1)] = m.group(2)
+        field = _ROOT_FIELD.match(line.strip())
+        if field and field.group(1) not in fields:
+            fields[field.group(1)] = field.group(2)
     return fields
 
 
@@ -169,10 +175,10 @@ def _exception_lines(lines: list[str]) -> tuple[list[str], int | None]:
     line after the exception is as likely the script's own output."""
     plain = [_unprefixed(line) for line in lines]
     found: list[tuple[list[str], int | None]] = []
-    for i, (line, rank) in enumerate(plain):
-        if _EXCEPTION.match(line.strip()) and not any(w in line for w in _WRAPPERS):
+    for index, (line, rank) in enumerate(plain):
+        if _EXCEPTION.match(line.strip()) and not any(wrapper in line for wrapper in _WRAPPERS):
             more = []
-            continued = plain[i + 1:i + MAX_LINES] if line.rstrip().endswith(":") else []
+            continued = plain[index + 1:index + MAX_LINES] if line.rstrip().endswith(":") else []
             for following, whose in continued:
                 if (whose != rank or _SEPARATOR.match(following) or _NOT_MESSAGE.match(following)
                         or _EXCEPTION.match(following)):
@@ -220,7 +226,7 @@ def _category(text: str) -> FailureCategory | None:
 def classify(exit_code: int | None, reason: str | None, text: str, exception: bool) -> FailureCategory:
     """The category of a failed container: its reason, its text (RULES), its exit code, then
     whether it raised at all."""
-    if re.match(C.REPORT_TYPE_INVALID_JOB + r"\b", text):
+    if re.match(REPORT_TYPE_INVALID_JOB + r"\b", text):
         return FailureCategory.INVALID_CONFIG
     if reason == "OOMKilled":
         return FailureCategory.OUT_OF_MEMORY
@@ -244,7 +250,7 @@ def _signal_text(exit_code: int | None, reason: str | None, memory_limit: str | 
 def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The trainer container's terminated state (this run's, else the last)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") != C.CONTAINER_NAME:
+        if status.get("name") != CONTAINER_NAME:
             continue
         term = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
         if term:
@@ -254,7 +260,7 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def _memory_limit(pod: dict[str, Any]) -> str | None:
     for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == C.CONTAINER_NAME:
+        if container.get("name") == CONTAINER_NAME:
             limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
             return one_line(limit, 32) if isinstance(limit, str) else None
     return None

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phalanx import constants as C
 from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import FailurePolicy, FailureStatus, Phase
-from phalanx.constants import FailureCategory, Reason
+from phalanx.constants import LABEL_NODE_RANK, ConditionType, FailureCategory, Reason
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.failure_cause import Cause, cause_of, one_line, precedence, terminated
 from phalanx.lifecycle.pods import is_alive, is_gated
@@ -60,7 +59,7 @@ def _exit_code(pod: dict[str, Any]) -> int | None:
 
 
 def pod_rank(pod: dict[str, Any]) -> int:
-    return int(pod["metadata"].get("labels", {}).get(C.LABEL_NODE_RANK, -1))
+    return int(pod["metadata"].get("labels", {}).get(LABEL_NODE_RANK, -1))
 
 
 def _rank_order(pod: dict[str, Any]) -> tuple[bool, int]:
@@ -75,7 +74,7 @@ def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
     if status.get("phase") != "Failed":
         return None
     name, rank = pod["metadata"]["name"], pod_rank(pod)
-    reason = status.get("reason") or "Failed"
+    reason = status.get("reason") or Reason.POD_FAILED
     message = status.get("message") or ""
     infra = Cause(FailureCategory.INFRASTRUCTURE)
     if reason in INFRA_REASONS:
@@ -83,7 +82,7 @@ def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
     code = _exit_code(pod)
     if code is None:
         return Failure(name, rank, reason, message or "no exit code recorded", None, True, infra)
-    return Failure(name, rank, "exited", message, code, exit_code_retryable(code, policy), cause_of(pod))
+    return Failure(name, rank, Reason.EXITED, message, code, exit_code_retryable(code, policy), cause_of(pod))
 
 
 def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
@@ -93,16 +92,17 @@ def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
     return min(policy.backoff_seconds * 2 ** (restarts - 1), policy.max_backoff_seconds)
 
 
-def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime, lost_nodes: frozenset[str],
+def first_failure(view: StatusView, current: list[dict], spec: Any, now: datetime, lost_nodes: frozenset[str],
                   progress: dict[str, Any] | None) -> Failure | None:
     """The current gang's first failure: a failed pod (by failure_cause.precedence, then rank), a
     pod on a lost node, a pod lost after the gang was created, or a hang (no step progress for
     hangTimeoutSeconds)."""
     best = None
     for pod in sorted(current, key=_rank_order):  # the first of the lowest precedence, in rank order
-        if (f := classify_pod(pod, spec.failure_policy)) and (best is None or precedence(f.cause) < precedence(best.cause)):
-            best = f
-            if precedence(f.cause) == 0:
+        failure = classify_pod(pod, spec.failure_policy)
+        if failure is not None and (best is None or precedence(failure.cause) < precedence(best.cause)):
+            best = failure
+            if precedence(failure.cause) == 0:
                 break  # nothing outranks it: the other pods' messages need not be read
     if best is not None:
         return best
@@ -111,22 +111,22 @@ def first_failure(st: StatusView, current: list[dict], spec: Any, now: datetime,
         if node and node in lost_nodes and is_alive(pod):
             return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.NODE_LOST, f"node {node} is gone or NotReady", None, True,
                            Cause(FailureCategory.INFRASTRUCTURE))
-    if st.s.attempt_created:
+    if view.status.attempt_created:
         present = {slot_of(p) for p in current}
-        missing = [s for s in slots(spec) if s not in present]
+        missing = [slot for slot in slots(spec) if slot not in present]
         if missing:
             lost = missing[0]
             return Failure(str(lost), lost.index if lost.is_worker else -1, Reason.POD_LOST,
                            "pod disappeared (deleted, or its node is gone)", None, True, Cause(FailureCategory.INFRASTRUCTURE))
-    return _hang(st, spec, now, progress)
+    return _hang(view, spec, now, progress)
 
 
-def _hang(st: StatusView, spec: Any, now: datetime, progress: dict[str, Any] | None) -> Failure | None:
+def _hang(view: StatusView, spec: Any, now: datetime, progress: dict[str, Any] | None) -> Failure | None:
     hang = spec.failure_policy.hang_timeout_seconds
-    last = parse_iso(st.s.last_progress_time) or parse_iso(st.s.start_time)
+    last = parse_iso(view.status.last_progress_time) or parse_iso(view.status.start_time)
     # A step reported in this very pass is progress (it is applied to the status only at the end).
-    fresh = (progress or {}).get("step") not in (None, st.s.step)
-    if hang and not fresh and st.s.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
+    fresh = (progress or {}).get("step") not in (None, view.status.step)
+    if hang and not fresh and view.status.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
         return Failure("rank 0", 0, Reason.HANG, f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})",
                        None, True, Cause(FailureCategory.HANG))
     return None
@@ -157,15 +157,15 @@ def created_at(pod: dict[str, Any]) -> datetime | None:
         return None
 
 
-def unbound_too_long(st: StatusView, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
+def unbound_too_long(view: StatusView, current: list[dict], nodes: int, now: datetime, timeout: int) -> int:
     """Pods released (gate lifted) but still unbound ``timeout`` s after the gang was placed and
     every pod existed. A gang created pinned is placed before its pods exist, and its Schedulable
     condition may have been True since an earlier attempt: the clock runs from its newest pod."""
-    cond = get_condition(st.s.conditions, C.COND_SCHEDULABLE)
+    cond = get_condition(view.status.conditions, ConditionType.SCHEDULABLE)
     released = parse_iso(cond.last_transition_time) if cond and cond.status == "True" else None
     if released is None or len(current) != nodes:
         return 0
-    created = [t for p in current if (t := created_at(p)) is not None]
+    created = [when for p in current if (when := created_at(p)) is not None]
     since = max([released, *created])
     if (now - since).total_seconds() < timeout:
         return 0

@@ -38,7 +38,7 @@ def hold_ready_counts(before: Mapping[str, Any], plan: Plan, since_last_write: f
     wait = COUNT_WRITE_INTERVAL_SECONDS - since_last_write
     if plan.status is None or wait <= 0 or _acts(plan):
         return 0.0
-    changed = {k for k in before.keys() | plan.status.keys() if before.get(k) != plan.status.get(k)}
+    changed = {key for key in before.keys() | plan.status.keys() if before.get(key) != plan.status.get(key)}
     return wait if changed and changed <= COUNT_FIELDS else 0.0
 
 

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx.constants import GANG_SCHEDULING_GATE, LABEL_RESTART_ATTEMPT
 
 
 def attempt_of(pod: dict[str, Any]) -> int:
     """The restart attempt a pod belongs to (-1 when unlabelled)."""
-    return int(pod["metadata"].get("labels", {}).get(C.LABEL_RESTART_ATTEMPT, -1))
+    return int(pod["metadata"].get("labels", {}).get(LABEL_RESTART_ATTEMPT, -1))
 
 
 def is_gated(pod: dict[str, Any]) -> bool:
-    return any(g.get("name") == C.GANG_SCHEDULING_GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
+    return any(gate.get("name") == GANG_SCHEDULING_GATE for gate in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in status.get("conditions") or [])
 
 
 def is_alive(pod: dict[str, Any]) -> bool:
@@ -34,8 +34,8 @@ def pod_phase(pod: dict[str, Any]) -> str | None:
 
 def is_predecessor(pod: dict[str, Any], uid: str | None) -> bool:
     """A pod of an earlier job with this name (deleted and re-created): another controller owns it."""
-    owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")]
-    return bool(uid and owners and all(o.get("uid") != uid for o in owners))
+    owners = [owner for owner in pod["metadata"].get("ownerReferences") or [] if owner.get("controller")]
+    return bool(uid and owners and all(owner.get("uid") != uid for owner in owners))
 
 
 def names(pods: list[dict[str, Any]]) -> list[str]:

@@ -19,9 +19,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from phalanx import constants as C
 from phalanx.api.types import CheckpointStatus, Phase
-from phalanx.constants import Reason
+from phalanx.constants import (
+    CONTAINER_NAME,
+    LABEL_NODE_RANK,
+    PORT_NAME_PROGRESS,
+    PROGRESS_PORT,
+    ConditionType,
+    Reason,
+)
 from phalanx.lifecycle.conditions import get_condition, is_true
 from phalanx.lifecycle.pods import attempt_of
 from phalanx.lifecycle.status import StatusView
@@ -36,34 +42,34 @@ _BAD = object()
 _TOKENS = re.compile(r'[\\"\[\]{}]')
 
 
-def _count(v: Any) -> Any:
-    return v if type(v) is int and 0 <= v <= MAX_COUNT else _BAD  # type(): bool is not a count
+def _count(value: Any) -> Any:
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else _BAD  # type(): bool is not a count
 
 
-def _rate(v: Any) -> Any:
+def _rate(value: Any) -> Any:
     # The comparison rejects NaN and ±inf, and never converts a huge int (OverflowError).
-    return float(v) if type(v) in (int, float) and 0 <= v <= MAX_RATE else _BAD
+    return float(value) if type(value) in (int, float) and 0 <= value <= MAX_RATE else _BAD
 
 
-def _loss(v: Any) -> Any:
+def _loss(value: Any) -> Any:
     """Any float, NaN and ±infinity included (reported as such); never a string or a bool."""
-    if type(v) is float:
-        return v
-    return float(v) if type(v) is int and abs(v) <= MAX_COUNT else _BAD
+    if type(value) is float:
+        return value
+    return float(value) if type(value) is int and abs(value) <= MAX_COUNT else _BAD
 
 
 def _string(limit: int) -> Callable[[Any], Any]:
-    return lambda v: v if isinstance(v, str) and len(v) <= limit else _BAD
+    return lambda value: value if isinstance(value, str) and len(value) <= limit else _BAD
 
 
 def _record(fields: dict[str, Callable[[Any], Any]], required: tuple[str, ...]) -> Callable[[Any], Any]:
     """A nested object: only ``fields``, each valid; ``required`` present."""
 
-    def check(v: Any) -> Any:
-        if not isinstance(v, dict):
+    def check(value: Any) -> Any:
+        if not isinstance(value, dict):
             return _BAD
-        out = {k: fn(v[k]) for k, fn in fields.items() if v.get(k) is not None}
-        if any(x is _BAD for x in out.values()) or any(k not in out for k in required):
+        out = {key: checked(value[key]) for key, checked in fields.items() if value.get(key) is not None}
+        if any(item is _BAD for item in out.values()) or any(key not in out for key in required):
             return _BAD
         return out
 
@@ -114,11 +120,11 @@ def _too_deep_text(text: str) -> bool:
 def _too_deep(value: Any) -> bool:
     stack = [(value, 1)]
     while stack:
-        v, depth = stack.pop()
-        if isinstance(v, dict | list | tuple):
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
             if depth > MAX_DEPTH:
                 return True
-            stack += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+            stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
     return False
 
 
@@ -193,13 +199,13 @@ def progress_port(pod: dict[str, Any]) -> int:
     """The port rank 0 serves progress on: the trainer's container port named ``progress`` (a
     hostNetwork job has its own port block), else the default."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    ordered = sorted(containers, key=lambda c: c.get("name") != C.CONTAINER_NAME)
+    ordered = sorted(containers, key=lambda container: container.get("name") != CONTAINER_NAME)
     for container in ordered:
         for port in container.get("ports") or []:
             number = port.get("containerPort")
-            if port.get("name") == C.PORT_NAME_PROGRESS and type(number) is int and 0 < number < 65536:
+            if port.get("name") == PORT_NAME_PROGRESS and type(number) is int and 0 < number < 65536:
                 return number
-    return C.PROGRESS_PORT
+    return PROGRESS_PORT
 
 
 # --- Into the status ------------------------------------------------------------------------------
@@ -208,7 +214,7 @@ def progress_port(pod: dict[str, Any]) -> int:
 def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
     """Rank 0's final progress, from its termination message (written by the runtime at exit)."""
     for pod in pods:
-        if attempt_of(pod) != attempt or pod["metadata"]["labels"].get(C.LABEL_NODE_RANK) != "0":
+        if attempt_of(pod) != attempt or pod["metadata"]["labels"].get(LABEL_NODE_RANK) != "0":
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             final = parse_progress(((cs.get("state") or {}).get("terminated") or {}).get("message"))
@@ -217,52 +223,52 @@ def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] |
     return None
 
 
-def apply_progress(st: StatusView, report: dict[str, Any] | None, total: int, uid: str | None) -> None:
+def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int, uid: str | None) -> None:
     """A parsed progress report (:func:`parse_progress`) into the status."""
     if not report:
         return
     step = report.get("step")
-    if step is not None and step != st.s.step:
-        st.s.last_progress_time = st.now
-    st.s.step = step if step is not None else st.s.step
+    if step is not None and step != view.status.step:
+        view.status.last_progress_time = view.now
+    view.status.step = step if step is not None else view.status.step
     if "loss" in report:
-        _apply_loss(st, report["loss"])
+        _apply_loss(view, report["loss"])
     if report.get("tokensPerSecond") is not None:
-        st.s.tokens_per_second = round(report["tokensPerSecond"], 1)
-    if st.s.step is not None and total:
-        st.s.progress_percentage = min(100, int(100 * st.s.step / total))
+        view.status.tokens_per_second = round(report["tokensPerSecond"], 1)
+    if view.status.step is not None and total:
+        view.status.progress_percentage = min(100, int(100 * view.status.step / total))
     step_time = report.get("stepTimeSeconds")
-    if step_time and st.s.step is not None:
-        st.s.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - st.s.step) * step_time))
+    if step_time and view.status.step is not None:
+        view.status.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - view.status.step) * step_time))
     if report.get("lastCheckpoint"):
-        st.s.last_checkpoint = CheckpointStatus.model_validate(report["lastCheckpoint"])
+        view.status.last_checkpoint = CheckpointStatus.model_validate(report["lastCheckpoint"])
     if report.get("resumedFrom") and report["resumedFrom"]["uid"] != uid:
-        _resumed_from_predecessor(st, report["resumedFrom"])
+        _resumed_from_predecessor(view, report["resumedFrom"])
 
 
-def _apply_loss(st: StatusView, loss: float) -> None:
+def _apply_loss(view: StatusView, loss: float) -> None:
     """A finite loss goes into the status; NaN/±inf (a diverged run) never does — it is not JSON,
     and the status patch would fail from then on — it sets LossNotFinite and a Warning Event."""
-    diverged = get_condition(st.s.conditions, C.COND_LOSS_NOT_FINITE)
+    diverged = get_condition(view.status.conditions, ConditionType.LOSS_NOT_FINITE)
     if math.isfinite(loss):
-        st.s.loss = round(loss, 6)
+        view.status.loss = round(loss, 6)
         if diverged is not None and diverged.status == "True":
-            st.cond(C.COND_LOSS_NOT_FINITE, False, Reason.LOSS_FINITE, f"loss {st.s.loss} at step {st.s.step}")
+            view.cond(ConditionType.LOSS_NOT_FINITE, False, Reason.LOSS_FINITE, f"loss {view.status.loss} at step {view.status.step}")
         return
-    st.s.loss = None
-    message = f"rank 0 reported loss {loss} at step {st.s.step}: training diverged"
+    view.status.loss = None
+    message = f"rank 0 reported loss {loss} at step {view.status.step}: training diverged"
     if diverged is None or diverged.status != "True":
-        st.events.append(("Warning", Reason.LOSS_NOT_FINITE, message))
-    st.cond(C.COND_LOSS_NOT_FINITE, True, Reason.LOSS_NOT_FINITE, message)
+        view.events.append(("Warning", Reason.LOSS_NOT_FINITE, message))
+    view.cond(ConditionType.LOSS_NOT_FINITE, True, Reason.LOSS_NOT_FINITE, message)
 
 
-def _resumed_from_predecessor(st: StatusView, resumed: dict[str, Any]) -> None:
+def _resumed_from_predecessor(view: StatusView, resumed: dict[str, Any]) -> None:
     """The runtime resumed a checkpoint another job uid wrote (checkpoint.resume: true, an earlier
     job of this name): say so in the status message, a condition and one Event."""
     who = f"uid {resumed['uid']}" if resumed["uid"] else "an unrecorded uid"
     message = f"resumed from checkpoint step {resumed['step']} of an earlier job with this name ({who})"
-    if not is_true(st.s.conditions, C.COND_RESUMED_FROM_PREDECESSOR):
-        st.events.append(("Normal", Reason.RESUMED_FROM_PREDECESSOR, message))
-    st.cond(C.COND_RESUMED_FROM_PREDECESSOR, True, Reason.RESUMED_FROM_PREDECESSOR, message)
-    if st.s.phase == Phase.RUNNING and message not in (st.s.message or ""):
-        st.s.message = f"{st.s.message}; {message}" if st.s.message else message
+    if not is_true(view.status.conditions, ConditionType.RESUMED_FROM_PREDECESSOR):
+        view.events.append(("Normal", Reason.RESUMED_FROM_PREDECESSOR, message))
+    view.cond(ConditionType.RESUMED_FROM_PREDECESSOR, True, Reason.RESUMED_FROM_PREDECESSOR, message)
+    if view.status.phase == Phase.RUNNING and message not in (view.status.message or ""):
+        view.status.message = f"{view.status.message}; {message}" if view.status.message else message

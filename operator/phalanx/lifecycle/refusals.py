@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phalanx import constants as C
 from phalanx.api.types import Phase
-from phalanx.constants import Reason
+from phalanx.constants import ConditionType, Reason
 from phalanx.lifecycle.status import StatusView
 
 # 403s that a change elsewhere in the cluster can lift (quota freed, a class or account created).
@@ -54,23 +53,23 @@ def retry_delay(consecutive: int) -> float:
 
 
 def _summary(refusals: list[Refusal]) -> str:
-    text = "; ".join(str(r) for r in refusals[:3])
+    text = "; ".join(str(refusal) for refusal in refusals[:3])
     return text + (f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else "")
 
 
 def refused_status(obj: dict[str, Any], refusals: list[Refusal], now: datetime) -> tuple[dict[str, Any], bool]:
     """(new status, permanent). Permanent: Failed, reason CreateRejected, the API's message."""
-    st = StatusView(obj.get("status"), obj.get("metadata", {}).get("generation"), now)
-    permanent = [r for r in refusals if r.permanent]
+    view = StatusView(obj.get("status"), obj.get("metadata", {}).get("generation"), now)
+    permanent = [refusal for refusal in refusals if refusal.permanent]
     if permanent:
         message = f"the API server rejected the job's objects: {_summary(permanent)}"
-        st.cond(C.COND_CREATED, False, Reason.CREATE_REJECTED, message)
-        st.finish(Phase.FAILED, Reason.CREATE_REJECTED, message)
+        view.cond(ConditionType.CREATED, False, Reason.CREATE_REJECTED, message)
+        view.finish(Phase.FAILED, Reason.CREATE_REJECTED, message)
     else:
         message = _summary(refusals)
-        st.cond(C.COND_CREATED, False, Reason.CREATE_REFUSED, message)
-        st.s.message = message
-    return st.s.model_dump(by_alias=True, mode="json", exclude_none=True), bool(permanent)
+        view.cond(ConditionType.CREATED, False, Reason.CREATE_REFUSED, message)
+        view.status.message = message
+    return view.status.model_dump(by_alias=True, mode="json", exclude_none=True), bool(permanent)
 
 
 def error_status(obj: dict[str, Any], error: str, now: datetime, final: bool) -> dict[str, Any]:
@@ -78,13 +77,13 @@ def error_status(obj: dict[str, Any], error: str, now: datetime, final: bool) ->
     same error has repeated MAX_DECIDE_ERRORS times (it is the input, not a passing fault)."""
     generation = (obj.get("metadata") or {}).get("generation")
     try:
-        st = StatusView(obj.get("status"), generation, now)
+        view = StatusView(obj.get("status"), generation, now)
     except Exception:  # noqa: BLE001 - the stored status may be what broke the reconcile
-        st = StatusView(None, generation, now)
+        view = StatusView(None, generation, now)
     message = f"the operator could not reconcile this job: {error}"[:2000]
-    st.cond(C.COND_RECONCILED, False, Reason.RECONCILE_ERROR, message)
+    view.cond(ConditionType.RECONCILED, False, Reason.RECONCILE_ERROR, message)
     if final:
-        st.finish(Phase.FAILED, Reason.RECONCILE_ERROR, message)
+        view.finish(Phase.FAILED, Reason.RECONCILE_ERROR, message)
     else:
-        st.s.message = message
-    return st.s.model_dump(by_alias=True, mode="json", exclude_none=True)
+        view.status.message = message
+    return view.status.model_dump(by_alias=True, mode="json", exclude_none=True)

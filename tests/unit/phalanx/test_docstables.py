@@ -12,7 +12,7 @@ from phalanx import reasons as R
 from phalanx.api.crd import PRINTER_COLUMNS
 from phalanx.api.sweep import PRINTER_COLUMNS as SWEEP_PRINTER_COLUMNS
 from phalanx.cli import build_parser, main
-from phalanx.constants import KueueReason, Reason, UnschedulableReason
+from phalanx.constants import KueueReason, NodeExclusion, Reason, UnschedulableReason
 
 SOURCES = D.Sources(build_parser())
 
@@ -102,6 +102,15 @@ def test_conditions_list_the_reasons_found_on_them():
     assert set(rows) == {"condition"} | {f"`{t}`" for t in R.CONDITIONS}
     assert f"`{KueueReason.DEACTIVATED.value}`" in rows["`Suspended`"][4]
     assert "`Insufficient`" in rows["`Schedulable`"][4] and "`Insufficient`" not in rows["`Failed`"][4]
+
+
+def test_the_node_exclusions_table_has_every_exclusion_with_its_fix():
+    block = D.node_exclusions_block()
+    rows = _rows(block)
+    assert set(rows) == {"excluded"} | {f"`{m.value.format(resource='RESOURCE', level='LEVEL')}`" for m in NodeExclusion}
+    for member, doc in R.NODE_EXCLUSIONS.items():
+        assert rows[f"`{member.value.format(resource='RESOURCE', level='LEVEL')}`"][1:] == [doc.meaning, doc.fix]
+    assert "{" not in block  # every placeholder is filled
 
 
 # --- printer columns, CLI, RBAC ------------------------------------------------------------------

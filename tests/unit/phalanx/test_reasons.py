@@ -49,11 +49,13 @@ def test_every_condition_type_is_explained():
 # --- what the code does with each reason, read from its calls -----------------------------------
 
 def _aliases(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
-    """{local name: enum name} of the reason enums a module imports; local names of constants."""
+    """{local name: enum name} of the reason enums a module imports; local names of constants
+    (the module) and of ConditionType."""
     enums, consts = {}, {"C"}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "phalanx.constants":
             enums |= {a.asname or a.name: a.name for a in node.names if a.name in ("Reason", "SweepReason")}
+            consts |= {a.asname or a.name for a in node.names if a.name == "ConditionType"}
         if isinstance(node, ast.ImportFrom) and node.module == "phalanx":
             consts |= {a.asname or a.name for a in node.names if a.name == "constants"}
     return enums, consts
@@ -66,8 +68,11 @@ def _member(node: ast.AST, enums: dict[str, str]) -> str | None:
 
 
 def _cond_type(node: ast.AST, consts: set[str]) -> str | None:
+    """The condition type of ``C.COND_X`` or ``ConditionType.X``."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in consts:
-        return getattr(C, node.attr, None) if node.attr.startswith("COND_") else None
+        if node.attr.startswith("COND_"):
+            return getattr(C, node.attr, None)
+        return C.ConditionType[node.attr].value if node.attr in C.ConditionType.__members__ else None
     return None
 
 
@@ -127,9 +132,26 @@ def test_the_tables_say_where_the_code_puts_each_reason():
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_walk_sees_a_condition_a_table_leaves_out():
-    tree = ast.parse("from phalanx.constants import Reason\nst.cond(C.COND_SUSPENDED, True, Reason.HANG, '')\n")
+@pytest.mark.parametrize("code", [
+    "from phalanx.constants import Reason\nview.cond(C.COND_SUSPENDED, True, Reason.HANG, '')\n",
+    "from phalanx.constants import ConditionType, Reason\nview.cond(ConditionType.SUSPENDED, True, Reason.HANG, '')\n",
+])
+def test_the_walk_sees_a_condition_a_table_leaves_out(code):
+    tree = ast.parse(code)
     enums, consts = _aliases(tree)
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     (use,) = _uses(call, enums, consts)
     assert use == ("Reason.HANG", "Suspended=True") and not _declared(use[1], R.REASONS[C.Reason.HANG].on)
+
+
+def test_the_condition_types_keep_their_wire_values_and_old_names():
+    assert [str(t) for t in C.ConditionType] == [
+        "Valid", "Created", "Schedulable", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Reconciled",
+        "LossNotFinite", "ResumedFromPredecessor"]
+    for member in C.ConditionType:
+        assert getattr(C, f"COND_{member.name}") is member
+
+
+def test_every_node_exclusion_has_its_meaning_and_fix():
+    assert set(R.NODE_EXCLUSIONS) == set(C.NodeExclusion)
+    assert all(doc.meaning and doc.fix for doc in R.NODE_EXCLUSIONS.values())

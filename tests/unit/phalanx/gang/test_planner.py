@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from phalanx.api.config import TopologyConfig
 from phalanx.api.types import TrainingJobSpec
+from phalanx.constants import NodeExclusion
 from phalanx.gang.inventory import NodeInfo, PodUsage, Reservation, Taint, free_capacity
 from phalanx.gang.planner import (
     GangRequest,
@@ -90,6 +91,7 @@ def test_node_rejection_reasons():
     assert node_rejection(NodeInfo("n", {"pool": "cpu"}, {}), free, r) == "nodeSelector mismatch"
     assert node_rejection(base, {GPU: 7, "pods": 110}, r) == "too little nvidia.com/gpu"
     assert node_rejection(base, {GPU: 8, "pods": 0}, r) == "too little pods"
+    assert node_rejection(cordoned, free, r) is NodeExclusion.CORDONED  # the documented member, same wire value
 
 
 def test_exact_message_when_not_enough_nodes():

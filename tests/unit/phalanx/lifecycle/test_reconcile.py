@@ -15,7 +15,8 @@ from phalanx.gang.pins import pin_affinity, pin_pod, pinned_node
 from phalanx.gang.quota import quota_entry
 from phalanx.lifecycle.failures import backoff_seconds, exit_code_retryable
 from phalanx.lifecycle.pods import is_gated
-from phalanx.lifecycle.reconcile import INTERRUPTED_AFTER_SECONDS, REFUSED_GRACE_SECONDS, decide
+from phalanx.lifecycle.reconcile import decide
+from phalanx.lifecycle.replacement import INTERRUPTED_AFTER_SECONDS, REFUSED_GRACE_SECONDS
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
