@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from phalanx import constants as C
-from phalanx import handlers
+from phalanx import expectations, handlers, jobloop, offloop
 from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -45,6 +45,12 @@ def indexes(nodes=(), usage=()):
     return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                             cluster_nodes={k: [v] for n in nodes for k, v in handlers.cluster_nodes(name=n["metadata"]["name"], body=n).items()}, usage={None: list(usage)},
                             priority_classes={}, namespace_labels={}, resource_quotas={})
+
+
+def job_loop(memo, name, ix, body=None):
+    """The job's loop as the daemon starts it: the native gang step and elastic probe."""
+    return jobloop.JobLoop(memo, "default", name, body if body is not None else {}, ix,
+                           handlers.native_gang_step(memo, ix), handlers.elastic_probe(memo, "default", name, ix))
 
 
 async def _healthz_server():
@@ -79,7 +85,7 @@ def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
         # 2,048 pods: above the policy's default maxNodes (1024), which an admin raises for such jobs
         memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
         runner, port = await _healthz_server()
-        loop_ = handlers.JobLoop(memo, "default", "huge", {}, indexes())
+        loop_ = job_loop(memo, "huge", indexes())
         obj = job()
         observed = Observed(pods=[], service_exists=False, config_map_exists=False, network_policy_exists=False)
         gaps, stop, latencies = [], threading.Event(), []
@@ -128,7 +134,7 @@ def test_the_gang_step_plans_off_the_loop_and_books_on_it():
         pods, status = _gated_pods(obj)
         status = {**status, "attemptCreated": True}
         ix = indexes(nodes=[node(f"n{i}") for i in range(6)])
-        loop_ = handlers.JobLoop(memo, "default", "small", {}, ix)
+        loop_ = job_loop(memo, "small", ix)
         seen = []
         step = loop_.gang
 
@@ -152,13 +158,13 @@ def test_a_gang_of_a_deleted_job_is_never_queued():
     async def main():
         memo = handlers.new_memo()
         ix = indexes(nodes=[node("n0")])
-        loop_ = handlers.JobLoop(memo, "default", "gone", {}, ix)
+        loop_ = job_loop(memo, "gone", ix)
         memo.gangs.forget("default", "gone")  # the daemon's finally ran
         obj = job(name="gone", nodes=2)
         pods, _ = _gated_pods(obj)
         from phalanx.api.types import TrainingJob
         tj = TrainingJob.model_validate(obj)
-        with pytest.raises(handlers.JobGone):
+        with pytest.raises(offloop.JobGone):
             await asyncio.to_thread(loop_.gang, tj, pods)
         memo.decider.shutdown()
         return memo
@@ -171,7 +177,7 @@ def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
     async def main():
         memo = handlers.new_memo()
         gangs = memo.gangs
-        loop_ = handlers.JobLoop(memo, "default", "done", {}, indexes())
+        loop_ = job_loop(memo, "done", indexes())
         gangs.waiting["default/done"] = object()
         gangs.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
         obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
@@ -252,7 +258,7 @@ def test_the_next_pass_waits_until_released_pods_show_ungated():
     plan = Plan(release=["p-0"])
 
     async def main():
-        waiter = asyncio.ensure_future(handlers._await_expectations(("default", "j"), index, plan))
+        waiter = asyncio.ensure_future(expectations.await_expectations(("default", "j"), index, plan))
         await asyncio.sleep(0.3)
         assert not waiter.done()  # still gated in the index
         index[("default", "j")] = [{"metadata": {"name": "p-0"}, "spec": {"schedulingGates": []}}]
@@ -284,7 +290,7 @@ def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_label
         memo.kube = _Kube(api_labels)
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]  # the watch: not yet the new label
-        loop_ = handlers.JobLoop(memo, "default", "j", {}, ix)
+        loop_ = job_loop(memo, "j", ix)
         seen = [await loop_.namespace_labels(), await loop_.namespace_labels()]
         memo.decider.shutdown()
         return seen, memo.kube.reads
@@ -297,7 +303,7 @@ def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
     from phalanx.decision import Plan
 
     memo = handlers.new_memo()
-    loop_ = handlers.JobLoop(memo, "default", "j", {}, indexes())
+    loop_ = job_loop(memo, "j", indexes())
     before = {"phase": "Scheduling", "readyNodes": 1, "nodes": "1/4"}
     first = Plan(status={**before, "readyNodes": 2, "nodes": "2/4"})
     loop_.hold_ready_counts({"status": before}, first)
@@ -316,7 +322,7 @@ def test_a_job_with_a_status_keeps_the_watchs_labels():
         memo.kube = _Kube({"fresh": "labels"})
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]
-        loop_ = handlers.JobLoop(memo, "default", "j", {"status": {"phase": "Running"}}, ix)
+        loop_ = job_loop(memo, "j", ix, {"status": {"phase": "Running"}})
         labels = await loop_.namespace_labels()
         memo.decider.shutdown()
         return labels, memo.kube.reads
@@ -353,7 +359,7 @@ def test_the_node_index_keeps_parsed_nodes_and_lost_nodes_reads_them():
     entry = next(iter(ix.cluster_nodes["n1"]))
     assert entry.ready and entry.allocatable[GPU] == 8 and entry.allocatable["memory"] == 64 * 2**30
     pods = [{"spec": {"nodeName": n}} for n in ("n1", "n2", "n3")] + [{"spec": {}}]
-    assert handlers._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
+    assert jobloop._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
 
 
 
@@ -362,4 +368,4 @@ def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost
     bad["status"]["allocatable"][GPU] = "eight"
     entry = next(iter(indexes([bad]).cluster_nodes["n1"]))
     assert entry.allocatable == {} and entry.ready
-    assert handlers._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
+    assert jobloop._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
