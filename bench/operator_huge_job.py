@@ -26,7 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 from phalanx import constants as C
-from phalanx import handlers
+from phalanx import handlers, jobloop
 from phalanx.api.config import OperatorConfig, TopologyConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -92,7 +92,7 @@ class Watch:
             self.stop.wait(0.05)
 
 
-async def run_pass(loop_: handlers.JobLoop, obj: dict, observed: Observed, port: int, on_loop: bool):
+async def run_pass(loop_: jobloop.JobLoop, obj: dict, observed: Observed, port: int, on_loop: bool):
     w = Watch(port)
     ticker = asyncio.create_task(w.tick())
     prober = threading.Thread(target=w.probe, daemon=True)
@@ -130,7 +130,8 @@ async def main_async(args: argparse.Namespace) -> None:
     ix = handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                           cluster_nodes=node_index(args.nodes), usage={None: []}, priority_classes={}, namespace_labels={},
                           resource_quotas={})
-    loop_ = handlers.JobLoop(memo, "default", "huge", {}, ix)
+    loop_ = jobloop.JobLoop(memo, "default", "huge", {}, ix, handlers.native_gang_step(memo, ix),
+                            handlers.elastic_probe(memo, "default", "huge", ix))
     base = vm("VmRSS")
     print(f"nodes={args.nodes} decide {'ON the loop' if args.on_loop else 'off the loop'}; "
           f"baseline RSS {base:.0f} MiB (16k node index loaded); load {os.getloadavg()[0]:.1f}")

@@ -15,8 +15,13 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 5. ``validate`` — the one verdict on a job
 6. ``lifecycle`` — the reconcile: ``decide`` and its phases, status and phase machine, failures,
    elastic resizing, progress
-7. I/O: ``kube`` (carries out a Plan), ``metrics``, ``jobmetrics``, ``podreflector``, ``leader``
-8. ``handlers`` (kopf wiring, state in kopf's ``memo``) → ``main`` (the operator process)
+7. I/O: ``kube`` (carries out a Plan; 404/409 as named outcomes), ``metrics``, ``jobmetrics``,
+   ``podreflector``, ``leader`` → ``controlloop`` (what every per-object loop runs on: wake-ups,
+   backoff, resync, status waits), ``offloop`` (decide() off the event loop, hops back onto it),
+   ``expectations`` (what the index must show after a pass) → ``jobloop`` (one job's loop),
+   ``startup`` (kopf's settings, /healthz, cleanup); ``sweep.loop`` (one sweep's loop)
+8. ``handlers`` (kopf wiring only, state in kopf's ``memo``), ``sweep.handlers`` → ``main`` (the
+   operator process)
 9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables``
    (the docs' generated tables)
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from kubernetes import client, config
@@ -27,6 +28,22 @@ log = logging.getLogger("phalanx.kube")
 # Gang-backend objects the operator may create (Volcano/coscheduling PodGroup, Workload API).
 CUSTOM_PLURALS = {"PodGroup": "podgroups", "Workload": "workloads"}
 _SNAKE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "NetworkPolicy": "network_policy"}
+
+
+class Outcome(Enum):
+    """What an API call came to, where the object's absence or presence is an expected answer
+    (``Kube._call_expecting``) rather than an error."""
+
+    DONE = 200  # the call went through
+    GONE = 404  # not there: deleted already, or never created
+    EXISTS = 409  # already exists (a create replayed, or someone else's of that name)
+    UNPROCESSABLE = 422  # the change no longer applies (a pod's gate was lifted already)
+
+
+def expected_outcome(status: int | None, expected: tuple[Outcome, ...]) -> Outcome | None:
+    """The named outcome an API error's ``status`` stands for, when the caller expects it;
+    None: an error to raise."""
+    return next((o for o in expected if o is not Outcome.DONE and o.value == status), None)
 
 
 def load_client(kubeconfig: str | None = None, pool_size: int = 64) -> client.ApiClient:
@@ -70,6 +87,18 @@ class Kube:
             API_REQUESTS.labels(verb).inc()
             return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
+    async def _call_expecting(self, expected: tuple[Outcome, ...], verb: str, fn, *args,
+                              **kwargs) -> tuple[Outcome, bytes | None]:
+        """``_call``, where an answer in ``expected`` (GONE, EXISTS, UNPROCESSABLE) is an outcome
+        the caller acts on, not an error: (outcome, the response body when DONE)."""
+        try:
+            return Outcome.DONE, await self._call(verb, fn, *args, **kwargs)
+        except ApiException as exc:
+            outcome = expected_outcome(exc.status, expected)
+            if outcome is None:
+                raise
+            return outcome, None
+
     async def create(self, obj: dict[str, Any], dry_run: bool = False) -> bool:
         """Create a child; one that exists already (409) counts as done when it is this job's own
         (its owner reference), and is a refusal naming it when it is not: never adopted.
@@ -81,13 +110,10 @@ class Kube:
             fn, args = self.custom.create_namespaced_custom_object, (group, version, ns, CUSTOM_PLURALS[kind])
         else:
             fn, args = self._core_fn("create", kind), (ns,)
-        try:
-            await self._call("create", fn, *args, obj, **extra)
-        except ApiException as exc:
-            if exc.status == 409:
-                await self._require_owned(obj)
-                return False
-            raise
+        outcome, _ = await self._call_expecting((Outcome.EXISTS,), "create", fn, *args, obj, **extra)
+        if outcome is Outcome.EXISTS:
+            await self._require_owned(obj)
+            return False
         if kind == "Pod" and not dry_run:
             PODS_CREATED.inc()
         return True
@@ -116,13 +142,8 @@ class Kube:
         """One object of a kind the operator creates; None when absent."""
         if kind in CUSTOM_PLURALS:
             return await self.get_custom(api_version, CUSTOM_PLURALS[kind], namespace, name)
-        fn = self._core_fn("read", kind)
-        try:
-            return safejson.loads(await self._call("get", fn, name, namespace))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        outcome, raw = await self._call_expecting((Outcome.GONE,), "get", self._core_fn("read", kind), name, namespace)
+        return None if outcome is Outcome.GONE else safejson.loads(raw)
 
     async def served_resources(self, group: str) -> dict[str, list[str]]:
         """Discovery: ``{version: [resource plural, ...]}`` the API server serves for ``group``
@@ -149,13 +170,9 @@ class Kube:
     async def get_custom(self, api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One namespaced custom object (e.g. a scheduling.k8s.io PodGroup), None when absent."""
         group, version = api_version.split("/")
-        try:
-            raw = await self._call("get", self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return safejson.loads(raw)
+        outcome, raw = await self._call_expecting((Outcome.GONE,), "get", self.custom.get_namespaced_custom_object,
+                                                  group, version, namespace, plural, name)
+        return None if outcome is Outcome.GONE else safejson.loads(raw)
 
     async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels as the API server has them now (a list by name: the operator's
@@ -175,11 +192,8 @@ class Kube:
         await self._call("patch", self.core.patch_namespaced_config_map, meta["name"], meta["namespace"], body)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self._call("delete", self.core.delete_namespaced_pod, name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        """Delete a pod; one gone already is deleted."""
+        await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace)
 
     async def release_pod(self, namespace: str, name: str, node: str | None) -> bool:
         """Pin to ``node`` and lift the gang gate in one patch. The pin is required node affinity
@@ -190,30 +204,39 @@ class Kube:
         if node:
             ops.append({"op": "add", "path": "/spec/affinity", "value": pin_affinity(node)})
         ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": []})
-        try:
-            await self._call("patch", self.core.patch_namespaced_pod, name, namespace, ops)
-        except ApiException as exc:
-            if exc.status not in (404, 422):
-                raise
-            if exc.status == 422:  # a gate was already lifted: still pin nothing further
-                log.info("%s/%s was already released; this pin is void", namespace, name)
-            return False
-        return True
+        outcome, _ = await self._call_expecting((Outcome.GONE, Outcome.UNPROCESSABLE), "patch",
+                                                self.core.patch_namespaced_pod, name, namespace, ops)
+        if outcome is Outcome.UNPROCESSABLE:  # a gate was already lifted: still pin nothing further
+            log.info("%s/%s was already released; this pin is void", namespace, name)
+        return outcome is Outcome.DONE
 
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any], before: dict[str, Any] | None) -> None:
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any], before: dict[str, Any] | None,
+                           plural: str = C.PLURAL) -> None:
+        """Write a TrainingJob's (or, ``plural``, a TrainingSweep's) whole status; the keys of
+        ``before`` that it no longer has are removed."""
         removed = {k: None for k in (before or {}) if k not in status}
         body = {"status": {**status, **removed}}
         await self._call("patch", self.custom.patch_namespaced_custom_object_status,
-                         C.GROUP, C.VERSION, namespace, C.PLURAL, name, body)
+                         C.GROUP, C.VERSION, namespace, plural, name, body)
 
     async def delete_job(self, namespace: str, name: str) -> None:
-        try:
-            await self._call("delete", self.custom.delete_namespaced_custom_object,
-                             C.GROUP, C.VERSION, namespace, C.PLURAL, name,
-                             body={"propagationPolicy": "Background"})
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        """Delete a TrainingJob (its children go with it); one gone already is deleted."""
+        await self._call_expecting((Outcome.GONE,), "delete", self.custom.delete_namespaced_custom_object,
+                                   C.GROUP, C.VERSION, namespace, C.PLURAL, name,
+                                   body={"propagationPolicy": "Background"})
+
+    async def create_job(self, namespace: str, obj: dict[str, Any]) -> bool:
+        """Create a TrainingJob (a sweep's trial). False when one of its name exists already
+        (a replayed create; whose it is the sweep reads from its trials' index). A refusal
+        (invalid, forbidden) is raised as the API server's ApiException."""
+        outcome, _ = await self._call_expecting((Outcome.EXISTS,), "create", self.custom.create_namespaced_custom_object,
+                                                C.GROUP, C.VERSION, namespace, C.PLURAL, obj)
+        return outcome is Outcome.DONE
+
+    async def suspend_job(self, namespace: str, name: str) -> None:
+        """Set a TrainingJob's spec.suspend (a sweep stopping a trial); one gone needs nothing."""
+        await self._call_expecting((Outcome.GONE,), "patch", self.custom.patch_namespaced_custom_object,
+                                   C.GROUP, C.VERSION, namespace, C.PLURAL, name, {"spec": {"suspend": True}})
 
     async def get_progress(self, pod_ip: str, port: int = C.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:
         """Rank 0's progress body, unparsed: it is untrusted (lifecycle.progress.parse_progress).
@@ -266,11 +289,9 @@ class Kube:
         return refusals
 
     async def force_delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self._call("delete", self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        """Delete a pod with grace period 0; one gone already is deleted."""
+        await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace,
+                                   grace_period_seconds=0)
 
     async def _dry_run(self, plan: Plan) -> list[Refusal]:
         """Every new kind of object once (the first pod stands for its gang) with dryRun=All:
@@ -364,7 +385,7 @@ def _with_message(message: str) -> ApiException:
 def _classify(obj: dict[str, Any], result: Any) -> tuple[Refusal | None, BaseException | None]:
     """A create's outcome: a refusal (4xx: quota, admission, validation), an error, or neither."""
     if isinstance(result, ApiException) and result.status and 400 <= result.status < 500:
-        return Refusal(obj["kind"], obj["metadata"]["name"], result.status, _api_message(result)), None
+        return Refusal(obj["kind"], obj["metadata"]["name"], result.status, api_message(result)), None
     return None, result if isinstance(result, BaseException) else None
 
 
@@ -375,7 +396,8 @@ def _needs_sibling(obj: dict[str, Any]) -> bool:
         and bool((obj.get("spec") or {}).get("podGroupTemplateRef"))
 
 
-def _api_message(exc: ApiException) -> str:
+def api_message(exc: ApiException) -> str:
+    """The API server's own words for an error (its Status message), else the HTTP reason."""
     try:
         return json.loads(exc.body)["message"]
     except (TypeError, ValueError, KeyError):

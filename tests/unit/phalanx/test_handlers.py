@@ -10,12 +10,11 @@ import time
 import urllib.request
 from datetime import UTC, datetime
 
-import kopf
 import pytest
 from aiohttp import web
 
 from phalanx import constants as C
-from phalanx import handlers
+from phalanx import expectations, handlers, jobloop, offloop
 from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -47,6 +46,12 @@ def indexes(nodes=(), usage=()):
     return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                             cluster_nodes={k: [v] for n in nodes for k, v in handlers.cluster_nodes(name=n["metadata"]["name"], body=n).items()}, usage={None: list(usage)},
                             priority_classes={}, namespace_labels={}, resource_quotas={})
+
+
+def job_loop(memo, name, ix, body=None):
+    """The job's loop as the daemon starts it: the native gang step and elastic probe."""
+    return jobloop.JobLoop(memo, "default", name, body if body is not None else {}, ix,
+                           handlers.native_gang_step(memo, ix), handlers.elastic_probe(memo, "default", name, ix))
 
 
 async def _healthz_server():
@@ -81,7 +86,7 @@ def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
         # 2,048 pods: above the policy's default maxNodes (1024), which an admin raises for such jobs
         memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
         runner, port = await _healthz_server()
-        loop_ = handlers.JobLoop(memo, "default", "huge", {}, indexes())
+        loop_ = job_loop(memo, "huge", indexes())
         obj = job()
         observed = Observed(pods=[], service_exists=False, config_map_exists=False, network_policy_exists=False)
         gaps, stop, latencies = [], threading.Event(), []
@@ -130,7 +135,7 @@ def test_the_gang_step_plans_off_the_loop_and_books_on_it():
         pods, status = _gated_pods(obj)
         status = {**status, "attemptCreated": True}
         ix = indexes(nodes=[node(f"n{i}") for i in range(6)])
-        loop_ = handlers.JobLoop(memo, "default", "small", {}, ix)
+        loop_ = job_loop(memo, "small", ix)
         seen = []
         step = loop_.gang
 
@@ -154,13 +159,13 @@ def test_a_gang_of_a_deleted_job_is_never_queued():
     async def main():
         memo = handlers.new_memo()
         ix = indexes(nodes=[node("n0")])
-        loop_ = handlers.JobLoop(memo, "default", "gone", {}, ix)
+        loop_ = job_loop(memo, "gone", ix)
         memo.gangs.forget("default", "gone")  # the daemon's finally ran
         obj = job(name="gone", nodes=2)
         pods, _ = _gated_pods(obj)
         from phalanx.api.types import TrainingJob
         tj = TrainingJob.model_validate(obj)
-        with pytest.raises(handlers.JobGone):
+        with pytest.raises(offloop.JobGone):
             await asyncio.to_thread(loop_.gang, tj, pods)
         memo.decider.shutdown()
         return memo
@@ -173,7 +178,7 @@ def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
     async def main():
         memo = handlers.new_memo()
         gangs = memo.gangs
-        loop_ = handlers.JobLoop(memo, "default", "done", {}, indexes())
+        loop_ = job_loop(memo, "done", indexes())
         gangs.waiting["default/done"] = object()
         gangs.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
         obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
@@ -254,7 +259,7 @@ def test_the_next_pass_waits_until_released_pods_show_ungated():
     plan = Plan(release=["p-0"])
 
     async def main():
-        waiter = asyncio.ensure_future(handlers._await_expectations(("default", "j"), index, plan))
+        waiter = asyncio.ensure_future(expectations.await_expectations(("default", "j"), index, plan))
         await asyncio.sleep(0.3)
         assert not waiter.done()  # still gated in the index
         index[("default", "j")] = [{"metadata": {"name": "p-0"}, "spec": {"schedulingGates": []}}]
@@ -286,7 +291,7 @@ def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_label
         memo.kube = _Kube(api_labels)
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]  # the watch: not yet the new label
-        loop_ = handlers.JobLoop(memo, "default", "j", {}, ix)
+        loop_ = job_loop(memo, "j", ix)
         seen = [await loop_.namespace_labels(), await loop_.namespace_labels()]
         memo.decider.shutdown()
         return seen, memo.kube.reads
@@ -299,7 +304,7 @@ def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
     from phalanx.decision import Plan
 
     memo = handlers.new_memo()
-    loop_ = handlers.JobLoop(memo, "default", "j", {}, indexes())
+    loop_ = job_loop(memo, "j", indexes())
     before = {"phase": "Scheduling", "readyNodes": 1, "nodes": "1/4"}
     first = Plan(status={**before, "readyNodes": 2, "nodes": "2/4"})
     loop_.hold_ready_counts({"status": before}, first)
@@ -318,7 +323,7 @@ def test_a_job_with_a_status_keeps_the_watchs_labels():
         memo.kube = _Kube({"fresh": "labels"})
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]
-        loop_ = handlers.JobLoop(memo, "default", "j", {"status": {"phase": "Running"}}, ix)
+        loop_ = job_loop(memo, "j", ix, {"status": {"phase": "Running"}})
         labels = await loop_.namespace_labels()
         memo.decider.shutdown()
         return labels, memo.kube.reads
@@ -355,7 +360,7 @@ def test_the_node_index_keeps_parsed_nodes_and_lost_nodes_reads_them():
     entry = next(iter(ix.cluster_nodes["n1"]))
     assert entry.ready and entry.allocatable[GPU] == 8 and entry.allocatable["memory"] == 64 * 2**30
     pods = [{"spec": {"nodeName": n}} for n in ("n1", "n2", "n3")] + [{"spec": {}}]
-    assert handlers._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
+    assert jobloop._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
 
 
 
@@ -364,49 +369,4 @@ def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost
     bad["status"]["allocatable"][GPU] = "eight"
     entry = next(iter(indexes([bad]).cluster_nodes["n1"]))
     assert entry.allocatable == {} and entry.ready
-    assert handlers._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
-
-
-# -------------------------------------------------------------------------------------------------
-# kopf settings the operator relies on: no diff base (handlers.NoDiffBase) is only sound while
-# no change-detecting handler exists.
-
-
-def test_no_change_detecting_handler_is_registered():
-    registry = kopf.get_default_registry()
-    changing = registry._changing.get_all_handlers()
-    assert changing == [], (
-        "a change-detecting kopf handler (on.create/update/delete/field) needs kopf's diff base: "
-        f"drop handlers.NoDiffBase before adding {[h.id for h in changing]}")
-    assert registry._spawning.get_all_handlers(), "the job and sweep daemons are registered"
-
-
-def test_the_diff_base_is_empty_on_both_sides():
-    storage = handlers.NoDiffBase()
-    body = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "managedFields": [{}] * 10},
-                      "spec": {"containers": [{"name": "c"}]}})
-    assert storage.build(body=body) == {} and storage.fetch(body=body) == {}
-
-
-def test_startup_installs_it(monkeypatch):
-    settings = kopf.OperatorSettings()
-    memo = kopf.Memo()
-
-    class _Kube:  # no cluster: discovery fails and is logged
-        def __init__(self, *a, **k):
-            pass
-
-        async def served_resources(self, group):
-            raise OSError("no cluster")
-
-    monkeypatch.setattr(handlers, "Kube", _Kube)
-    monkeypatch.setattr(handlers, "load_client", lambda *a, **k: None)
-    reflector = object()
-
-    async def start_pod_reflector(memo):  # no cluster to list
-        return reflector
-
-    monkeypatch.setattr(handlers, "_start_pod_reflector", start_pod_reflector)
-    asyncio.run(handlers.configure(settings=settings, memo=memo))
-    assert isinstance(settings.persistence.diffbase_storage, handlers.NoDiffBase)
-    assert memo.pod_reflector is reflector  # started (and synced) before any watch
+    assert jobloop._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()

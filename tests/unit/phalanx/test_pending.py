@@ -63,16 +63,16 @@ def test_a_pending_pod_is_several_times_smaller_than_its_dicts():
 
 
 def test_the_job_loop_holds_a_plans_pods_as_pending():
-    """handlers' decide step (on the decide thread) hands Kube.execute pending pods, not dicts."""
+    """The job loop's decide step (on the decide thread) hands Kube.execute pending pods, not dicts."""
     from datetime import UTC, datetime
 
-    from phalanx import handlers
+    from phalanx import offloop
     from phalanx.decision import Observed
 
     obj = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
            "metadata": {"name": "pend", "namespace": "ns", "uid": "u-1", "generation": 1},
            "spec": {"image": "img", "nodes": 4, "procsPerNode": 1, "model": {"preset": "debug"}}, "status": {}}
-    plan = handlers._decide_off_loop(obj, Observed(pods=[], service_exists=False, config_map_exists=False,
+    plan = offloop.decide_off_loop(obj, Observed(pods=[], service_exists=False, config_map_exists=False,
                                                   network_policy_exists=False), datetime.now(UTC))
     pods = [c for c in plan.create if c["kind"] == "Pod"]
     assert len(pods) == 4 and all(isinstance(p, Pending) for p in pods)

@@ -1,0 +1,102 @@
+"""The operator process's start, health and stop, as the kopf handlers in ``phalanx.handlers``
+run them: kopf's settings, the API client and pod reflector in ``memo``, the Workload API
+version served, the /healthz verdict, and the pools shut down on cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from phalanx import constants as C
+from phalanx import health
+from phalanx.backends import workload as workload_backend
+from phalanx.kube import Kube, load_client
+from phalanx.offloop import decide_started
+from phalanx.podreflector import PodReflector
+
+log = logging.getLogger("phalanx.operator")
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff base: kopf builds one on every event of every watched resource (a deepcopy of the
+    whole body, managedFields included: 7 % of the operator's samples with 64 jobs starting), but
+    only change-detecting handlers (on.create/update/delete/field) read it, and this operator
+    registers none (its daemons and event handlers decide from the live state). An empty essence
+    on both sides: no diff, nothing stored. tests/unit/test_kopf_settings.py fails if a
+    change-detecting handler is ever registered."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
+
+
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: kopf.Memo) -> None:
+    """kopf's settings; ``memo`` completed from ``defaults`` (run without phalanx.main, e.g.
+    `kopf run`), its API client, and the pod reflector listed before any job loop runs."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.ANNOTATION_KOPF_PREFIX)
+    settings.persistence.diffbase_storage = NoDiffBase()
+    settings.persistence.finalizer = C.FINALIZER
+    settings.posting.level = logging.WARNING  # our Events are explicit; no per-handler chatter
+    settings.watching.server_timeout = 300
+    settings.networking.error_backoffs = [1, 2, 5, 10]
+    settings.queueing.worker_limit = 1000
+    settings.scanning.disabled = True  # no CRD/namespace scanning: least-privilege RBAC
+    for key, value in defaults.items():
+        memo.setdefault(key, value)
+    memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
+    memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
+    if memo.pod_reflector is None:
+        memo.pod_reflector = await _start_pod_reflector(memo)
+
+
+async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
+    """Every pod, listed before any job loop runs (a loop that saw no pods would create them again)."""
+    reflector = PodReflector(load_client(memo.kubeconfig, pool_size=2), namespaces=memo.namespaces,
+                             on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+    reflector.start(asyncio.get_running_loop())
+    await reflector.synced.wait()
+    return reflector
+
+
+async def _discover_workload_api(kube: Kube) -> list[str] | None:
+    """Which Workload API version (scheduling.k8s.io) the cluster serves, for the workload backend
+    (OperatorConfig.with_workload_api); None when discovery failed."""
+    try:
+        version = workload_backend.pick_api_version(await kube.served_resources(C.WORKLOAD_API_GROUP))
+    except Exception:  # noqa: BLE001 - discovery refused or failed: render the newest shape
+        log.warning("Workload API discovery failed; assuming scheduling.k8s.io/%s", workload_backend.LATEST, exc_info=True)
+        return None
+    log.info("Workload API: %s", f"scheduling.k8s.io/{version}" if version else "not served")
+    return [version] if version else []
+
+
+
+def problems(memo: kopf.Memo) -> list[str]:
+    """Why /healthz fails: a watch or a thread the job loops need is gone (empty: healthy)."""
+    now = time.monotonic()
+    tasks = [health.TaskView(t.get_name(), t.done()) for t in asyncio.all_tasks()]
+    watchers = frozenset(t.name for t in tasks if t.name.startswith(health.WATCHER_PREFIX) and not t.done)
+    memo.watchers_seen = memo.get("watchers_seen", frozenset()) | watchers  # scanning is off: a fixed set
+    reflector = memo.get("pod_reflector")
+    started = decide_started[0]
+    return health.watcher_problems(tasks, memo.watchers_seen) + health.thread_problems(
+        reflector.thread.is_alive() if reflector is not None and reflector.thread is not None else None,
+        now - reflector.failing_since if reflector is not None and reflector.failing_since else None,
+        now - started if started is not None else None)
+
+
+def shutdown(memo: kopf.Memo) -> None:
+    """The API and decide pools stop taking work (a busy thread must not hold the exit)."""
+    if memo.get("kube") is not None:
+        memo.kube.pool.shutdown(wait=False, cancel_futures=True)
+    if memo.get("decider") is not None:
+        memo.decider.shutdown(wait=False, cancel_futures=True)
