@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Single-GPU runtime benchmark (issue 3, figure (e)). Runs in < 8 minutes, writes
+# Single-GPU runtime benchmark (bench/runtime_gpu.py). Runs in < 8 minutes, writes
 # $OUT/runtime_gpu.json (+ .log). Usage from the repository root: OUT=/some/dir bash bench/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

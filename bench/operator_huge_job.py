@@ -7,7 +7,7 @@ hosts, 8 GPUs each), pins, the cost model. Each pass is ``JobLoop.decide`` on a 
 that also serves ``/healthz`` (aiohttp, as kopf's liveness endpoint) to a probe thread (every
 50 ms, 1 s timeout) and runs a 20 ms ticker. Reports each pass's wall and CPU time, the longest
 loop stall and probe latency, and the process's peak RSS (VmHWM) over its baseline.
-``--on-loop`` calls decide() on the loop instead (how it was before), for comparison.
+``--on-loop`` calls decide() on the loop instead, for comparison.
 
     python bench/operator_huge_job.py [--nodes 16384] [--on-loop]
 """
@@ -156,7 +156,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=16384)
-    ap.add_argument("--on-loop", action="store_true", help="decide() on the event loop (as before), to compare")
+    ap.add_argument("--on-loop", action="store_true", help="decide() on the event loop, to compare")
     asyncio.run(main_async(ap.parse_args()))
 
 

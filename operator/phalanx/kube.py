@@ -355,7 +355,7 @@ class Kube:
 async def http_get(host: str, port: int, path: str, limit: int = MAX_BYTES + 4096) -> bytes | None:
     """One HTTP/1.0 GET, read to EOF (at most ``limit`` bytes with the headers). A single read()
     returns whatever arrived first — often the headers without the body, when the server sends
-    them apart: a progress poll then read as failed (the demo's stalled step count)."""
+    them apart: a progress poll would then read as failed and the step count stall."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())

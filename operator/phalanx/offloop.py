@@ -64,7 +64,7 @@ def decide_off_loop(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Plan:
     """decide() on the decide thread; for a big gang with the cyclic GC paused: a 16k-pod render
     allocates millions of containers, and every full collection meanwhile (one per 25 % of heap
     growth, 9 in that render) holds the GIL for as long as it walks the heap — the event loop
-    stalled for 1-1.5 s each on the shared dev VM. Only big gangs: decides run back to back, and
+    stalls for a second or more each on a 2-core machine. Only big gangs: decides run back to back, and
     a collector paused for all of them would let cyclic garbage pile up. Reference counting frees
     what the render drops; the collector runs on its thresholds again as soon as it returns."""
     paused = _gang_pods(obj.get("spec") or {}) >= GC_PAUSE_MIN_NODES and gc.isenabled()

@@ -4,7 +4,7 @@ One list (paged) + watch of all pods, from the list's resourceVersion, with book
 Gone (the version expired) it lists again. It needs only ``list``/``watch`` on pods cluster-wide
 (the chart's ClusterRole, read-only); every write goes through the operator's other clients.
 
-Why not kopf's pod watch (as before): kopf builds handler kwargs, keeps per-object state and
+Why not kopf's pod watch: kopf builds handler kwargs, keeps per-object state and
 runs its index machinery for every event of every pod — 16 % of the operator's CPU while a
 512-pod gang starts, and a few KiB per pod held — and it scopes all its watches alike, so in
 namespaced mode it could not see the other namespaces' pods that fill nodes. Here each pod is

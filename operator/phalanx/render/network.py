@@ -21,7 +21,7 @@ from typing import Any
 from phalanx import constants as C
 from phalanx.api.config import Fabric, NetworkProfile
 
-# Variables worth a warning when a job sets them (anchors §3: debug-only, hurt when left on).
+# Variables worth a warning when a job sets them (debug or tuning knobs that hurt when left on in production: NCCL's own docs say so).
 DEBUG_ONLY_VARS = frozenset({
     "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO",
     "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
