@@ -14,7 +14,8 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 5. ``validate`` — the one verdict on a job
 6. ``lifecycle`` — the reconcile: ``decide`` and its phases, status and phase machine, failures,
    elastic resizing, progress
-7. I/O: ``kube`` (carries out a Plan), ``metrics``, ``jobmetrics``, ``podreflector``, ``leader``
+7. I/O: ``kube`` (carries out a Plan), ``metrics``, ``jobmetrics``, ``podreflector``, ``leader``,
+   ``scheduler`` (the one gang queue: cycles plan every waiting gang once, job loops read their row)
 8. ``handlers`` (kopf wiring, state in kopf's ``memo``) → ``main`` (the operator process)
 9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables``
    (the docs' generated tables)

@@ -6,8 +6,9 @@ events) and at least every RESYNC_SECONDS, so a missed event or an operator rest
 Everything process-wide travels in kopf's ``memo`` (``new_memo``; the startup handler adds the
 API client): ``config`` (OperatorConfig), ``kubeconfig``, ``kube`` (kube.Kube), ``leader``
 (leader.Elector with --leader-elect, else None), ``namespaces`` (the served ones, None: all),
-``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job loops' shared bookkeeping, ``Gangs``) and
-``decider`` (the one thread every ``decide()`` runs on, off the event loop: ``JobLoop.decide``).
+``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job loops' shared bookkeeping, ``Gangs``),
+``scheduler`` (scheduler.Scheduler: the one gang queue and its published rows; ``scheduler_task`` runs its
+cycles) and ``decider`` (the one thread every ``decide()`` runs on, off the event loop: ``JobLoop.decide``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import gc
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
 
@@ -34,9 +34,9 @@ from phalanx.backends import kueue as kueue_backend
 from phalanx.backends import workload as workload_backend
 from phalanx.constants import Reason
 from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
-from phalanx.gang.admission import admit, decision_for, gang_request
-from phalanx.gang.inventory import NodeInfo, Reservation
-from phalanx.gang.planner import GangRequest, Placement
+from phalanx.gang.admission import decision_for, gang_request
+from phalanx.gang.inventory import NodeInfo
+from phalanx.gang.planner import GangRequest
 from phalanx.gang.quota import quota_entry
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube, load_client
@@ -55,33 +55,28 @@ from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.pending import compact_pods
 from phalanx.podreflector import PodReflector
 from phalanx.render.names import config_map_name, network_policy_name, service_name
+from phalanx.scheduler import Row, Scheduler, on_loop
 
 log = logging.getLogger("phalanx.operator")
 
 RESYNC_SECONDS = 10.0
 EXPECTATION_TIMEOUT = 5.0
 PROGRESS_EVERY = 5.0
-PIN_TTL_SECONDS = 30.0  # after this the index shows the pins (nodeSelector) itself
 GC_PAUSE_MIN_NODES = 1024  # decide() of a gang this big runs with the cyclic GC paused (_decide_off_loop)
-LOOP_HOP_TIMEOUT = 60.0  # the decide thread waiting for the event loop (only a stopped loop takes this long)
-_T = TypeVar("_T")
 
 
 @dataclass
 class Gangs:
-    """What the job loops of this process share (``memo.gangs``): how to wake a loop, the queue of
-    gangs waiting for placement, the pins in flight, and each job's phase for the jobs gauge."""
+    """What the job loops of this process share (``memo.gangs``): how to wake a loop, each job's
+    phase for the jobs gauge, and the scheduler (``memo.scheduler``: the queue of gangs waiting
+    for placement, the bookings in flight, each gang's published row)."""
 
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
-    waiting: dict[str, GangRequest] = field(default_factory=dict)  # gangs whose pods all exist, gated, by "ns/name" (a queue, no capacity)
-    # Pins not yet seen in the index. No reservation lives only here: a pin is written into the
-    # pods (release patch: node affinity) before it is recorded, and the planner reads pins back
-    # from the pod index (reservations_from_pods); this only bridges the watch's lag. A new
-    # leader starts with it empty, safely: the old leader stopped writing renew_deadline after
-    # its last renew, lease_duration - renew_deadline (5 s by default) before the lease could be
-    # taken over, while the standby's warm pod index was already receiving those pins.
-    pending: dict[str, tuple[list[Reservation], float]] = field(default_factory=dict)
     phases: dict[tuple[str, str], str] = field(default_factory=dict)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+
+    def __post_init__(self) -> None:
+        self.scheduler.wake = self.wake  # a changed row wakes its job's loop
 
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         """The job loop's wake-up (created by the loop itself: an entry exists while it runs)."""
@@ -96,37 +91,11 @@ class Gangs:
     def alive(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.wakeups
 
-    def wake_waiting(self) -> None:
-        """Capacity may have freed: every waiting gang plans again."""
-        for key in list(self.waiting):
-            namespace, name = key.split("/", 1)
-            self.wake(namespace, name)
-
     def pins_written(self, namespace: str, name: str) -> None:
-        """The job's release patches (its pins) are written: the index shows them within
-        PIN_TTL_SECONDS from now. Until then a booked pin never expires — at scale the patches
-        of many gangs queue for minutes, and a pin expired before its patch lands lets another
-        gang book the same node."""
-        entry = self.pending.get(f"{namespace}/{name}")
-        if entry is not None:
-            self.pending[f"{namespace}/{name}"] = (entry[0], time.monotonic())
+        self.scheduler.pins_written(f"{namespace}/{name}")
 
     def released(self, namespace: str, name: str, all_new: bool) -> None:
-        """The job's release patches are done. If a pod had been released already (the pass
-        planned from a view the watch had not caught up with), the booking pins nothing: it goes
-        at once instead of holding other nodes for PIN_TTL_SECONDS."""
-        if all_new:
-            self.pins_written(namespace, name)
-        else:
-            self.pending.pop(f"{namespace}/{name}", None)
-
-    def pending_pins(self, except_key: str) -> list[Reservation]:
-        """Other gangs' pins that the pod index may not show yet (booked and not yet written, or
-        written less than PIN_TTL_SECONDS ago); older ones are dropped."""
-        now = time.monotonic()
-        for key in [k for k, (_, t) in self.pending.items() if now - t >= PIN_TTL_SECONDS]:
-            del self.pending[key]
-        return [r for k, (rs, _) in self.pending.items() if k != except_key for r in rs]
+        self.scheduler.released(f"{namespace}/{name}", all_new)
 
     def track_phase(self, key: tuple[str, str], phase: str | None) -> None:
         if phase is None:
@@ -141,8 +110,7 @@ class Gangs:
 
     def leave_queue(self, namespace: str, name: str) -> None:
         """The job's gang no longer waits for placement (finished, suspended, or deleted)."""
-        self.waiting.pop(f"{namespace}/{name}", None)
-        self.pending.pop(f"{namespace}/{name}", None)
+        self.scheduler.leave(f"{namespace}/{name}")
 
     def forget(self, namespace: str, name: str) -> None:
         """The job's loop has stopped (deleted): nothing of it stays."""
@@ -153,30 +121,11 @@ class Gangs:
 
 def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
     """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
+    gangs = Gangs()
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
-                     namespaces=None, pod_reflector=None, gangs=Gangs(), sweep_wakeups={},
+                     namespaces=None, pod_reflector=None, gangs=gangs, scheduler=gangs.scheduler, scheduler_task=None,
+                     sweep_wakeups={},
                      decider=concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-decide"))
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], _T]) -> _T:
-    """``fn()`` on the event loop, from the decide thread: kopf's indexes and ``Gangs`` are only
-    read and written there. On the loop itself (or with no loop) it runs at once."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if loop is None or running is loop:
-        return fn()
-    result: concurrent.futures.Future[_T] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            result.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            result.set_exception(exc)
-
-    loop.call_soon_threadsafe(run)
-    return result.result(timeout=LOOP_HOP_TIMEOUT)
 
 
 def _gang_pods(spec: dict[str, Any]) -> int:
@@ -252,12 +201,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     await _discover_workload_api(memo.kube)
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
+    if memo.scheduler_task is None:
+        memo.scheduler_task = asyncio.create_task(memo.scheduler.run(memo.decider, memo.config), name="phalanx-scheduler")
 
 
 async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
     """Every pod, listed before any job loop runs (a loop that saw no pods would create them again)."""
     reflector = PodReflector(load_client(memo.kubeconfig, pool_size=2), namespaces=memo.namespaces,
-                             on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+                             on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
     reflector.start(asyncio.get_running_loop())
     await reflector.synced.wait()
     return reflector
@@ -321,6 +272,8 @@ async def serving(memo: kopf.Memo, **_: Any) -> str:
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("scheduler_task") is not None:
+        memo.scheduler_task.cancel()
     if memo.get("kube") is not None:
         memo.kube.pool.shutdown(wait=False, cancel_futures=True)
     if memo.get("decider") is not None:
@@ -390,8 +343,10 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 @kopf.on.event("nodes")
-def node_changed(memo: kopf.Memo, **_: Any) -> None:
-    memo.gangs.wake_waiting()
+def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> None:
+    """Capacity may have changed: the scheduler plans the queue again (once for a burst)."""
+    memo.scheduler.attach(cluster_nodes, memo.pod_reflector)
+    memo.scheduler.changed()
 
 
 @dataclass
@@ -419,37 +374,45 @@ def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
 
 
 def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
-    """The reconcile's gang step: plan every waiting gang together; pin and release this one
-    only if it is placed. Runs inside decide(), on the one decide thread, so plans never
-    interleave; what it reads and writes of the indexes and ``Gangs`` it does on the event loop
-    (``_on_loop``), the planning itself on the decide thread."""
-    gangs, config = memo.gangs, memo.config
+    """The reconcile's gang step: this gang's row of the scheduler's plan of every waiting gang;
+    pin and release it only if it is placed. It runs inside decide(), on the one decide thread,
+    as the scheduler's cycles do, so plans never interleave; what it reads and writes of the
+    indexes and the scheduler it does on the event loop (``on_loop``). A gang with no row for its
+    request yet (its first plan) is planned at once, by a cycle run from this pass."""
+    gangs, scheduler, config = memo.gangs, memo.scheduler, memo.config
     loop = _running_loop()
 
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
         namespace, name = job.metadata.namespace, job.metadata.name
         key = f"{namespace}/{name}"
+        request = gang_request(job, config, _priority(job, ix.priority_classes))
 
-        def enqueue() -> tuple[list[GangRequest], list[Any], list[Any], list[Reservation]]:
+        def alive() -> None:
             if loop is not None and not gangs.alive(namespace, name):
                 raise JobGone(key)
-            gangs.waiting[key] = gang_request(job, config, _priority(job, ix.priority_classes))
-            gangs.pending.pop(key, None)  # re-planned: an earlier booking (its release failed) is void
-            return (list(gangs.waiting.values()), _values(ix.cluster_nodes), list(ix.usage.get(None, [])),
-                    gangs.pending_pins(except_key=key))
 
-        waiting, nodes, usage, pending = _on_loop(loop, enqueue)
-        result = admit(waiting, nodes, usage, config, pending).results[key]
-        decision = decision_for(job, result, pods, nodes, config)
+        def join() -> Row | None:
+            alive()
+            scheduler.attach(ix.cluster_nodes, ix.usage)
+            return scheduler.submit(key, request)
+
+        def read() -> tuple[Row | None, list[Any]]:
+            alive()
+            return scheduler.row(key, request), _values(ix.cluster_nodes)
+
+        if on_loop(loop, join) is None:
+            scheduler.cycle(loop, config, quiet=key)
+        row, nodes = on_loop(loop, read)
+        if row is None:
+            raise JobGone(key)  # left the queue while planned: only a stopped loop does that
+        decision = decision_for(job, row.result, pods, nodes, config)
         if decision.release:
 
             def booked() -> None:
-                if loop is not None and not gangs.alive(namespace, name):
-                    raise JobGone(key)
-                gangs.waiting.pop(key, None)
-                gangs.pending[key] = (result.reservations(), math.inf)  # until pins_written
+                alive()
+                scheduler.book(key, row)
 
-            _on_loop(loop, booked)
+            on_loop(loop, booked)
         return decision
 
     return step
@@ -464,22 +427,16 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fits:
     """Could this job's gang be placed at another size? Its own pods count as free (they would be
-    replaced); other waiting gangs keep their queue order; nothing is pinned or reserved."""
-    key = f"{namespace}/{name}"
-    gangs, config = memo.gangs, memo.config
+    replaced); other waiting gangs keep their queue order; nothing is queued, pinned or booked."""
+    scheduler, config = memo.scheduler, memo.config
     loop = _running_loop()
 
     def fits(candidate: TrainingJob) -> bool:
-        def inputs() -> tuple[list[Any], list[Reservation], list[GangRequest], list[Any]]:
-            return (list(ix.usage.get(None, [])), gangs.pending_pins(except_key=key),
-                    [g for k, g in gangs.waiting.items() if k != key] + [gang_request(candidate, config, _priority(candidate, ix.priority_classes))],
-                    _values(ix.cluster_nodes))
+        def request() -> GangRequest:
+            scheduler.attach(ix.cluster_nodes, ix.usage)
+            return gang_request(candidate, config, _priority(candidate, ix.priority_classes))
 
-        usage, pending, others, nodes = _on_loop(loop, inputs)
-        pods = [p for p in usage
-                if not (p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(C.LABEL_JOB_NAME) == name)]
-        admission = admit(others, nodes, pods, config, pending)
-        return isinstance(admission.results[key], Placement)
+        return scheduler.probe(loop, on_loop(loop, request), config)
 
     return fits
 

@@ -20,6 +20,7 @@ from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
 from phalanx.gang.inventory import Reservation
 from phalanx.lifecycle.reconcile import decide
+from phalanx.scheduler import PIN_TTL_SECONDS, Scheduler
 
 GPU = "nvidia.com/gpu"
 
@@ -144,7 +145,7 @@ def test_the_gang_step_plans_off_the_loop_and_books_on_it():
     memo, plan, seen = asyncio.run(main())
     assert seen == [False]  # planned on the decide thread
     assert len(plan.release) == 4 and len(plan.pins) == 4
-    assert "default/small" not in memo.gangs.waiting and len(memo.gangs.pending["default/small"][0]) == 4
+    assert "default/small" not in memo.scheduler.waiting and len(memo.scheduler.pending["default/small"][0]) == 4
 
 
 def test_a_gang_of_a_deleted_job_is_never_queued():
@@ -164,26 +165,26 @@ def test_a_gang_of_a_deleted_job_is_never_queued():
         return memo
 
     memo = asyncio.run(main())
-    assert not memo.gangs.waiting and not memo.gangs.wakeups
+    assert not memo.scheduler.waiting and not memo.gangs.wakeups
 
 
 def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
     async def main():
         memo = handlers.new_memo()
-        gangs = memo.gangs
+        gangs, scheduler = memo.gangs, memo.scheduler
         loop_ = handlers.JobLoop(memo, "default", "done", {}, indexes())
-        gangs.waiting["default/done"] = object()
-        gangs.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
+        scheduler.waiting["default/done"] = object()
+        scheduler.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
         obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
         await loop_.decide(obj, Observed(pods=[]))
-        assert "default/done" not in gangs.waiting and "default/done" not in gangs.pending
+        assert "default/done" not in scheduler.waiting and "default/done" not in scheduler.pending
         assert gangs.alive("default", "done")  # the loop runs on until the job is deleted (TTL)
         gangs.forget("default", "done")
         memo.decider.shutdown()
         return gangs
 
     gangs = asyncio.run(main())
-    assert not gangs.wakeups and not gangs.waiting and not gangs.pending and not gangs.phases
+    assert not gangs.wakeups and not gangs.scheduler.waiting and not gangs.scheduler.pending and not gangs.phases
 
 
 def test_pod_events_of_a_job_without_a_loop_make_no_entry():
@@ -192,7 +193,7 @@ def test_pod_events_of_a_job_without_a_loop_make_no_entry():
     from phalanx.podreflector import PodReflector, pod_entry
 
     memo = handlers.new_memo()
-    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
 
     def event(type_, ns, job, name):
         reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {C.LABEL_JOB_NAME: job}}}))
@@ -208,38 +209,40 @@ def test_pod_events_of_a_job_without_a_loop_make_no_entry():
 
 
 def test_expired_pins_are_dropped():
-    gangs = handlers.Gangs()
-    old = time.monotonic() - handlers.PIN_TTL_SECONDS - 1
-    gangs.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
-    gangs.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n1"]
-    assert list(gangs.pending) == ["a/new"]
+    scheduler = Scheduler()
+    old = time.monotonic() - PIN_TTL_SECONDS - 1
+    scheduler.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
+    scheduler.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
+    assert [r.node for r in scheduler.pending_pins(except_key="a/x")] == ["n1"]
+    assert list(scheduler.pending) == ["a/new"]
 
 
 def test_a_booked_pin_holds_until_its_patch_is_written():
     """At scale the release patches of many gangs queue for minutes: a pin must not expire before
     the index can show it (seen: 46 pods of 9 gangs pinned to full nodes, 200 gangs at once)."""
     gangs = handlers.Gangs()
-    gangs.pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]
+    pending = gangs.scheduler.pending
+    pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]
     gangs.pins_written("a", "slow")
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
-    gangs.pending["a/slow"] = (gangs.pending["a/slow"][0], time.monotonic() - handlers.PIN_TTL_SECONDS - 1)
-    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
+    pending["a/slow"] = (pending["a/slow"][0], time.monotonic() - PIN_TTL_SECONDS - 1)
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
     gangs.pins_written("a", "gone")  # nothing booked: nothing made
-    assert not gangs.pending
+    assert not pending
 
 
 def test_a_release_of_pods_already_released_books_nothing():
     """A pass that saw released pods still gated (watch lag) re-plans them; the API server refuses
     the second release (422). Its booking must not hold other nodes (seen in CI: "2 fit", not 4)."""
     gangs = handlers.Gangs()
-    gangs.pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
+    pending = gangs.scheduler.pending
+    pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
     gangs.released("a", "twice", all_new=False)
-    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
-    gangs.pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
+    pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
     gangs.released("a", "once", all_new=True)  # written: held for the index's lag
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n6"]
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n6"]
 
 
 def test_the_next_pass_waits_until_released_pods_show_ungated():

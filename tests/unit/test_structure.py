@@ -2,8 +2,8 @@
 
 Layer order of ``phalanx`` (low → high; each imports only from layers below it — see the
 docstring of ``phalanx/__init__.py``): constants, problems, proc, decision → api → policy, gang →
-backends → render → validate → lifecycle → kube, metrics, jobmetrics, podreflector, leader →
-handlers → main → cli.
+backends → render → validate → lifecycle → kube, metrics, jobmetrics, podreflector, leader,
+scheduler → handlers → main → cli.
 """
 
 from __future__ import annotations
