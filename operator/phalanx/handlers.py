@@ -343,8 +343,9 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 @kopf.on.event("nodes")
-def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> None:
-    """Capacity may have changed: the scheduler plans the queue again (once for a burst)."""
+async def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> None:
+    """Capacity may have changed: the scheduler plans the queue again (once for a burst). Async:
+    on the event loop, where the scheduler's state lives (kopf runs a sync handler in a thread)."""
     memo.scheduler.attach(cluster_nodes, memo.pod_reflector)
     memo.scheduler.changed()
 
