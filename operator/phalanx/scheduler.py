@@ -2,15 +2,17 @@
 visible in the pod index, and each waiting gang's published row (its Placement or the reason it
 waits).
 
-A scheduling cycle plans the whole queue once (``gang.admission.admit``) against the node index
-and the pod reflector's usage, and publishes a row per waiting gang; a job loop reads its row
-instead of planning, and only the loops whose row changed are woken. Cycles run for a batch of
-changes: anything that may change a plan (a node event, a pod that starts or stops holding
-capacity, a gang joining or leaving the queue, a booking dropped or expired) marks the scheduler
-due, and one cycle follows a short window (``BATCH_SECONDS``), so a burst of changes costs one
-plan of the queue. A gang with no row for its current request (its first plan: a new gang is
-created pinned only if it is placed before its pods exist, so that pass cannot wait) is planned
-at once by a cycle run from its own pass, which publishes every row too.
+A scheduling cycle plans the whole queue once (``gang.admission.admit``) against the node index and
+the pod reflector's usage, and publishes a row per waiting gang; a job loop reads its row instead
+of planning, and only the loops whose row changed are woken. Cycles run for a batch of changes:
+anything that may change a plan (a node event, a pod that stops holding capacity, a gang joining or
+leaving the queue, a booking dropped or expired) marks the scheduler due, and one cycle follows a
+short window (``BATCH_SECONDS``), so a burst of changes costs one plan of the queue. While gangs
+wait, a cycle also runs every RESYNC_SECONDS (a job loop's resync period), for a change no event
+reports: a pod bound elsewhere takes capacity a published row counted on. A gang with no row for
+its current request (its first plan: a new gang is created pinned only if it is placed before its
+pods exist, so that pass cannot wait) is planned at once by a cycle run from its own pass, which
+publishes every row too.
 
 Threads: the queue, the bookings and the rows are read and written on the event loop only (the
 decide thread hops there with ``on_loop``); the planning itself runs on the one decide thread
