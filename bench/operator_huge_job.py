@@ -26,7 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 from phalanx import constants as C
-from phalanx import handlers, jobloop
+from phalanx import gangstep, handlers, jobloop, startup
 from phalanx.api.config import OperatorConfig, TopologyConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -126,12 +126,12 @@ async def main_async(args: argparse.Namespace) -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=None))))  # the default caps jobs at 1024 pods
-    ix = handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
+    memo = startup.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=None))))  # the default caps jobs at 1024 pods
+    ix = gangstep.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                           cluster_nodes=node_index(args.nodes), usage={None: []}, priority_classes={}, namespace_labels={},
                           resource_quotas={})
-    loop_ = jobloop.JobLoop(memo, "default", "huge", {}, ix, handlers.native_gang_step(memo, ix),
-                            handlers.elastic_probe(memo, "default", "huge", ix))
+    loop_ = jobloop.JobLoop(memo, "default", "huge", {}, ix, gangstep.native_gang_step(memo, ix),
+                            gangstep.elastic_probe(memo, "default", "huge", ix))
     base = vm("VmRSS")
     print(f"nodes={args.nodes} decide {'ON the loop' if args.on_loop else 'off the loop'}; "
           f"baseline RSS {base:.0f} MiB (16k node index loaded); load {os.getloadavg()[0]:.1f}")

@@ -17,9 +17,11 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
    elastic resizing, progress
 7. I/O: ``kube`` (carries out a Plan; 404/409 as named outcomes), ``metrics``, ``jobmetrics``,
    ``podreflector``, ``leader`` → ``controlloop`` (what every per-object loop runs on: wake-ups,
-   backoff, resync, status waits), ``offloop`` (decide() off the event loop, hops back onto it),
-   ``expectations`` (what the index must show after a pass) → ``jobloop`` (one job's loop),
-   ``startup`` (kopf's settings, /healthz, cleanup); ``sweep.loop`` (one sweep's loop)
+   backoff, resync, status waits), ``offloop`` (decide() off the event loop, hops back onto it)
+   → ``scheduler`` (the one gang queue: cycles plan every waiting gang once, job loops read their
+   row), ``expectations`` (what the index must show after a pass) → ``gangstep`` (a job's decide()
+   reading its row) → ``jobloop`` (one job's loop and the loops' shared ``Gangs``),
+   ``startup`` (``memo``, kopf's settings, /healthz, cleanup); ``sweep.loop`` (one sweep's loop)
 8. ``handlers`` (kopf wiring only, state in kopf's ``memo``), ``sweep.handlers`` → ``main`` (the
    operator process)
 9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables``

@@ -13,7 +13,7 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,9 +45,10 @@ from phalanx.lifecycle.refusals import (
     error_status,
     refused_status,
 )
-from phalanx.metrics import RECONCILE_SECONDS, RECONCILES, RESTARTS
+from phalanx.metrics import JOBS, RECONCILE_SECONDS, RECONCILES, RESTARTS
 from phalanx.offloop import decide_off_loop
 from phalanx.render.names import config_map_name, network_policy_name, service_name
+from phalanx.scheduler import Scheduler
 
 log = logging.getLogger("phalanx.operator")
 
@@ -74,6 +75,60 @@ async def run_job(memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, s
 
 
 @dataclass
+class Gangs:
+    """What the job loops of this process share (``memo.gangs``): how to wake a loop, each job's
+    phase for the jobs gauge, and the scheduler (``memo.scheduler``: the queue of gangs waiting
+    for placement, the bookings in flight, each gang's published row)."""
+
+    wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    phases: dict[tuple[str, str], str] = field(default_factory=dict)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+
+    def __post_init__(self) -> None:
+        self.scheduler.wake = self.wake  # a changed row wakes its job's loop
+
+    def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        """The job loop's wake-up (created by the loop itself: an entry exists while it runs)."""
+        return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Wake a running job loop; no entry is made for a job without one (pods outlive jobs)."""
+        event = self.wakeups.get((namespace, name))
+        if event is not None:
+            event.set()
+
+    def alive(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self.wakeups
+
+    def pins_written(self, namespace: str, name: str) -> None:
+        self.scheduler.pins_written(f"{namespace}/{name}")
+
+    def released(self, namespace: str, name: str, all_new: bool) -> None:
+        self.scheduler.released(f"{namespace}/{name}", all_new)
+
+    def track_phase(self, key: tuple[str, str], phase: str | None) -> None:
+        if phase is None:
+            self.phases.pop(key, None)
+        else:
+            self.phases[key] = phase
+        counts: dict[str, int] = {}
+        for value in self.phases.values():
+            counts[value] = counts.get(value, 0) + 1
+        for phase_name in ("Pending", "Scheduling", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
+            JOBS.labels(phase_name).set(counts.get(phase_name, 0))
+
+    def leave_queue(self, namespace: str, name: str) -> None:
+        """The job's gang no longer waits for placement (finished, suspended, or deleted)."""
+        self.scheduler.leave(f"{namespace}/{name}")
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The job's loop has stopped (deleted): nothing of it stays."""
+        self.wakeups.pop((namespace, name), None)
+        self.leave_queue(namespace, name)
+        self.track_phase((namespace, name), None)
+
+
+@dataclass
 class _Failures:
     """Consecutive failures of one job's loop, by kind (each backs off on its own)."""
 
@@ -87,7 +142,7 @@ class JobLoop:
 
     def __init__(self, memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, ix: Any,
                  gang: GangStep, fits: Fits | None):
-        """``ix``: the indexes the loop reads (handlers.Indexes); ``gang``, ``fits``: the
+        """``ix``: the indexes the loop reads (gangstep.Indexes); ``gang``, ``fits``: the
         reconcile's gang step and elastic probe (decide()'s)."""
         self.memo, self.namespace, self.name, self.body, self.ix = memo, namespace, name, body, ix
         self.key = (namespace, name)

@@ -11,7 +11,7 @@ Two optional companions run next to kopf on its event loop:
   synced before kopf's watches start: no job loop ever plans on a partial inventory.
 
 The startup settings (operator config, kubeconfig, elector, namespaces) reach the handlers in
-kopf's ``memo`` (phalanx.handlers.new_memo).
+kopf's ``memo`` (phalanx.startup.new_memo).
 
 No tenant's object can stop the process serving the others: kopf's list and watch decode through
 phalanx.safejson (an object nested beyond Python's recursion is isolated, not fatal), the Lease is
@@ -59,14 +59,17 @@ def run_operator(args: argparse.Namespace) -> int:
     guard.block()  # before any thread starts: they inherit the mask, so SIGTERM reaches the guard
     if args.kubeconfig:  # before the kubernetes client is imported: it reads $KUBECONFIG once
         os.environ["KUBECONFIG"] = args.kubeconfig
-    from phalanx import handlers  # registers the handlers
+    from phalanx import (
+        handlers,  # noqa: F401 - registers the handlers
+        startup,
+    )
     from phalanx.kube import load_client
     from phalanx.leader import elector_from_args
     from phalanx.metrics import LEADER
     from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the TrainingSweep handlers
 
     configure_logging(args.verbose)
-    memo = handlers.new_memo(config=load_operator_config(args.config), kubeconfig=args.kubeconfig)
+    memo = startup.new_memo(config=load_operator_config(args.config), kubeconfig=args.kubeconfig)
     if getattr(args, "leader_elect", False):
         try:
             memo.leader = elector_from_args(args, load_client(args.kubeconfig))

@@ -1,6 +1,15 @@
 """The operator process's start, health and stop, as the kopf handlers in ``phalanx.handlers``
-run them: kopf's settings, the API client and pod reflector in ``memo``, the Workload API
-version served, the /healthz verdict, and the pools shut down on cleanup."""
+run them: the shared state in kopf's ``memo`` (``new_memo``), kopf's settings, the API client and
+pod reflector, the Workload API version served, the gang scheduler's task, the /healthz verdict,
+and the pools shut down on cleanup.
+
+``memo`` holds: ``config`` (OperatorConfig), ``kubeconfig``, ``kube`` (kube.Kube), ``leader``
+(leader.Elector with --leader-elect, else None), ``namespaces`` (the served ones, None: all),
+``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job
+loops' shared bookkeeping, jobloop.Gangs), ``scheduler`` (scheduler.Scheduler: the one gang queue
+and its published rows; ``scheduler_task`` runs its cycles), ``sweep_wakeups`` (the sweep loops'
+wake-ups, controlloop.Wakeups) and ``decider`` (the one thread every ``decide()`` runs on, off
+the event loop)."""
 
 from __future__ import annotations
 
@@ -13,12 +22,23 @@ import kopf
 
 from phalanx import constants as C
 from phalanx import health
+from phalanx.api.config import OperatorConfig
 from phalanx.backends import workload as workload_backend
+from phalanx.controlloop import Wakeups
+from phalanx.jobloop import Gangs
 from phalanx.kube import Kube, load_client
-from phalanx.offloop import decide_started
+from phalanx.offloop import decide_started, new_decider
 from phalanx.podreflector import PodReflector
 
 log = logging.getLogger("phalanx.operator")
+
+
+def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None, leader: Any = None) -> kopf.Memo:
+    """The operator's startup settings and shared state, handed to ``kopf.operator(memo=...)``."""
+    gangs = Gangs()
+    return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
+                     namespaces=None, pod_reflector=None, gangs=gangs, scheduler=gangs.scheduler, scheduler_task=None,
+                     sweep_wakeups=Wakeups(), decider=new_decider())
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -26,7 +46,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
     whole body, managedFields included: 7 % of the operator's samples with 64 jobs starting), but
     only change-detecting handlers (on.create/update/delete/field) read it, and this operator
     registers none (its daemons and event handlers decide from the live state). An empty essence
-    on both sides: no diff, nothing stored. tests/unit/test_kopf_settings.py fails if a
+    on both sides: no diff, nothing stored. tests/unit/phalanx/test_startup.py fails if a
     change-detecting handler is ever registered."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
@@ -56,12 +76,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
+    if memo.scheduler_task is None:
+        memo.scheduler_task = asyncio.create_task(memo.scheduler.run(memo.decider, memo.config), name="phalanx-scheduler")
 
 
 async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
     """Every pod, listed before any job loop runs (a loop that saw no pods would create them again)."""
     reflector = PodReflector(load_client(memo.kubeconfig, pool_size=2), namespaces=memo.namespaces,
-                             on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+                             on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
     reflector.start(asyncio.get_running_loop())
     await reflector.synced.wait()
     return reflector
@@ -95,7 +117,10 @@ def problems(memo: kopf.Memo) -> list[str]:
 
 
 def shutdown(memo: kopf.Memo) -> None:
-    """The API and decide pools stop taking work (a busy thread must not hold the exit)."""
+    """The scheduler stops; the API and decide pools stop taking work (a busy thread must not
+    hold the exit)."""
+    if memo.get("scheduler_task") is not None:
+        memo.scheduler_task.cancel()
     if memo.get("kube") is not None:
         memo.kube.pool.shutdown(wait=False, cancel_futures=True)
     if memo.get("decider") is not None:

@@ -3,8 +3,8 @@
 Layer order of ``phalanx`` (low → high; each imports only from layers below it — see the
 docstring of ``phalanx/__init__.py``): constants, problems, proc, decision → api → policy, gang →
 backends → render → validate → lifecycle → kube, metrics, jobmetrics, podreflector, leader →
-controlloop, offloop → expectations → jobloop, startup (sweep.loop) → handlers (sweep.handlers) →
-main → cli.
+controlloop, offloop → scheduler, expectations → gangstep → jobloop, startup (sweep.loop) → handlers
+(sweep.handlers) → main → cli.
 """
 
 from __future__ import annotations
@@ -225,3 +225,22 @@ def test_framework_and_backend_members_are_compared_only_by_their_plugins():
                         and operand.value.id in owners and rel.split("/")[0] != owners[operand.value.id]):
                     found.add(f"{rel} {operand.value.id}.{operand.attr}")
     assert not found, "ask the plugin registry instead:\n" + "\n".join(sorted(found))
+
+
+def test_handlers_only_register():
+    """handlers.py is kopf's wiring: every function is a kopf handler (or a helper of a few lines
+    that an index reads), no classes, no state — the work lives in the modules they hand on to."""
+    path = PACKAGE / "handlers.py"
+    problems = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            problems.append(f"handlers.py:{node.lineno} class {node.name}: move it to the module that uses it")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            kopf_decorated = any(ast.unparse(d).startswith("kopf.") for d in node.decorator_list)
+            if not kopf_decorated and not (node.name.startswith("_") and node.end_lineno - node.lineno < 5):
+                problems.append(f"handlers.py:{node.lineno} {node.name}() is no kopf handler")
+            elif kopf_decorated and node.end_lineno - node.lineno > 25:
+                problems.append(f"handlers.py:{node.lineno} {node.name}() does work: hand it on to a module")
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and ast.unparse(node).split("=")[0].strip() != "log":
+            problems.append(f"handlers.py:{node.lineno} module state {ast.unparse(node)[:40]!r}")
+    assert not problems, "\n".join(problems)

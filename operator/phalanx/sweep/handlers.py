@@ -3,7 +3,7 @@ trial's change, one daemon per sweep that runs its loop (sweep/loop.py). No deci
 
 Registered by importing this module next to phalanx.handlers (phalanx.main). The operator's
 config, API client, leader elector and the sweeps' wake-ups come from kopf's memo (``memo.config``,
-``memo.kube``, ``memo.leader``, ``memo.sweep_wakeups``: see phalanx.handlers.new_memo; its
+``memo.kube``, ``memo.leader``, ``memo.sweep_wakeups``: see phalanx.startup.new_memo; its
 startup handler fills in the defaults).
 """
 

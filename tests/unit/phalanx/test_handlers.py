@@ -14,12 +14,13 @@ import pytest
 from aiohttp import web
 
 from phalanx import constants as C
-from phalanx import expectations, handlers, jobloop, offloop
+from phalanx import expectations, gangstep, handlers, jobloop, offloop, startup
 from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
 from phalanx.gang.inventory import Reservation
 from phalanx.lifecycle.reconcile import decide
+from phalanx.scheduler import PIN_TTL_SECONDS, Scheduler
 from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the sweep's handlers
 
 GPU = "nvidia.com/gpu"
@@ -43,7 +44,7 @@ def node(name):
 
 
 def indexes(nodes=(), usage=()):
-    return handlers.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
+    return gangstep.Indexes(job_pods={}, job_services={}, job_config_maps={}, job_network_policies={},
                             cluster_nodes={k: [v] for n in nodes for k, v in handlers.cluster_nodes(name=n["metadata"]["name"], body=n).items()}, usage={None: list(usage)},
                             priority_classes={}, namespace_labels={}, resource_quotas={})
 
@@ -51,7 +52,7 @@ def indexes(nodes=(), usage=()):
 def job_loop(memo, name, ix, body=None):
     """The job's loop as the daemon starts it: the native gang step and elastic probe."""
     return jobloop.JobLoop(memo, "default", name, body if body is not None else {}, ix,
-                           handlers.native_gang_step(memo, ix), handlers.elastic_probe(memo, "default", name, ix))
+                           gangstep.native_gang_step(memo, ix), gangstep.elastic_probe(memo, "default", name, ix))
 
 
 async def _healthz_server():
@@ -84,7 +85,7 @@ def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
     tick, /healthz unanswered) for all of it. Off the loop, the ticks and probes go on."""
     async def main():
         # 2,048 pods: above the policy's default maxNodes (1024), which an admin raises for such jobs
-        memo = handlers.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
+        memo = startup.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
         runner, port = await _healthz_server()
         loop_ = job_loop(memo, "huge", indexes())
         obj = job()
@@ -130,7 +131,7 @@ def _gated_pods(obj):
 
 def test_the_gang_step_plans_off_the_loop_and_books_on_it():
     async def main():
-        memo = handlers.new_memo()
+        memo = startup.new_memo()
         obj = job(name="small", nodes=4)
         pods, status = _gated_pods(obj)
         status = {**status, "attemptCreated": True}
@@ -151,13 +152,13 @@ def test_the_gang_step_plans_off_the_loop_and_books_on_it():
     memo, plan, seen = asyncio.run(main())
     assert seen == [False]  # planned on the decide thread
     assert len(plan.release) == 4 and len(plan.pins) == 4
-    assert "default/small" not in memo.gangs.waiting and len(memo.gangs.pending["default/small"][0]) == 4
+    assert "default/small" not in memo.scheduler.waiting and len(memo.scheduler.pending["default/small"][0]) == 4
 
 
 def test_a_gang_of_a_deleted_job_is_never_queued():
     """decide() still running when the job's loop stops (deleted): its gang step books nothing."""
     async def main():
-        memo = handlers.new_memo()
+        memo = startup.new_memo()
         ix = indexes(nodes=[node("n0")])
         loop_ = job_loop(memo, "gone", ix)
         memo.gangs.forget("default", "gone")  # the daemon's finally ran
@@ -171,26 +172,26 @@ def test_a_gang_of_a_deleted_job_is_never_queued():
         return memo
 
     memo = asyncio.run(main())
-    assert not memo.gangs.waiting and not memo.gangs.wakeups
+    assert not memo.scheduler.waiting and not memo.gangs.wakeups
 
 
 def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
     async def main():
-        memo = handlers.new_memo()
-        gangs = memo.gangs
+        memo = startup.new_memo()
+        gangs, scheduler = memo.gangs, memo.scheduler
         loop_ = job_loop(memo, "done", indexes())
-        gangs.waiting["default/done"] = object()
-        gangs.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
+        scheduler.waiting["default/done"] = object()
+        scheduler.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
         obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
         await loop_.decide(obj, Observed(pods=[]))
-        assert "default/done" not in gangs.waiting and "default/done" not in gangs.pending
+        assert "default/done" not in scheduler.waiting and "default/done" not in scheduler.pending
         assert gangs.alive("default", "done")  # the loop runs on until the job is deleted (TTL)
         gangs.forget("default", "done")
         memo.decider.shutdown()
         return gangs
 
     gangs = asyncio.run(main())
-    assert not gangs.wakeups and not gangs.waiting and not gangs.pending and not gangs.phases
+    assert not gangs.wakeups and not gangs.scheduler.waiting and not gangs.scheduler.pending and not gangs.phases
 
 
 def test_pod_events_of_a_job_without_a_loop_make_no_entry():
@@ -198,8 +199,8 @@ def test_pod_events_of_a_job_without_a_loop_make_no_entry():
     a deleted job's pods must not leave an entry per job behind."""
     from phalanx.podreflector import PodReflector, pod_entry
 
-    memo = handlers.new_memo()
-    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.gangs.wake_waiting)
+    memo = startup.new_memo()
+    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
 
     def event(type_, ns, job, name):
         reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {C.LABEL_JOB_NAME: job}}}))
@@ -215,38 +216,40 @@ def test_pod_events_of_a_job_without_a_loop_make_no_entry():
 
 
 def test_expired_pins_are_dropped():
-    gangs = handlers.Gangs()
-    old = time.monotonic() - handlers.PIN_TTL_SECONDS - 1
-    gangs.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
-    gangs.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n1"]
-    assert list(gangs.pending) == ["a/new"]
+    scheduler = Scheduler()
+    old = time.monotonic() - PIN_TTL_SECONDS - 1
+    scheduler.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
+    scheduler.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
+    assert [r.node for r in scheduler.pending_pins(except_key="a/x")] == ["n1"]
+    assert list(scheduler.pending) == ["a/new"]
 
 
 def test_a_booked_pin_holds_until_its_patch_is_written():
     """At scale the release patches of many gangs queue for minutes: a pin must not expire before
     the index can show it (seen: 46 pods of 9 gangs pinned to full nodes, 200 gangs at once)."""
-    gangs = handlers.Gangs()
-    gangs.pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]
+    gangs = jobloop.Gangs()
+    pending = gangs.scheduler.pending
+    pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]
     gangs.pins_written("a", "slow")
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
-    gangs.pending["a/slow"] = (gangs.pending["a/slow"][0], time.monotonic() - handlers.PIN_TTL_SECONDS - 1)
-    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
+    pending["a/slow"] = (pending["a/slow"][0], time.monotonic() - PIN_TTL_SECONDS - 1)
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
     gangs.pins_written("a", "gone")  # nothing booked: nothing made
-    assert not gangs.pending
+    assert not pending
 
 
 def test_a_release_of_pods_already_released_books_nothing():
     """A pass that saw released pods still gated (watch lag) re-plans them; the API server refuses
     the second release (422). Its booking must not hold other nodes (seen in CI: "2 fit", not 4)."""
-    gangs = handlers.Gangs()
-    gangs.pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
+    gangs = jobloop.Gangs()
+    pending = gangs.scheduler.pending
+    pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
     gangs.released("a", "twice", all_new=False)
-    assert gangs.pending_pins(except_key="a/x") == [] and not gangs.pending
-    gangs.pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
+    pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
     gangs.released("a", "once", all_new=True)  # written: held for the index's lag
-    assert [r.node for r in gangs.pending_pins(except_key="a/x")] == ["n6"]
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n6"]
 
 
 def test_the_next_pass_waits_until_released_pods_show_ungated():
@@ -287,7 +290,7 @@ def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_label
     """A label set just before the job may not have reached the namespace watch, and the first
     pass may create the gang: its policy and Pod Security level come from a fresh read."""
     async def main():
-        memo = handlers.new_memo()
+        memo = startup.new_memo()
         memo.kube = _Kube(api_labels)
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]  # the watch: not yet the new label
@@ -303,7 +306,7 @@ def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_label
 def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
     from phalanx.decision import Plan
 
-    memo = handlers.new_memo()
+    memo = startup.new_memo()
     loop_ = job_loop(memo, "j", indexes())
     before = {"phase": "Scheduling", "readyNodes": 1, "nodes": "1/4"}
     first = Plan(status={**before, "readyNodes": 2, "nodes": "2/4"})
@@ -319,7 +322,7 @@ def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
 def test_a_job_with_a_status_keeps_the_watchs_labels():
     """After an operator restart or failover every job has a first pass: no list per job."""
     async def main():
-        memo = handlers.new_memo()
+        memo = startup.new_memo()
         memo.kube = _Kube({"fresh": "labels"})
         ix = indexes()
         ix.namespace_labels["default"] = [{"team": "a"}]

@@ -40,10 +40,10 @@ def test_the_probe_handler_fails_once_a_watch_task_it_saw_is_gone():
 
     import kopf
 
-    from phalanx import handlers
+    from phalanx import handlers, startup
 
     async def main():
-        memo = handlers.new_memo()
+        memo = startup.new_memo()
         watch = asyncio.create_task(asyncio.Event().wait(), name=W + "trainingjobs.v1alpha1.phalanx.dev@None")
         await asyncio.sleep(0)
         assert await handlers.serving(memo=memo) == "ok"
