@@ -1,8 +1,68 @@
-"""Every key, label, annotation, gate, finalizer and env name Phalanx uses. One place only."""
+"""Every key, label, annotation, gate, finalizer and env name Phalanx uses. One place only: the
+operator↔runtime contract among them lives in ``phalanx_common.contract``, re-exported here."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+# The operator↔runtime contract (env names, shared files, the runtime's error report, stopping):
+# defined in the package both import, re-exported here under the names the operator uses.
+from phalanx_common.contract import (  # noqa: F401
+    DEFAULT_MASTER_PORT,
+    DEFAULT_TERMINATION_LOG,
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG_PATH,
+    ENV_HOROVOD_CONTROLLER,
+    ENV_HOROVOD_CPU_OPERATIONS,
+    ENV_HOROVOD_CROSS_RANK,
+    ENV_HOROVOD_CROSS_SIZE,
+    ENV_HOROVOD_GLOO_TIMEOUT,
+    ENV_HOROVOD_HOSTNAME,
+    ENV_HOROVOD_LOCAL_RANK,
+    ENV_HOROVOD_LOCAL_SIZE,
+    ENV_HOROVOD_RANK,
+    ENV_HOROVOD_RENDEZVOUS_ADDR,
+    ENV_HOROVOD_RENDEZVOUS_PORT,
+    ENV_HOROVOD_SIZE,
+    ENV_JOB_NAME,
+    ENV_JOB_UID,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_METRICS_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_PARENT_PID,
+    ENV_PET_MASTER_ADDR,
+    ENV_PET_MASTER_PORT,
+    ENV_PET_MAX_RESTARTS,
+    ENV_PET_NNODES,
+    ENV_PET_NODE_RANK,
+    ENV_PET_NPROC_PER_NODE,
+    ENV_PET_RDZV_ENDPOINT,
+    ENV_PET_RDZV_ID,
+    ENV_PG_TIMEOUT_SECONDS,
+    ENV_PROGRESS_PORT,
+    ENV_PYTHONUNBUFFERED,
+    ENV_RESTART_ATTEMPT,
+    ENV_STOP_GRACE_SECONDS,
+    ENV_TERMINATION_LOG,
+    ENV_WORLD_SIZE,
+    HOROVOD_GLOO_TIMEOUT_SECONDS,
+    METRIC_LABEL_JOB,
+    METRIC_LABEL_NAMESPACE,
+    METRICS_LOG_FILE,
+    REPORT_KEY_ERROR,
+    REPORT_PHASE_FAILED,
+    REPORT_TYPE_INVALID_JOB,
+    REPORT_TYPE_WORKER_FAILED,
+    RUNTIME_CONFIG_DIR,
+    RUNTIME_CONFIG_FILE,
+    STOP_ESCALATION_SECONDS,
+    STOP_GRACE_SECONDS,
+    ErrorKey,
+    ErrorSource,
+)
 
 GROUP = "phalanx.dev"
 VERSION = "v1alpha1"
@@ -44,11 +104,8 @@ GANG_SCHEDULING_GATE = f"{GROUP}/gang"
 FINALIZER = f"{GROUP}/finalizer"
 
 # Rendezvous.
-DEFAULT_MASTER_PORT = 29500
 PROGRESS_PORT = 29600
 METRICS_PORT = 29601
-RUNTIME_CONFIG_DIR = "/etc/phalanx"
-RUNTIME_CONFIG_FILE = "config.json"
 RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
 # spec.framework deepspeed: the rendered DeepSpeed config, a second key of the job's ConfigMap.
 DEEPSPEED_CONFIG_FILE = "deepspeed.json"
@@ -67,25 +124,8 @@ CONTAINER_NAME = "trainer"
 RUNTIME_UID = 1000
 RUNTIME_GID = 1000
 
-# Env injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
-ENV_MASTER_ADDR = "MASTER_ADDR"
-ENV_MASTER_PORT = "MASTER_PORT"
-ENV_WORLD_SIZE = "WORLD_SIZE"
-ENV_NNODES = "NNODES"
-ENV_NODE_RANK = "NODE_RANK"
-ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
-ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
-ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
-ENV_PET_NNODES = "PET_NNODES"
-ENV_PET_NODE_RANK = "PET_NODE_RANK"
-ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
-ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
-ENV_PET_RDZV_ID = "PET_RDZV_ID"
-ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
-ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 # Users' env may not set PHALANX_* (the operator's contract with the runtime).
 ENV_RESERVED_PREFIX = "PHALANX_"
-ENV_CONFIG_PATH = "PHALANX_CONFIG"
 ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
 # spec.framework tensorflow: the TensorFlow cluster spec and this pod's task, rendered per pod
 # ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
@@ -97,20 +137,7 @@ TF_TASK_EVALUATOR = "evaluator"  # not in the cluster spec: it only reads checkp
 # HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared
 # by every horovod pod and published by the headless Service; the env horovodrun would have set.
 HOROVOD_RENDEZVOUS_PORT = 29502
-HOROVOD_GLOO_TIMEOUT_SECONDS = 600  # a peer may reach hvd.init() this much later than the first
 PORT_NAME_HOROVOD = "horovod"
-ENV_HOROVOD_RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-ENV_HOROVOD_RENDEZVOUS_PORT = "HOROVOD_GLOO_RENDEZVOUS_PORT"
-ENV_HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
-ENV_HOROVOD_CPU_OPERATIONS = "HOROVOD_CPU_OPERATIONS"
-ENV_HOROVOD_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
-ENV_HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
-ENV_HOROVOD_RANK = "HOROVOD_RANK"  # per process: rendered for procsPerNode 1, else set by the launcher
-ENV_HOROVOD_SIZE = "HOROVOD_SIZE"
-ENV_HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"  # per process, like HOROVOD_RANK
-ENV_HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
-ENV_HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
-ENV_HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"
 HOROVOD_GLOO = "gloo"
 # Every HOROVOD_* variable the operator or the launcher sets (spec.env may not set them).
 HOROVOD_RENDERED_ENV = (
@@ -129,23 +156,9 @@ ENV_ROLE_INDEX = "PHALANX_ROLE_INDEX"
 ENV_ROLE_REPLICAS = "PHALANX_ROLE_REPLICAS"
 ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its replicas
 ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
-ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
-ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
 ENV_POD_NAME = "PHALANX_POD_NAME"
 ENV_NODE_NAME = "PHALANX_NODE_NAME"
-ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
-# rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator
-ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
-ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
-# Prometheus label keys of per-job series (operator and runtime). Not `job`: Prometheus sets
-# `job` on every target (the scrape job), so an exported `job` would be renamed `exported_job`.
-METRIC_LABEL_NAMESPACE = "namespace"
-METRIC_LABEL_JOB = "trainingjob"
-# Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
-METRICS_LOG_FILE = "metrics.jsonl"
 
 # Extended resources.
 RESOURCE_GPU = "nvidia.com/gpu"
@@ -290,21 +303,10 @@ WORKLOAD_API_GROUP = "scheduling.k8s.io"
 WORKLOAD_POD_GROUP_NAME = "workers"
 
 # --- Stopping (runtime/phalanx_runtime/lifetime.py, docs/runtime.md "Stopping and preemption") ---
-# After SIGTERM a worker has this long to reach a step boundary and checkpoint; then its watchdog
-# ends it (exit 143, no checkpoint, the reason in its log). Each layer above waits one
-# STOP_ESCALATION_SECONDS more: torchrun's agent SIGKILLs its workers at +1, the launcher exits at
-# +2, `phalanx local` SIGKILLs what is left at +3 — all inside the pod's 120 s grace period.
-ENV_STOP_GRACE_SECONDS = "PHALANX_STOP_GRACE_SECONDS"
-STOP_GRACE_SECONDS = 90  # in pods (render/pod.py TERMINATION_GRACE_SECONDS = 120)
+# The grace period and its escalation: phalanx_common.contract (re-exported above).
 LOCAL_STOP_GRACE_SECONDS = 30  # `phalanx local`
-STOP_ESCALATION_SECONDS = 5
-# The pid a runtime process expects as its parent; it dies with that parent (PR_SET_PDEATHSIG).
-ENV_PARENT_PID = "PHALANX_PARENT_PID"
 
 # --- Untrusted progress and checkpoint provenance (lifecycle/progress.py, components/checkpoint.py) ---
-# The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
-# one written by an earlier job of the same name.
-ENV_JOB_UID = "PHALANX_JOB_UID"
 COND_LOSS_NOT_FINITE = "LossNotFinite"  # rank 0 reported a NaN/infinite loss (a diverged run)
 COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job uid's checkpoint
 
@@ -313,28 +315,7 @@ COND_RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"  # resumed another job 
 # terminationMessagePath, else (a failed container that wrote nothing) the last lines of its log.
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # what the kubelet keeps of one container's message
-# A failing runtime process writes {"phase": "Failed", "error": {<ErrorKey>: ...}} there.
-REPORT_KEY_ERROR = "error"
-REPORT_PHASE_FAILED = "Failed"
-# The launcher's own report types (its other reports carry the exception's type).
-REPORT_TYPE_INVALID_JOB = "InvalidJob"  # it refused its config or layout: nothing started
-REPORT_TYPE_WORKER_FAILED = "WorkerFailed"  # a worker ended without a report of its own
-
-
-class ErrorKey(StrEnum):
-    """The keys of the runtime's error report (its ``error`` object)."""
-
-    TYPE = "type"  # the exception's class, e.g. PermissionError
-    MESSAGE = "message"  # its message
-    CAUSE = "cause"  # "Type: message" of the exception it was raised from, if any
-    FRAMES = "frames"  # the innermost frames, "file.py:12 in fn", outermost first
-    RANK = "rank"  # the global rank of the process that failed, when known
-    SOURCE = "source"  # ErrorSource
-
-
-class ErrorSource(StrEnum):
-    WORKER = "worker"  # a training process's own exception
-    LAUNCHER = "launcher"  # the pod's launcher: its own error, or a worker that died without a report
+# The runtime's error report (REPORT_*, ErrorKey, ErrorSource): phalanx_common.contract.
 
 
 class FailureCategory(StrEnum):
@@ -370,11 +351,6 @@ SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/
 # Namespaced mode: the cluster-wide pod reflector's watch length and page size.
 POD_REFLECTOR_WATCH_SECONDS = 300
 POD_REFLECTOR_PAGE_SIZE = 500
-
-# --- runtime environment (rendered by the operator, read by runtime/phalanx_runtime) ------------
-# Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
-# and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
-ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"
 
 # --- Sweeps and ensembles: TrainingSweep → trial TrainingJobs (api/sweep.py, sweep/, docs/sweep.md) ---
 SWEEP_KIND = "TrainingSweep"
