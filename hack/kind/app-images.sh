@@ -32,8 +32,8 @@ wheelhouse() {
   if ! ls "$WHEELS"/torch-"$torch"-*.whl >/dev/null 2>&1; then
     log "downloading wheels into $WHEELS (torch $torch)"
     local deps
-    mapfile -t deps < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["operator"], sep="\n")' "$ROOT/pyproject.toml")
-    python3 -m pip download -q -d "$WHEELS" "torch==$torch" numpy "${deps[@]}"
+    mapfile -t deps < <(python3 -c 'import sys, tomllib; x = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]; print(*(r for r in x["operator"] + x["runtime"] if not r.startswith("torch")), sep="\n")' "$ROOT/pyproject.toml")
+    python3 -m pip download -q -d "$WHEELS" "torch==$torch" "${deps[@]}"
   fi
   deepspeed_wheels
 }
@@ -85,12 +85,12 @@ commit_from() { # from tag entrypoint inputs script [user]
 
 labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.inputs"}}' "$1" 2>/dev/null)" == "$2" ]]; }
 
-# The wheels of the runtime image: torch, numpy and DeepSpeed with every wheel they require
-# (Requires-Dist, markers evaluated for this Python), as /wheels/ paths. Not triton (see
-# runtime_deps) and none of the operator's (kopf, the kubernetes client and what they pull).
+# The wheels of the runtime image: pyproject's `runtime` and `deepspeed` extras with every wheel
+# they require (Requires-Dist, markers evaluated for this Python), as /wheels/ paths. Not triton
+# (see runtime_deps) and none of the operator's (kopf, the kubernetes client and what they pull).
 runtime_wheels() {
-  python3 - "$WHEELS" torch numpy deepspeed <<'PY'
-import glob, re, sys, zipfile
+  python3 - "$WHEELS" "$ROOT/pyproject.toml" <<'PY'
+import glob, re, sys, tomllib, zipfile
 from packaging.requirements import Requirement
 norm = lambda n: re.sub(r"[-_.]+", "_", n).lower()
 wheels = {norm(p.rsplit("/", 1)[-1].split("-")[0]): p for p in glob.glob(sys.argv[1] + "/*.whl")}
@@ -98,7 +98,9 @@ def requires(path):
     whl = zipfile.ZipFile(path)
     meta = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     return [Requirement(line.split(":", 1)[1]) for line in meta.splitlines() if line.startswith("Requires-Dist:")]
-todo, seen = [(norm(n), frozenset()) for n in sys.argv[2:]], set()
+extras = tomllib.load(open(sys.argv[2], "rb"))["project"]["optional-dependencies"]
+todo = [(norm(Requirement(r).name), frozenset()) for r in extras["runtime"] + extras["deepspeed"]]
+seen = set()
 while todo:
     name, extras = todo.pop()
     if (name, extras) in seen or name not in wheels or name == "triton":
