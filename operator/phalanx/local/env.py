@@ -56,6 +56,7 @@ from phalanx_common.net import free_ports
 SCRUBBED_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_GROUP_RANK,
                 SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
 
+
 @dataclass(frozen=True)
 class LocalJob:
     """The job ``phalanx local`` runs: its spec and identity, as its pods would have them."""
