@@ -149,12 +149,12 @@ class JobSpec:
         return p.data if p.data is not None else self.world_size // (p.tensor * p.pipeline)
 
 
-def _wire_name(attr: dataclasses.Field) -> str:
+def wire_name(attr: dataclasses.Field) -> str:
     head, *rest = attr.name.split("_")
     return attr.metadata.get(WIRE, head + "".join(word.capitalize() for word in rest))
 
 
-def _dataclass_of(hint: Any) -> type | None:
+def dataclass_of(hint: Any) -> type | None:
     """The dataclass a field holds (``X`` or ``X | None``), or None for a plain value."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     return next((t for t in options if dataclasses.is_dataclass(t)), None)
@@ -166,10 +166,10 @@ def from_wire(cls: type, doc: dict[str, Any]):
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for attr in dataclasses.fields(cls):
-        value = doc.get(_wire_name(attr))
+        value = doc.get(wire_name(attr))
         if value is None:
             continue
-        nested = _dataclass_of(hints[attr.name])
+        nested = dataclass_of(hints[attr.name])
         if nested is not None:
             value = from_wire(nested, value)
         elif isinstance(value, list):

@@ -17,7 +17,7 @@ import yaml
 from phalanx.api.types import TrainingJob
 from phalanx.render.configmap import runtime_config
 from phalanx_common.layout import check_layout, layout_of, model_shape
-from phalanx_runtime.config import JobSpec, RuntimeConfig, from_wire
+from phalanx_runtime.config import JobSpec, RuntimeConfig, dataclass_of, from_wire, wire_name
 from tests.conftest import example_jobs
 
 DEBUG = {"preset": "debug", "overrides": {"dim": 32, "nLayers": 4, "nHeads": 4, "nKvHeads": 2, "ffnHidden": 64}}
@@ -78,15 +78,13 @@ def _mismatches(ours: Any, theirs: Any, path: str) -> list[str]:
     return [] if ours == theirs else [f"{path}: runtime {ours!r}, operator {theirs!r}"]
 
 
-def _wire_keys(cls: type, prefix: str = "") -> list[tuple[str, ...]]:
+def _wire_keys(cls: type, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """The key path of every leaf field the runtime reads (runtime_config's camelCase JSON)."""
-    from phalanx_runtime.config import _dataclass_of, _wire_name
-
     hints = typing.get_type_hints(cls)
     out: list[tuple[str, ...]] = []
     for f in dataclasses.fields(cls):
-        key = (*prefix, _wire_name(f))
-        nested = _dataclass_of(hints[f.name])
+        key = (*prefix, wire_name(f))
+        nested = dataclass_of(hints[f.name])
         out += _wire_keys(nested, key) if nested is not None else [key]
     return out
 
