@@ -3,7 +3,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST ?= $(PYTHON) -m pytest
-export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR):$(CURDIR)/hack/cluster$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/runtime:$(CURDIR)/common:$(CURDIR):$(CURDIR)/hack/cluster$(if $(PYTHONPATH),:$(PYTHONPATH))
 # Phalanx's version: pyproject.toml is its one home (Python reads it through importlib.metadata,
 # hack/kind/lib.sh for the image tags, `make crds` writes it into the chart's appVersion).
 VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
@@ -15,8 +15,8 @@ include hack/cluster/cluster.mk
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
 
-install: ## pip install -e '.[dev,runtime]'
-	$(PIP) install -q -e '.[dev,runtime]'
+install: ## pip install -e '.[operator,runtime,dev]'
+	$(PIP) install -q -e '.[operator,runtime,dev]'
 	DS_BUILD_OPS=0 $(PIP) install -q -e '.[deepspeed]'
 
 # What `make crds` generates, under the root dir $(1): the CRD (crds/ and the chart's copy), the
@@ -60,7 +60,7 @@ crds-check: ## fail if what `make crds` writes (files, the docs' generated table
 	  if [ $$drift = 0 ]; then echo "generated files up to date (version $(VERSION))"; else echo "drifted: run make crds"; exit 1; fi
 
 lint: ## ruff
-	$(PYTHON) -m ruff check operator runtime tests bench hack
+	$(PYTHON) -m ruff check operator runtime common tests bench hack
 
 check: lint crds-check test-unit ## the fast subset (a few minutes, no cluster): lint, generated files, unit tests
 

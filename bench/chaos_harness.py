@@ -29,7 +29,7 @@ def ckpt_job(*, world: int = 2, steps: int = 8, interval: int = 2, keep_last: in
     return doc
 
 
-from phalanx_runtime.net import free_port  # noqa: E402
+from phalanx_common.net import free_port  # noqa: E402
 
 
 class Workers:

@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD/operator:$PWD/runtime${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/operator:$PWD/runtime:$PWD/common${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" 2>&1 || true
 python -c "import torch, pydantic; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" \

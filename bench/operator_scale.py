@@ -67,7 +67,7 @@ from kubernetes.client.rest import ApiException
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack" / "cluster"))  # localcluster (dev-only)
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
 from phalanx import constants as C  # noqa: E402
-from phalanx_runtime.net import free_port  # noqa: E402
+from phalanx_common.net import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("PHALANX_CACHE", Path.home() / ".cache" / "phalanx"))

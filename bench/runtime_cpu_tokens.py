@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
-    from phalanx_runtime.local import run_local
+    from phalanx.local.run import run_local
 
     cases = [("1 process", 1, {}), ("DDP, 2 processes", 2, {"zero": 0}), ("FSDP2, 2 processes", 2, {"zero": 3}),
              ("TP 2 + SP", 2, {"tensor": 2, "sequenceParallel": True}),
@@ -55,7 +55,7 @@ def main() -> None:
             peak = measure_cpu_peak(n=1536, iters=4, trials=6)
             r = run_local(job_yaml(d, f"cpu{procs}", procs, par, args.preset, args.steps, args.seq), timeout=600,
                           env={"PHALANX_CPU_PEAK_FLOPS": str(peak)})
-            from phalanx.api.presets import PRESETS
+            from phalanx_common.presets import PRESETS
 
             tokens_per_step = 8 * args.seq
             med = tokens_per_step / median(r["step_times"][1:])

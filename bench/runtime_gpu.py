@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for sub in ("operator", "runtime"):  # runnable from a bare checkout (no pip install)
+for sub in ("operator", "runtime", "common"):  # runnable from a bare checkout (no pip install)
     if str(ROOT / sub) not in sys.path:
         sys.path.insert(0, str(ROOT / sub))
 
@@ -41,7 +41,7 @@ def estimate_bytes(shape, seq: int, batch: int) -> float:
 
 def plan(total_bytes: float, seq: int, preset: str | None) -> list[tuple[str, int]]:
     """(preset, micro batch) attempts, best first."""
-    from phalanx.api.presets import PRESETS
+    from phalanx_common.presets import PRESETS
 
     names = [preset] if preset and preset != "auto" else CANDIDATES
     out = []
@@ -60,7 +60,7 @@ def plan(total_bytes: float, seq: int, preset: str | None) -> list[tuple[str, in
 def run_one(preset: str, batch: int, seq: int, steps: int, cpu: bool, ac: str = "selective") -> dict:
     import torch
 
-    from phalanx.api.presets import PRESETS
+    from phalanx_common.presets import PRESETS
     from phalanx_runtime.config import RuntimeConfig
     from phalanx_runtime.train import train
 

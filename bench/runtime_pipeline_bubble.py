@@ -11,10 +11,10 @@ fraction of the step) = 1 − T_busy / T_step, averaged over ranks.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +29,6 @@ def measure(cfg) -> list[dict]:
     import torch.distributed as dist
 
     from phalanx_runtime.components.loss import cross_entropy
-    from phalanx_runtime.config import RuntimeConfig
     from phalanx_runtime.distributed.parallel_dims import ParallelDims
     from phalanx_runtime.distributed.pipeline import build_pipeline
     from phalanx_runtime.models.build import build_model_parts
@@ -41,10 +40,10 @@ def measure(cfg) -> list[dict]:
     rows = []
     for sched in os.environ["BENCH_SCHEDULES"].split(","):
         for m in map(int, os.environ["BENCH_MICROBATCHES"].split(",")):
-            doc = copy.deepcopy(cfg.to_dict())
-            doc["spec"]["parallelism"].update({"pipeline": world, "pipelineSchedule": sched, "microbatches": m})
-            doc["spec"]["training"]["globalBatchSize"] = m * MBS
-            c = RuntimeConfig.from_dict(doc)
+            spec = cfg.spec
+            c = replace(cfg, spec=replace(
+                spec, parallelism=replace(spec.parallelism, pipeline=world, pipeline_schedule=sched, microbatches=m),
+                training=replace(spec.training, global_batch_size=m * MBS)))
             pmesh = ParallelDims.from_spec(c.spec).build_mesh("cpu")
             ctx = ModelContext(c, pmesh, device, rank, world, rank, c.spec.data.seq_len, 0)
             parts = build_model_parts(ctx)

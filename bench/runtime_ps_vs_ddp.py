@@ -67,7 +67,7 @@ def job_doc(kind: str, world: int, steps: int, ps: dict | None) -> dict:
 def param_bytes(kind: str) -> int:
     if kind == "sparse":
         return 4 * (SPARSE_ROWS * SPARSE_DIM + SPARSE_DIM * VOCAB + VOCAB)
-    from phalanx.api.presets import resolve_shape
+    from phalanx_common.presets import resolve_shape
 
     return 4 * resolve_shape("debug", {}).num_params()
 

@@ -5,7 +5,7 @@
 # (`make demo` is the same job on a kind cluster: hack/kind-e2e.sh demo.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c "import torch, kopf, phalanx, phalanx_runtime" 2>/dev/null || python3 -m pip install -q -e '.[dev,runtime]'
+python3 -c "import torch, kopf, phalanx, phalanx_runtime, phalanx_common" 2>/dev/null || python3 -m pip install -q -e '.[operator,runtime,dev]'
 JOB="${JOB:-examples/cpu-3d-demo.yaml}"
 CKPT="${CKPT:-.demo/checkpoints}"
 echo "phalanx: validating $JOB"

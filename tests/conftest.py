@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from phalanx import proc
+from phalanx_common import proc
 from phalanx_runtime import lifetime
 from tests.builds import build_if_required
 

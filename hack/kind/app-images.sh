@@ -2,7 +2,8 @@
 # Build the Phalanx images with no registry: a Debian rootfs (debootstrap) with
 # Python, plus a venv installed from a local wheelhouse:
 #   phalanx/operator:<version>   the operator (kopf) — what charts/phalanx runs
-#   phalanx/runtime:<version>    torch + the runtime — what TrainingJob pods run
+#   phalanx/runtime:<version>    torch + the runtime — what TrainingJob pods run (no kopf, no
+#                                kubernetes client: pyproject's `runtime` extra, not `operator`)
 # operator/Dockerfile and runtime/Dockerfile are the same images for registry users.
 # Cached: each image carries a label with the hash of its inputs (its base, the wheels, the
 # project's files and the code, not the comments, of the function that builds it); unchanged →
@@ -22,8 +23,8 @@ VERSION="$PHALANX_VERSION"
 BASE="$("$HERE/rootfs.sh" python-base "$PYTHON_BASE_PACKAGES")"
 build_lock "app-images"   # the wheelhouse and the images: prefetch and images may run at once
 
-# Wheelhouse: the project's dependencies at the versions installed here (torch CPU/CUDA
-# build as on PyPI), downloaded once.
+# Wheelhouse: the project's dependencies (the operator's and the runtime's extras) at the versions
+# installed here (torch CPU/CUDA build as on PyPI), downloaded once.
 wheelhouse() {
   local torch
   torch="$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')"
@@ -31,8 +32,8 @@ wheelhouse() {
   if ! ls "$WHEELS"/torch-"$torch"-*.whl >/dev/null 2>&1; then
     log "downloading wheels into $WHEELS (torch $torch)"
     local deps
-    mapfile -t deps < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"], sep="\n")' "$ROOT/pyproject.toml")
-    python3 -m pip download -q -d "$WHEELS" "torch==$torch" numpy "${deps[@]}"
+    mapfile -t deps < <(python3 -c 'import sys, tomllib; x = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]; print(*(r for r in x["operator"] + x["runtime"] if not r.startswith("torch")), sep="\n")' "$ROOT/pyproject.toml")
+    python3 -m pip download -q -d "$WHEELS" "torch==$torch" "${deps[@]}"
   fi
   deepspeed_wheels
 }
@@ -84,6 +85,34 @@ commit_from() { # from tag entrypoint inputs script [user]
 
 labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.inputs"}}' "$1" 2>/dev/null)" == "$2" ]]; }
 
+# The wheels of the runtime image: pyproject's `runtime` and `deepspeed` extras with every wheel
+# they require (Requires-Dist, markers evaluated for this Python), as /wheels/ paths. Not triton
+# (see runtime_deps) and none of the operator's (kopf, the kubernetes client and what they pull).
+runtime_wheels() {
+  python3 - "$WHEELS" "$ROOT/pyproject.toml" <<'PY'
+import glob, re, sys, tomllib, zipfile
+from packaging.requirements import Requirement
+norm = lambda n: re.sub(r"[-_.]+", "_", n).lower()
+wheels = {norm(p.rsplit("/", 1)[-1].split("-")[0]): p for p in glob.glob(sys.argv[1] + "/*.whl")}
+def requires(path):
+    whl = zipfile.ZipFile(path)
+    meta = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    return [Requirement(line.split(":", 1)[1]) for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+extras = tomllib.load(open(sys.argv[2], "rb"))["project"]["optional-dependencies"]
+todo = [(norm(Requirement(r).name), frozenset()) for r in extras["runtime"] + extras["deepspeed"]]
+seen = set()
+while todo:
+    name, extras = todo.pop()
+    if (name, extras) in seen or name not in wheels or name == "triton":
+        continue
+    seen.add((name, extras))
+    for r in requires(wheels[name]):
+        if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras | {""}):
+            todo.append((norm(r.name), frozenset(r.extras)))
+print(*sorted({"/wheels/" + wheels[n].rsplit("/", 1)[-1] for n, _ in seen}))
+PY
+}
+
 # torch and its libraries, from the wheelhouse, in a layer of their own (rebuilt only when the
 # wheels change). These images train on CPUs (the kind route): no triton (torch.compile on GPUs),
 # static libraries, C++ headers or lazily loaded GPU-only libraries. runtime/Dockerfile keeps all.
@@ -92,13 +121,14 @@ labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.
 # layer is rebuilt on every change to Phalanx's code (reinstalling DeepSpeed there each time would
 # cost ~15 MB and seconds per build for nothing). Adding them rebuilt this layer once.
 runtime_deps() {
-  local tag="phalanx/runtime-deps:$VERSION" inputs
-  inputs="$( (echo "$BASE"; ls "$WHEELS"; code_of "${BASH_SOURCE[0]}" runtime_deps) | key_of 16)"
+  local tag="phalanx/runtime-deps:$VERSION" inputs wheels
+  wheels="$(runtime_wheels)"
+  inputs="$( (echo "$BASE"; ls "$WHEELS"; echo "$wheels"; code_of "${BASH_SOURCE[0]}" runtime_deps runtime_wheels) | key_of 16)"
   if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
   local start=$SECONDS
   commit_from "$BASE" "$tag" /bin/sh "$inputs" "
     python3 -m venv /opt/phalanx
-    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --no-deps \$(ls /wheels/*.whl | grep -v /triton-)
+    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --no-deps $wheels
     /opt/phalanx/bin/python -c 'import torch, torch.distributed.fsdp, torch.distributed.tensor.parallel, torch.distributed.pipelining, torch.distributed.checkpoint'
     cd /opt/phalanx/lib/python3.11/site-packages
     find . -name '*.a' -delete; rm -rf torch/include
@@ -118,7 +148,7 @@ runtime_deps() {
 # deleted from the working tree. project_files: their names and contents, for the inputs label.
 project_list() {
   local f
-  git -C "$ROOT" ls-files -z -co --exclude-standard pyproject.toml README.md operator runtime | sort -zu |
+  git -C "$ROOT" ls-files -z -co --exclude-standard pyproject.toml README.md operator runtime common | sort -zu |
     while IFS= read -r -d '' f; do
       if [[ -f "$ROOT/$f" ]]; then printf '%s\0' "$f"; fi
     done
@@ -131,8 +161,10 @@ project_files() {
 # The runtime runs as this non-root user (the operator's pods set the same uid, gid and fsGroup:
 # operator/phalanx/constants.py RUNTIME_UID); its HOME is the pod's writable scratch emptyDir.
 RUNTIME_UID=1000
-build() { # name from pip-args entrypoint [user]
-  local name="$1" from="$2" pip_args="$3" entry="$4" user="${5:-0}" tag="phalanx/$1:$VERSION" inputs
+# The runtime image runs the launcher and the trainer, and has neither kopf nor the kubernetes client.
+RUNTIME_CHECK="/opt/phalanx/bin/python -c 'import importlib.util, sys, phalanx_runtime.launch, phalanx_runtime.trainer; sys.exit(\", \".join(m for m in (\"kopf\", \"kubernetes\") if importlib.util.find_spec(m)) or None)'"
+build() { # name from pip-args entrypoint check [user]
+  local name="$1" from="$2" pip_args="$3" entry="$4" check="$5" user="${6:-0}" tag="phalanx/$1:$VERSION" inputs
   inputs="$( (echo "$from $(docker image inspect -f '{{.Id}}' "$from") $pip_args"; ls "$WHEELS"; cat "$ROOT/pyproject.toml";
               code_of "${BASH_SOURCE[0]}" build; project_files) | key_of 16)"
   if labelled "$tag" "$inputs"; then log "have $tag"; echo "$tag"; return; fi
@@ -142,8 +174,8 @@ build() { # name from pip-args entrypoint [user]
     grep -q ':65532:' /etc/passwd || echo 'nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin' >> /etc/passwd
     grep -q ':$RUNTIME_UID:' /etc/passwd || echo 'phalanx:x:$RUNTIME_UID:$RUNTIME_UID:phalanx:/phalanx/scratch:/bin/sh' >> /etc/passwd
     grep -q ':$RUNTIME_UID:' /etc/group || echo 'phalanx:x:$RUNTIME_UID:' >> /etc/group
-    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --find-links /wheels $pip_args \$(ls /src/phalanx-*.whl)
-    /opt/phalanx/bin/phalanx --help >/dev/null
+    /opt/phalanx/bin/pip install -q --no-cache-dir --no-index --find-links /wheels $pip_args
+    $check
     find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +" "$user"
   log "built $tag in $((SECONDS - start))s ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.1f GB", $1/1e9}'))"
   echo "$tag"
@@ -156,11 +188,12 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/src"
 project_list | tar -C "$ROOT" --null -T - -cf - | tar -C "$work/src" -xf -
 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work" "$work/src" >/dev/null
+wheel="$(cd "$work" && ls phalanx-*.whl)" && wheel="/src/$wheel"
 for image in "${which_images[@]}"; do
   case "$image" in
     wheels) ;;
-    operator) build operator "$BASE" "" /opt/phalanx/bin/phalanx ;;
-    runtime) build runtime "$(runtime_deps)" --no-deps /opt/phalanx/bin/phalanx-runtime "$RUNTIME_UID:$RUNTIME_UID" ;;
+    operator) build operator "$BASE" "$wheel[operator]" /opt/phalanx/bin/phalanx "/opt/phalanx/bin/phalanx --help >/dev/null" ;;
+    runtime) build runtime "$(runtime_deps)" "--no-deps $wheel" /opt/phalanx/bin/phalanx-runtime "$RUNTIME_CHECK" "$RUNTIME_UID:$RUNTIME_UID" ;;
     *) log "unknown image $image (operator|runtime|wheels)"; exit 2 ;;
   esac
 done

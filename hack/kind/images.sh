@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
 ensure_docker
-python3 -c "import phalanx, kopf" 2>/dev/null || python3 -m pip install -q -e '.[dev,runtime]'
+python3 -c "import phalanx, kopf" 2>/dev/null || python3 -m pip install -q -e '.[operator,runtime,dev]'
 use_tools
 choose_node_image
 "$KIND_LIB_DIR/app-images.sh" operator runtime >/dev/null

@@ -72,7 +72,7 @@ YAML
 
 start=$SECONDS
 ensure_docker
-python3 -c "import phalanx, kopf" 2>/dev/null || python3 -m pip install -q -e '.[dev,runtime]'
+python3 -c "import phalanx, kopf" 2>/dev/null || python3 -m pip install -q -e '.[operator,runtime,dev]'
 use_tools
 choose_node_image
 use_shim_if_needed

@@ -3,10 +3,10 @@
 Layers, low → high; a module imports only from layers below its own, function-local imports
 included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 
-1. ``constants`` (names, keys, ``Reason``), ``problems``, ``proc``, ``decision`` (Observed, Plan,
+1. ``constants`` (names, keys, ``Reason``), ``problems``, ``decision`` (Observed, Plan,
    GangDecision: the types every layer shares; imports nothing of ours); ``reasons`` (what each
    reason means and what to do, for the docs)
-2. ``api`` — the pydantic models (TrainingJob, OperatorConfig), layout rules, CRD, manifest loading
+2. ``api`` — the pydantic models (TrainingJob, OperatorConfig), CRD, manifest loading
 3. ``policy`` (shared-cluster rules) and ``gang`` (placement: inventory, topology, planner, cost
    model, native admission)
 4. ``backends`` (one per scheduling backend: PodGroup / Workload / Kueue shapes) and ``frameworks``
@@ -24,11 +24,15 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
    ``startup`` (``memo``, kopf's settings, /healthz, cleanup); ``sweep.loop`` (one sweep's loop)
 8. ``handlers`` (kopf wiring only, state in kopf's ``memo``), ``sweep.handlers`` → ``main`` (the
    operator process)
-9. commands: ``cli`` (``phalanx ...``), ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables``
-   (the docs' generated tables)
+9. commands: ``cli`` (``phalanx ...``), ``local`` (``phalanx local``: a job as local processes),
+   ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables`` (the docs' generated tables)
 
-Nothing in this package's import path may import kopf or the kubernetes client at the top level:
-the runtime image imports ``phalanx.api`` and ``phalanx.constants`` only.
+Nothing in this package's import path may import kopf or the kubernetes client at the top level.
+Below all of them, ``phalanx_common`` (common/, standard library only): the operator↔runtime
+contract (``constants`` re-exports it), model presets, layout rules, process helpers. The runtime
+(``phalanx_runtime``) is a package of its own: this one never imports it, nor it this one
+(tests/unit/test_structure.py), and the runtime image installs neither kopf nor the kubernetes
+client.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -136,7 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_local(args: argparse.Namespace) -> int:
     if (code := _sweep_cli().local(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
         return code
-    from phalanx_runtime.local import LayoutError, run_local
+    from phalanx.local.run import LayoutError, run_local
 
     if args.job != "-" and _checked(read_jobs(args.job)[0], load_operator_config(args.config), args.job) is None:
         return 1  # the same verdict as the operator's, before any process starts

@@ -1,5 +1,6 @@
 """Every key, label, annotation, gate, finalizer, env name, path, port, timing, condition type and
-reason Phalanx uses, grouped by kind. One place only.
+reason Phalanx uses, grouped by kind. One place only: the operator↔runtime contract among them
+lives in ``phalanx_common.contract`` (the package both import) and is re-exported here.
 
 Each reason enum's members are explained (meaning, what to do, where they appear) in
 phalanx/reasons.py, which the docs' reasons tables are generated from.
@@ -8,6 +9,65 @@ phalanx/reasons.py, which the docs' reasons tables are generated from.
 from __future__ import annotations
 
 from enum import StrEnum
+
+# The operator↔runtime contract (env names, shared files, the runtime's error report, stopping):
+# defined in the package both import, re-exported here under the names the operator uses.
+from phalanx_common.contract import (  # noqa: F401
+    DEFAULT_MASTER_PORT,
+    DEFAULT_TERMINATION_LOG,
+    ENV_CHECKPOINT_DIR,
+    ENV_CONFIG_PATH,
+    ENV_HOROVOD_CONTROLLER,
+    ENV_HOROVOD_CPU_OPERATIONS,
+    ENV_HOROVOD_CROSS_RANK,
+    ENV_HOROVOD_CROSS_SIZE,
+    ENV_HOROVOD_GLOO_TIMEOUT,
+    ENV_HOROVOD_HOSTNAME,
+    ENV_HOROVOD_LOCAL_RANK,
+    ENV_HOROVOD_LOCAL_SIZE,
+    ENV_HOROVOD_RANK,
+    ENV_HOROVOD_RENDEZVOUS_ADDR,
+    ENV_HOROVOD_RENDEZVOUS_PORT,
+    ENV_HOROVOD_SIZE,
+    ENV_JOB_NAME,
+    ENV_JOB_UID,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_METRICS_PORT,
+    ENV_NNODES,
+    ENV_NODE_RANK,
+    ENV_NPROC_PER_NODE,
+    ENV_PARENT_PID,
+    ENV_PET_MASTER_ADDR,
+    ENV_PET_MASTER_PORT,
+    ENV_PET_MAX_RESTARTS,
+    ENV_PET_NNODES,
+    ENV_PET_NODE_RANK,
+    ENV_PET_NPROC_PER_NODE,
+    ENV_PET_RDZV_ENDPOINT,
+    ENV_PET_RDZV_ID,
+    ENV_PG_TIMEOUT_SECONDS,
+    ENV_PROGRESS_PORT,
+    ENV_PYTHONUNBUFFERED,
+    ENV_RESTART_ATTEMPT,
+    ENV_STOP_GRACE_SECONDS,
+    ENV_TERMINATION_LOG,
+    ENV_WORLD_SIZE,
+    HOROVOD_GLOO_TIMEOUT_SECONDS,
+    METRIC_LABEL_JOB,
+    METRIC_LABEL_NAMESPACE,
+    METRICS_LOG_FILE,
+    REPORT_KEY_ERROR,
+    REPORT_PHASE_FAILED,
+    REPORT_TYPE_INVALID_JOB,
+    REPORT_TYPE_WORKER_FAILED,
+    RUNTIME_CONFIG_DIR,
+    RUNTIME_CONFIG_FILE,
+    STOP_ESCALATION_SECONDS,
+    STOP_GRACE_SECONDS,
+    ErrorKey,
+    ErrorSource,
+)
 
 # --- API identity: the CRDs' group, version, kinds and names ------------------------------------
 GROUP = "phalanx.dev"
@@ -106,7 +166,6 @@ HOROVOD_GLOO = "gloo"  # spec.framework horovod: the controller (HOROVOD_CONTROL
 NVIDIA_NO_DEVICES = "void"
 
 # --- Ports -----------------------------------------------------------------------------------------
-DEFAULT_MASTER_PORT = 29500
 PROGRESS_PORT = 29600
 METRICS_PORT = 29601
 # spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
@@ -120,8 +179,6 @@ DEFAULT_LIVENESS_PORT = 8080
 DEFAULT_OPERATOR_METRICS_PORT = 9090
 
 # --- File paths, mounts and ConfigMap keys ----------------------------------------------------------
-RUNTIME_CONFIG_DIR = "/etc/phalanx"
-RUNTIME_CONFIG_FILE = "config.json"
 RUNTIME_CONFIG_KEY = RUNTIME_CONFIG_FILE
 # spec.framework deepspeed: the rendered DeepSpeed config, a second key of the job's ConfigMap.
 DEEPSPEED_CONFIG_FILE = "deepspeed.json"
@@ -130,74 +187,34 @@ SHM_MOUNT_PATH = "/dev/shm"
 PHALANX_MOUNT_ROOT = "/phalanx"
 SCRATCH_MOUNT_PATH = f"{PHALANX_MOUNT_ROOT}/scratch"
 # rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator.
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
-METRICS_LOG_FILE = "metrics.jsonl"
 # The operator pod's own namespace when POD_NAMESPACE is unset.
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 # --- Env names ---------------------------------------------------------------------------------------
 # Injected into every worker pod (Kubeflow / torchrun names, so users recognise them).
-ENV_MASTER_ADDR = "MASTER_ADDR"
-ENV_MASTER_PORT = "MASTER_PORT"
-ENV_WORLD_SIZE = "WORLD_SIZE"
-ENV_NNODES = "NNODES"
-ENV_NODE_RANK = "NODE_RANK"
-ENV_NPROC_PER_NODE = "NPROC_PER_NODE"
-ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
-ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
-ENV_PET_NNODES = "PET_NNODES"
-ENV_PET_NODE_RANK = "PET_NODE_RANK"
-ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
-ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
-ENV_PET_RDZV_ID = "PET_RDZV_ID"
-ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
-ENV_PYTHONUNBUFFERED = "PYTHONUNBUFFERED"
 # The operator's contract with the runtime: users' env may not set PHALANX_*.
 ENV_RESERVED_PREFIX = "PHALANX_"
-ENV_CONFIG_PATH = "PHALANX_CONFIG"
 ENV_DEEPSPEED_CONFIG = "PHALANX_DEEPSPEED_CONFIG"  # framework deepspeed only
 ENV_ROLE = "PHALANX_ROLE"
 ENV_ROLE_INDEX = "PHALANX_ROLE_INDEX"
 ENV_ROLE_REPLICAS = "PHALANX_ROLE_REPLICAS"
 ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its replicas
 ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
-ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
-ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
 ENV_POD_NAME = "PHALANX_POD_NAME"
 ENV_NODE_NAME = "PHALANX_NODE_NAME"
-ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
 # The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
 # one written by an earlier job of the same name.
-ENV_JOB_UID = "PHALANX_JOB_UID"
 # rank 0 writes its final progress JSON to this path (DEFAULT_TERMINATION_LOG) for the operator.
-ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
-ENV_PROGRESS_PORT = "PHALANX_PROGRESS_PORT"
-ENV_METRICS_PORT = "PHALANX_METRICS_PORT"
 # Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
 # and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
-ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"
-ENV_STOP_GRACE_SECONDS = "PHALANX_STOP_GRACE_SECONDS"  # STOP_GRACE_SECONDS, below
 # The pid a runtime process expects as its parent; it dies with that parent (PR_SET_PDEATHSIG).
-ENV_PARENT_PID = "PHALANX_PARENT_PID"
 ENV_NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"  # set to NVIDIA_NO_DEVICES in pods without GPUs
 # spec.framework tensorflow: the TensorFlow cluster spec and this pod's task, rendered per pod
 # ({"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": rank}}).
 ENV_TF_CONFIG = "TF_CONFIG"
 # spec.framework horovod: the env horovodrun would have set.
-ENV_HOROVOD_RENDEZVOUS_ADDR = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-ENV_HOROVOD_RENDEZVOUS_PORT = "HOROVOD_GLOO_RENDEZVOUS_PORT"
-ENV_HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
-ENV_HOROVOD_CPU_OPERATIONS = "HOROVOD_CPU_OPERATIONS"
-ENV_HOROVOD_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
-ENV_HOROVOD_HOSTNAME = "HOROVOD_HOSTNAME"
-ENV_HOROVOD_RANK = "HOROVOD_RANK"  # per process: rendered for procsPerNode 1, else set by the launcher
-ENV_HOROVOD_SIZE = "HOROVOD_SIZE"
-ENV_HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"  # per process, like HOROVOD_RANK
-ENV_HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
-ENV_HOROVOD_CROSS_RANK = "HOROVOD_CROSS_RANK"
-ENV_HOROVOD_CROSS_SIZE = "HOROVOD_CROSS_SIZE"
 # The operator pod's own name and namespace (downward API): lease identity and namespace.
 ENV_OPERATOR_POD_NAME = "POD_NAME"
 ENV_OPERATOR_POD_NAMESPACE = "POD_NAMESPACE"
@@ -245,20 +262,15 @@ TOPOLOGY_UNKNOWN_DOMAIN = "unknown"  # the domain of a node without the level's 
 # --- Metric labels -----------------------------------------------------------------------------------
 # Prometheus label keys of per-job series (operator and runtime). Not `job`: Prometheus sets
 # `job` on every target (the scrape job), so an exported `job` would be renamed `exported_job`.
-METRIC_LABEL_NAMESPACE = "namespace"
-METRIC_LABEL_JOB = "trainingjob"
 
 # --- Timings and limits ------------------------------------------------------------------------------
 DEFAULT_POD_CREATE_CONCURRENCY = 32
-HOROVOD_GLOO_TIMEOUT_SECONDS = 600  # a Horovod peer may reach hvd.init() this much later than the first
 # Stopping (runtime/phalanx_runtime/lifetime.py, docs/runtime.md "Stopping and preemption"): after
 # SIGTERM a worker has STOP_GRACE_SECONDS to reach a step boundary and checkpoint; then its watchdog
 # ends it (exit 143, no checkpoint, the reason in its log). Each layer above waits one
 # STOP_ESCALATION_SECONDS more: torchrun's agent SIGKILLs its workers at +1, the launcher exits at
 # +2, `phalanx local` SIGKILLs what is left at +3 — all inside the pod's 120 s grace period.
-STOP_GRACE_SECONDS = 90  # in pods (render/pod.py TERMINATION_GRACE_SECONDS = 120)
 LOCAL_STOP_GRACE_SECONDS = 30  # `phalanx local`
-STOP_ESCALATION_SECONDS = 5
 # Leader election (leader.py): one coordination.k8s.io Lease; only its holder reconciles. Timings
 # as client-go's defaults: a holder that has not renewed for RENEW_DEADLINE stops (exits); a
 # standby takes over LEASE_DURATION after it last saw the lease change.
@@ -280,27 +292,11 @@ POD_REFLECTOR_PAGE_SIZE = 500
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 TERMINATION_MESSAGE_MAX_BYTES = 4096  # what the kubelet keeps of one container's message
 # A failing runtime process writes {"phase": "Failed", "error": {<ErrorKey>: ...}} there.
-REPORT_KEY_ERROR = "error"
-REPORT_PHASE_FAILED = "Failed"
 # The launcher's own report types (its other reports carry the exception's type).
-REPORT_TYPE_INVALID_JOB = "InvalidJob"  # it refused its config or layout: nothing started
-REPORT_TYPE_WORKER_FAILED = "WorkerFailed"  # a worker ended without a report of its own
 
 
-class ErrorKey(StrEnum):
-    """The keys of the runtime's error report (its ``error`` object)."""
-
-    TYPE = "type"  # the exception's class, e.g. PermissionError
-    MESSAGE = "message"  # its message
-    CAUSE = "cause"  # "Type: message" of the exception it was raised from, if any
-    FRAMES = "frames"  # the innermost frames, "file.py:12 in fn", outermost first
-    RANK = "rank"  # the global rank of the process that failed, when known
-    SOURCE = "source"  # ErrorSource
 
 
-class ErrorSource(StrEnum):
-    WORKER = "worker"  # a training process's own exception
-    LAUNCHER = "launcher"  # the pod's launcher: its own error, or a worker that died without a report
 
 
 class FailureCategory(StrEnum):

@@ -32,7 +32,7 @@ CLOSE = "<!-- end generated -->"
 REPO = Path(__file__).resolve().parents[2]
 RBAC_TEMPLATE = REPO / "charts" / "phalanx" / "templates" / "rbac.yaml"
 # The Python packages the code map lists, relative to the repository root.
-PACKAGE_DIRS = ("operator/phalanx", "runtime/phalanx_runtime")
+PACKAGE_DIRS = ("operator/phalanx", "common/phalanx_common", "runtime/phalanx_runtime")
 
 
 class DocsTableError(ValueError):

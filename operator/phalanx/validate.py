@@ -20,7 +20,6 @@ from phalanx import constants as C
 from phalanx import safejson
 from phalanx.api import patterns as P
 from phalanx.api.config import NetworkProfile, OperatorConfig
-from phalanx.api.layout import check_layout
 from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
@@ -29,6 +28,7 @@ from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
 from phalanx.render.configmap import runtime_config
+from phalanx_common.layout import check_layout
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GENERATED_SUFFIX = 5  # the API server appends 5 characters to metadata.generateName
@@ -211,7 +211,7 @@ def _model_of(annotation: Any) -> Any:
 
 
 def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
-    """The built-in runtime's layout rules (phalanx.api.layout), for jobs it trains."""
+    """The built-in runtime's layout rules (phalanx_common.layout), for jobs it trains."""
     if not spec.uses_runtime:
         return []
     problems = []

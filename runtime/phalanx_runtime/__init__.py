@@ -4,9 +4,10 @@ progress), ``distributed/`` (process group, ParallelDims, FSDP/DDP, pipeline, pr
 ``models/<family>/`` (a model and its parallelize); docs/runtime.md has the full table.
 
 Built on torch-native pieces (DeviceMesh, FSDP2, DDP, ZeroRedundancyOptimizer, DTensor TP,
-torch.distributed.pipelining, torchrun). From the operator package the pod path imports only
-``phalanx.api``, ``phalanx.constants`` and ``phalanx.proc``; ``local.py`` also ``phalanx.render``
-(the pod's env, for local nodes).
+torch.distributed.pipelining, torchrun). It never imports the operator package (``phalanx``): its
+config is its own (``config.py``, read from the JSON the operator renders), and what both sides
+share — the env contract, model presets, layout rules, process helpers — is ``phalanx_common``.
+``phalanx local`` (the operator's ``phalanx.local``) starts it by command line.
 """
 
 __all__ = ["__version__"]

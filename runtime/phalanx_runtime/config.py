@@ -1,29 +1,190 @@
-"""The runtime's view of a TrainingJob: the spec plus job identity, read from the JSON the operator
-mounts at ``$PHALANX_CONFIG`` (torch-free). Which layouts can run is ``phalanx.api.layout``
-(shared with the operator's validator); the mesh built from it is ``distributed/parallel_dims.py``."""
+"""The runtime's own config: the part of a TrainingJob a pod trains from, read from the JSON the
+operator mounts at ``$PHALANX_CONFIG`` (render/configmap.py: ``apiVersion``, ``metadata``, ``spec``
+with every default filled in). Torch-free, and free of the operator package: a typed model of the
+fields the runtime reads (model, parallel layout, training, data, checkpoint, job identity), their
+wire names camelCase as in the TrainingJob. Fields the runtime does not read are ignored.
+
+The defaults are the TrainingJob's, for configs written by hand (tests, Slurm): a config the
+operator rendered carries every value (tests/unit/test_runtime_contract.py holds the two equal).
+Which layouts can run is ``phalanx_common.layout`` (shared with the operator's validator); the
+mesh built from it is ``distributed/parallel_dims.py``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.api.layout import Layout, layout_of, model_shape
-from phalanx.api.presets import ModelShape
-from phalanx.api.types import TrainingJobSpec
-from phalanx.constants import ENV_CONFIG_PATH, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_FILE
+from phalanx_common.contract import ENV_CONFIG_PATH, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_FILE
+from phalanx_common.layout import Layout, layout_of, model_shape
+from phalanx_common.presets import OVERRIDE_KEYS, ModelShape
+
+WIRE = "wire"  # field metadata: the wire name where it is not the camelCase of the attribute
 
 
-@dataclass
+@dataclass(frozen=True)
+class ParameterServer:
+    servers: int = 1
+    mode: str = "sync"
+    staleness: int = 0
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    data: int | None = None
+    zero: int = 0
+    replicate: int = 1
+    cpu_offload: bool = False
+    tensor: int = 1
+    sequence_parallel: bool = False
+    pipeline: int = 1
+    pipeline_schedule: str = "1F1B"
+    microbatches: int = 1
+    virtual_stages: int = 1
+    parameter_server: ParameterServer | None = None
+
+
+@dataclass(frozen=True)
+class ModelOverrides:
+    dim: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    vocab_size: int | None = None
+    ffn_hidden: int | None = None
+    max_seq_len: int | None = None
+    tie_embeddings: bool | None = None
+    rope_theta: float | None = None
+    norm_eps: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The overrides set, under their wire names (``phalanx_common.presets.resolve_shape``)."""
+        return {key: getattr(self, attr) for key, attr in OVERRIDE_KEYS.items() if getattr(self, attr) is not None}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    preset: str | None = None
+    overrides: ModelOverrides = field(default_factory=ModelOverrides)
+    entrypoint: str | None = None
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    source: str = "synthetic"
+    path: str | None = None
+    dtype: str = "uint16"
+    seq_len: int = 256
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    warmup_steps: int = 0
+    decay: str = "cosine"
+    min_lr_ratio: float = 0.1
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    steps: int = 100
+    global_batch_size: int = 8
+    micro_batch_size: int = 1
+    lr: float = 3e-4
+    weight_decay: float = 0.1
+    lr_schedule: LrSchedule = field(default_factory=LrSchedule)
+    precision: str = "bf16"
+    activation_checkpointing: str = "none"
+    grad_clip: float = 1.0
+    grad_compression: str = "none"
+    seed: int = 1234
+    log_every: int = 1
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where checkpoints go is ``$PHALANX_CHECKPOINT_DIR`` (the volume's mount in a pod)."""
+
+    interval_steps: int = 0
+    keep_last: int = 3
+    async_save: bool = field(default=True, metadata={WIRE: "async"})
+    resume: bool = True
+    export_consolidated: bool = False
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The spec as the runtime reads it: a command job runs ``command`` (the runtime's launcher
+    only wraps it); a built-in job trains ``model``."""
+
+    command: tuple[str, ...] | None = None
+    nodes: int = 1
+    procs_per_node: int = 1
+    resources: Resources = field(default_factory=Resources)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    model: ModelSpec | None = None
+    data: DataSpec = field(default_factory=DataSpec)
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def data_degree(self) -> int:
+        p = self.parallelism
+        if p.parameter_server is not None:
+            return self.world_size - p.parameter_server.servers  # the workers
+        return p.data if p.data is not None else self.world_size // (p.tensor * p.pipeline)
+
+
+def wire_name(attr: dataclasses.Field) -> str:
+    head, *rest = attr.name.split("_")
+    return attr.metadata.get(WIRE, head + "".join(word.capitalize() for word in rest))
+
+
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (``X`` or ``X | None``), or None for a plain value."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return next((t for t in options if dataclasses.is_dataclass(t)), None)
+
+
+def from_wire(cls: type, doc: dict[str, Any]):
+    """An instance of the dataclass ``cls`` from its camelCase JSON: nested dataclasses built the
+    same way, lists as tuples, absent or null fields left at their defaults, unknown keys ignored."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for attr in dataclasses.fields(cls):
+        value = doc.get(wire_name(attr))
+        if value is None:
+            continue
+        nested = dataclass_of(hints[attr.name])
+        if nested is not None:
+            value = from_wire(nested, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[attr.name] = value
+    return cls(**values)
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """What the workers need: the spec plus job identity."""
 
-    spec: TrainingJobSpec
+    spec: JobSpec
     name: str = "job"
     namespace: str = "default"
-    api_version: str = "phalanx.dev/v1alpha1"
 
     @property
     def layout(self) -> Layout:
@@ -36,14 +197,8 @@ class RuntimeConfig:
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> RuntimeConfig:
         meta = doc.get("metadata") or {}
-        spec = TrainingJobSpec.model_validate(doc["spec"])
-        return cls(spec=spec, name=meta.get("name", "job"), namespace=meta.get("namespace", "default"),
-                   api_version=doc.get("apiVersion", "phalanx.dev/v1alpha1"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"apiVersion": self.api_version,
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self.spec.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        return cls(spec=from_wire(JobSpec, doc["spec"]), name=meta.get("name", "job"),
+                   namespace=meta.get("namespace", "default"))
 
 
 def default_config_path() -> str:

@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from phalanx.constants import (
+from phalanx_common.contract import (
     DEFAULT_TERMINATION_LOG,
     ENV_TERMINATION_LOG,
     REPORT_KEY_ERROR,

@@ -35,7 +35,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
+from phalanx_common.contract import (
+    ENV_HOROVOD_CROSS_RANK,
+    ENV_HOROVOD_CROSS_SIZE,
+    ENV_HOROVOD_GLOO_TIMEOUT,
+    ENV_HOROVOD_HOSTNAME,
+    ENV_HOROVOD_LOCAL_RANK,
+    ENV_HOROVOD_LOCAL_SIZE,
+    ENV_HOROVOD_RANK,
+    ENV_HOROVOD_RENDEZVOUS_ADDR,
+    ENV_HOROVOD_RENDEZVOUS_PORT,
+    ENV_HOROVOD_SIZE,
+    HOROVOD_GLOO_TIMEOUT_SECONDS,
+)
 from phalanx_runtime.lifetime import (
     escalation,
     exit_preempted,
@@ -82,14 +94,14 @@ class HorovodPod:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> HorovodPod:
-        addr, hostname = env.get(C.ENV_HOROVOD_RENDEZVOUS_ADDR), env.get(C.ENV_HOROVOD_HOSTNAME)
-        for name, value in ((C.ENV_HOROVOD_RENDEZVOUS_ADDR, addr), (C.ENV_HOROVOD_HOSTNAME, hostname)):
+        addr, hostname = env.get(ENV_HOROVOD_RENDEZVOUS_ADDR), env.get(ENV_HOROVOD_HOSTNAME)
+        for name, value in ((ENV_HOROVOD_RENDEZVOUS_ADDR, addr), (ENV_HOROVOD_HOSTNAME, hostname)):
             if not value:
                 raise LaunchError(f"${name} is not set (a framework: horovod pod gets it from the operator)")
-        pod = cls(addr, _int(env, C.ENV_HOROVOD_RENDEZVOUS_PORT), hostname, _int(env, C.ENV_HOROVOD_CROSS_RANK),
-                  _int(env, C.ENV_HOROVOD_CROSS_SIZE), _int(env, C.ENV_HOROVOD_LOCAL_SIZE),
-                  float(_int(env, C.ENV_HOROVOD_GLOO_TIMEOUT, C.HOROVOD_GLOO_TIMEOUT_SECONDS)))
-        pod.check(_int(env, C.ENV_HOROVOD_SIZE, pod.size))
+        pod = cls(addr, _int(env, ENV_HOROVOD_RENDEZVOUS_PORT), hostname, _int(env, ENV_HOROVOD_CROSS_RANK),
+                  _int(env, ENV_HOROVOD_CROSS_SIZE), _int(env, ENV_HOROVOD_LOCAL_SIZE),
+                  float(_int(env, ENV_HOROVOD_GLOO_TIMEOUT, HOROVOD_GLOO_TIMEOUT_SECONDS)))
+        pod.check(_int(env, ENV_HOROVOD_SIZE, pod.size))
         return pod
 
     @property
@@ -103,21 +115,21 @@ class HorovodPod:
 
     def check(self, size: int) -> None:
         if not 0 <= self.cross_rank < self.cross_size or self.local_size < 1:
-            raise LaunchError(f"{C.ENV_HOROVOD_CROSS_RANK}={self.cross_rank} outside {C.ENV_HOROVOD_CROSS_SIZE}="
-                              f"{self.cross_size}, or {C.ENV_HOROVOD_LOCAL_SIZE}={self.local_size} < 1")
+            raise LaunchError(f"{ENV_HOROVOD_CROSS_RANK}={self.cross_rank} outside {ENV_HOROVOD_CROSS_SIZE}="
+                              f"{self.cross_size}, or {ENV_HOROVOD_LOCAL_SIZE}={self.local_size} < 1")
         if size != self.size:
-            raise LaunchError(f"{C.ENV_HOROVOD_SIZE}={size} is not {C.ENV_HOROVOD_CROSS_SIZE} × "
-                              f"{C.ENV_HOROVOD_LOCAL_SIZE} = {self.size}")
+            raise LaunchError(f"{ENV_HOROVOD_SIZE}={size} is not {ENV_HOROVOD_CROSS_SIZE} × "
+                              f"{ENV_HOROVOD_LOCAL_SIZE} = {self.size}")
         if not 0 < self.port < 65536:
-            raise LaunchError(f"{C.ENV_HOROVOD_RENDEZVOUS_PORT}={self.port} is not a TCP port")
+            raise LaunchError(f"{ENV_HOROVOD_RENDEZVOUS_PORT}={self.port} is not a TCP port")
         self.host_prefix()  # the hostname names its cross rank
 
     def host_prefix(self) -> str:
         """``<job>-node-`` of ``HOROVOD_HOSTNAME=<job>-node-<cross rank>``: every pod's name."""
         suffix = f"-{self.cross_rank}"
         if not self.hostname.endswith(suffix) or len(self.hostname) == len(suffix):
-            raise LaunchError(f"{C.ENV_HOROVOD_HOSTNAME}={self.hostname!r} does not end in '{suffix}' "
-                              f"({C.ENV_HOROVOD_CROSS_RANK}): hosts are named <prefix>-<cross rank>")
+            raise LaunchError(f"{ENV_HOROVOD_HOSTNAME}={self.hostname!r} does not end in '{suffix}' "
+                              f"({ENV_HOROVOD_CROSS_RANK}): hosts are named <prefix>-<cross rank>")
         return self.hostname[: -len(str(self.cross_rank))]
 
     def hosts(self) -> str:
@@ -129,8 +141,8 @@ class HorovodPod:
         """What differs between the pod's processes: the rank and the local rank."""
         if not 0 <= local_rank < self.local_size:
             raise ValueError(f"local rank {local_rank} outside {self.local_size} processes")
-        return {C.ENV_HOROVOD_RANK: str(self.cross_rank * self.local_size + local_rank),
-                C.ENV_HOROVOD_LOCAL_RANK: str(local_rank)}
+        return {ENV_HOROVOD_RANK: str(self.cross_rank * self.local_size + local_rank),
+                ENV_HOROVOD_LOCAL_RANK: str(local_rank)}
 
 
 def start_rendezvous_server(hosts: str, port: int, bind: str = "") -> Any:

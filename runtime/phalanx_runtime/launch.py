@@ -24,8 +24,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from phalanx.api.layout import check_layout
-from phalanx.constants import (
+from phalanx_common.contract import (
     DEFAULT_MASTER_PORT,
     ENV_CONFIG_PATH,
     ENV_JOB_NAME,
@@ -48,6 +47,7 @@ from phalanx.constants import (
     ENV_WORLD_SIZE,
     ErrorSource,
 )
+from phalanx_common.layout import check_layout
 from phalanx_runtime import env as E
 from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
 from phalanx_runtime.failure_report import (

@@ -26,13 +26,13 @@ import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from phalanx.constants import (
+from phalanx_common.contract import (  # noqa: F401 - EXIT_PREEMPTED, stop_grace, escalation: re-exported
     ENV_PARENT_PID,
-    ENV_STOP_GRACE_SECONDS,
-    STOP_ESCALATION_SECONDS,
-    STOP_GRACE_SECONDS,
+    EXIT_PREEMPTED,
+    escalation,
+    stop_grace,
 )
-from phalanx.proc import (  # noqa: F401 - the process helpers, re-exported
+from phalanx_common.proc import (  # noqa: F401 - the process helpers, re-exported
     LINUX,
     alive,
     children,
@@ -40,23 +40,12 @@ from phalanx.proc import (  # noqa: F401 - the process helpers, re-exported
     descendants,
     die_with_parent,
     kill_pids,
+    reap,
     set_subreaper,
     start_time,
 )
 
 log = logging.getLogger("phalanx_runtime.lifetime")
-EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped, not finished (retryable)
-
-
-def stop_grace(env=None, default: float = STOP_GRACE_SECONDS) -> float:
-    """Seconds a worker has after SIGTERM to checkpoint (``$PHALANX_STOP_GRACE_SECONDS``)."""
-    value = (os.environ if env is None else env).get(ENV_STOP_GRACE_SECONDS)
-    return float(value) if value else float(default)
-
-
-def escalation(level: int, grace: float) -> float:
-    """When layer ``level`` gives up: 0 worker, 1 torchrun agent, 2 launcher, 3 ``phalanx local``."""
-    return grace + level * STOP_ESCALATION_SECONDS
 
 
 def parent_pid_from_env() -> int | None:
@@ -64,15 +53,6 @@ def parent_pid_from_env() -> int | None:
     and a stale value inherited further down would make a grandchild kill itself."""
     value = os.environ.pop(ENV_PARENT_PID, None)
     return int(value) if value and value.isdigit() else None
-
-
-def reap(pids: Iterable[int]) -> None:
-    """Collect exited children that no ``Popen`` owns (orphans adopted as a subreaper)."""
-    for p in pids:
-        try:
-            os.waitpid(p, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Run a job's training as N local processes (torch.multiprocessing, spawn) and collect rank 0's
 result: the parity tests and the benchmarks use it. (For the full launcher path, torchrun
-included, see :mod:`phalanx_runtime.local`.)"""
+included, see ``phalanx local``: phalanx.local.run.)"""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import tempfile
 import time
 from typing import Any
 
-from phalanx.constants import ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE
+from phalanx_common.contract import ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE
+from phalanx_common.net import free_port
 from phalanx_runtime.env import ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_RANK
 from phalanx_runtime.lifetime import die_with_parent
-from phalanx_runtime.net import free_port
 
 
 def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str, threads: int, fn_ref,

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from phalanx.api.layout import check_layout
-from phalanx.constants import (
+from phalanx_common.contract import (
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
     ENV_METRICS_PORT,
     ENV_PROGRESS_PORT,
     ENV_TERMINATION_LOG,
 )
+from phalanx_common.layout import check_layout
 from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.loss import cross_entropy

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localcluster import node_manifests, parse_topology, wait_nodes_ready
-from phalanx_runtime.net import free_port
+from phalanx_common.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "phalanx.dev_trainingjobs.yaml"

@@ -174,7 +174,7 @@ def test_stop_returns_once_every_component_has_exited(tmp_path):
     component still exiting would hold its port (and, under pytest, count as a leaked process)."""
     from localcluster.binaries import default_bin_dir
     from localcluster.cluster import LocalCluster
-    from phalanx.proc import alive, start_time
+    from phalanx_common.proc import alive, start_time
 
     require_binaries(default_bin_dir(), "no local cluster")
     local = LocalCluster(work_dir=tmp_path, bin_dir=default_bin_dir()).start()

@@ -58,7 +58,7 @@ def reference(steps: int, global_batch: int, micro: int, lr: float, clip: float)
 
 def builtin_parts(spec, dp_rank: int, dp_size: int):
     """The built-in runtime's model, data, optimizer and LR schedule for ``spec`` (as trainer.py builds them)."""
-    from phalanx.api.presets import resolve_shape
+    from phalanx_common.presets import resolve_shape
     from phalanx_runtime.components.data import DataLoader, make_source
     from phalanx_runtime.components.loss import cross_entropy
     from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bench.chaos_harness import Workers, ckpt_job
-from phalanx_runtime.net import free_port
+from phalanx_common.net import free_port
 
 pytestmark = pytest.mark.runtime
 
@@ -188,7 +188,7 @@ def test_progress_answers_through_checkpoint_saves(tmp_path):
     Before the fix the runtime sent the headers and the body apart; the body waited for the GIL
     (training and checkpoint threads), and a single read saw headers only — a failed poll: the
     status stopped at the step before a save. To see it fail, run the workers from the tree before
-    the fix: ``PHALANX_TEST_WORKER_ENV='{"PYTHONPATH": "OLD/runtime:OLD/operator"}'`` (measured:
+    the fix: ``PHALANX_TEST_WORKER_ENV='{"PYTHONPATH": "OLD/runtime:OLD/operator:OLD/common"}'`` (measured:
     165 of 265 single reads torn)."""
     from phalanx.kube import http_get
     from phalanx.lifecycle.progress import http_body, parse_progress

@@ -88,7 +88,7 @@ BUILTIN_TRAINING = {"steps": 5}  # runtime_parity_util.job's training: global 8,
 def builtin_zero3_losses(tmp_path_factory) -> list[float]:
     """The built-in runtime's ZeRO-3 (FSDP2), 2 processes, debug transformer: the reference."""
     require_deepspeed()
-    from phalanx_runtime.local import run_local
+    from phalanx.local.run import run_local
 
     path = tmp_path_factory.mktemp("builtin") / "job.yaml"
     path.write_text(yaml.safe_dump(job({"zero": 3}, world=2, training=BUILTIN_TRAINING)))

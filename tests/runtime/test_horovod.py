@@ -29,8 +29,8 @@ import pytest
 from phalanx import constants as C
 from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
+from phalanx_common.net import free_port
 from phalanx_runtime.horovod_launch import HorovodPod, Processes, wait_for_server
-from phalanx_runtime.net import free_port
 
 pytestmark = [pytest.mark.runtime, pytest.mark.built_last]  # make test builds its venv last (hack/test.sh)
 
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCRIPT = HERE / "horovod_user_script.py"
 STEPS, GLOBAL_BATCH, LR = 8, 16, 0.1
-PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "."))
+PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "common", "."))
 
 
 def pod_env(nodes: int = 2, procs: int = 1, rank: int = 0, port: int = 1) -> dict[str, str]:

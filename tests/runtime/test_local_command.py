@@ -44,7 +44,7 @@ def phalanx_local(job: Path, *extra: str, timeout: float = 120) -> subprocess.Co
 
 
 def test_expand_refs_like_the_kubelet():
-    from phalanx_runtime.local_env import expand_refs
+    from phalanx.local.env import expand_refs
 
     env = {"A": "1", "B.x": "2"}
     assert expand_refs("$(A)-$(B.x)-$(C)-$$(A)-$$-$", env) == "1-2-$(C)-$(A)-$-$"

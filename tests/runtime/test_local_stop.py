@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from phalanx_common.net import free_port
 from phalanx_runtime import lifetime
-from phalanx_runtime.net import free_port
 
 pytestmark = pytest.mark.runtime
 

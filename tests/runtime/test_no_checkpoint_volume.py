@@ -29,7 +29,7 @@ from phalanx.api.config import OperatorConfig
 from phalanx.render.job import render_children
 from phalanx.render.names import master_addr
 from phalanx.validate import parse_job
-from phalanx_runtime.net import free_port
+from phalanx_common.net import free_port
 
 pytestmark = pytest.mark.runtime
 STEPS = 4

@@ -8,8 +8,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from phalanx.api.layout import Layout, check_layout, layout_of
 from phalanx.api.types import TrainingJobSpec
+from phalanx_common.layout import Layout, check_layout, layout_of
 
 
 def spec(**kw) -> TrainingJobSpec:

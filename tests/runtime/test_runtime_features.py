@@ -132,7 +132,7 @@ def _write_job(tmp_path, par, nodes=1, procs=2, steps=4, source="corpus"):
 
 
 def test_local_mode_json_last_line(tmp_path, capfd):
-    from phalanx_runtime.local import run_local
+    from phalanx.local.run import run_local
 
     path = _write_job(tmp_path, {"zero": 3}, nodes=2, procs=1)
     res = run_local(path, json=True, timeout=240)
@@ -144,17 +144,16 @@ def test_local_mode_json_last_line(tmp_path, capfd):
 
 
 def test_impossible_layout_refused_before_start(tmp_path):
-    from phalanx_runtime.config import RuntimeConfig
-    from phalanx_runtime.local import LayoutError, load_job, run_local
+    from phalanx.local.run import LayoutError, load_job, run_local
+    from phalanx.render.configmap import runtime_config
 
     path = _write_job(tmp_path, {"tensor": 8, "zero": 3}, procs=8)
     with pytest.raises(LayoutError) as e:
         run_local(path, json=True)
     assert any(m.startswith("parallelism.tensor:") and "nHeads" in m for m in e.value.errors)
     # The pod entrypoint refuses with exit code 2 and names the field.
-    cfg: RuntimeConfig = load_job(path)
     cpath = tmp_path / "config.json"
-    cpath.write_text(json.dumps(cfg.to_dict()))
+    cpath.write_text(json.dumps(runtime_config(load_job(path).job())))
     p = subprocess.run([sys.executable, "-m", "phalanx_runtime", "--config", str(cpath)], capture_output=True,
                        text=True, env={**os.environ, "NNODES": "1", "NPROC_PER_NODE": "8"})
     assert p.returncode == 2, p.stderr
@@ -162,9 +161,9 @@ def test_impossible_layout_refused_before_start(tmp_path):
 
 
 def test_progress_and_metrics_endpoints():
+    from phalanx_common.net import free_port
     from phalanx_runtime.components.metrics import MetricsLogger, metric_labels
     from phalanx_runtime.components.progress import Progress, ProgressServer
-    from phalanx_runtime.net import free_port
 
     prog = Progress(total_steps=10, world_size=2, job="j")
     srv = ProgressServer(prog, 0, host="127.0.0.1")

@@ -1,7 +1,7 @@
 """The code's shape, kept by tests: short functions, and packages that import only downwards.
 
 Layer order of ``phalanx`` (low → high; each imports only from layers below it — see the
-docstring of ``phalanx/__init__.py``): constants, problems, proc, decision → api → policy, gang →
+docstring of ``phalanx/__init__.py``): constants, problems, decision → api → policy, gang →
 backends → render → validate → lifecycle → kube, metrics, jobmetrics, podreflector, leader →
 controlloop, offloop → scheduler, expectations → gangstep → jobloop, startup (sweep.loop) → handlers
 (sweep.handlers) → main → cli.
@@ -149,10 +149,11 @@ def test_pure_layers_do_not_import_kopf_or_the_kubernetes_client():
 
 def test_unit_tests_mirror_the_packages():
     """tests/unit/phalanx/<path>/test_<module>.py tests operator/phalanx/<path>/<module>.py (and
-    tests/unit/phalanx_runtime/ the runtime's): a test file named after no module is an orphan.
+    tests/unit/phalanx_common/, tests/unit/phalanx_runtime/ the shared package's and the runtime's):
+    a test file named after no module is an orphan.
     A package's ``__init__.py`` is tested by test_init.py or test_<package>.py."""
     unit = ROOT / "tests" / "unit"
-    sources = {"phalanx": PACKAGE.parent, "phalanx_runtime": ROOT / "runtime"}
+    sources = {"phalanx": PACKAGE.parent, "phalanx_common": ROOT / "common", "phalanx_runtime": ROOT / "runtime"}
     orphans = []
     for top, source_root in sources.items():
         for path in sorted((unit / top).rglob("*.py")):
@@ -244,3 +245,58 @@ def test_handlers_only_register():
         elif isinstance(node, ast.Assign | ast.AnnAssign) and ast.unparse(node).split("=")[0].strip() != "log":
             problems.append(f"handlers.py:{node.lineno} module state {ast.unparse(node)[:40]!r}")
     assert not problems, "\n".join(problems)
+
+
+# --- The three packages: the runtime and the operator apart, the shared package under both -------
+RUNTIME = ROOT / "runtime" / "phalanx_runtime"
+COMMON = ROOT / "common" / "phalanx_common"
+
+
+def _top_level_imports(root: Path) -> dict[str, list[str]]:
+    """Top-level package → where the package under ``root`` imports it (any depth, function-local
+    and ``if TYPE_CHECKING`` imports included; relative imports are the package's own)."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                found[name.split(".")[0]].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_the_runtime_imports_neither_the_operator_nor_kopf_nor_the_kubernetes_client():
+    imports = _top_level_imports(RUNTIME)
+    assert imports["phalanx_common"], "the walk found no imports"
+    offenders = {name: imports[name] for name in ("phalanx", "kopf", "kubernetes") if imports.get(name)}
+    assert not offenders, f"the runtime is a package of its own (its config: phalanx_runtime.config): {offenders}"
+
+
+def test_the_operator_never_imports_the_runtime():
+    """``phalanx local`` starts the runtime by command line (python -m phalanx_runtime...)."""
+    imports = _top_level_imports(PACKAGE)
+    assert imports["phalanx_common"], "the walk found no imports"
+    assert not imports.get("phalanx_runtime"), imports.get("phalanx_runtime")
+
+
+def test_the_shared_package_imports_only_the_standard_library():
+    """Both images install it: no kopf, kubernetes client, pydantic or torch, and neither package
+    it serves."""
+    import sys
+
+    imports = _top_level_imports(COMMON)
+    assert imports["os"], "the walk found no imports"
+    foreign = {name: where for name, where in imports.items()
+               if name not in sys.stdlib_module_names and name not in ("__future__", "phalanx_common")}
+    assert not foreign, foreign
+    assert not {"phalanx", "phalanx_runtime", "kopf", "kubernetes"} & set(imports)
+
+
+def test_no_function_of_the_shared_package_is_longer_than_80_lines():
+    long = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}()" for path in sorted(COMMON.rglob("*.py"))
+            for fn in _functions(path) if fn.end_lineno - fn.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, long

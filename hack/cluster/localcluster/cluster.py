@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from phalanx.proc import alive, cmdline, kill_pids, start_time
-from phalanx_runtime.net import free_port  # the one home; re-exported for callers
+from phalanx_common.net import free_port  # the one home; re-exported for callers
+from phalanx_common.proc import alive, cmdline, kill_pids, start_time
 
 from .binaries import default_bin_dir, missing_binaries
 from .topology import KWOK_NODE_SELECTOR

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from phalanx.proc import die_with_parent
+from phalanx_common.proc import die_with_parent
 
 from .cluster import free_port
 

@@ -1,7 +1,6 @@
 """The Phalanx API: pydantic models (single source of truth), presets and operator config."""
 
 from phalanx.api.config import NetworkProfile, OperatorConfig, TopologyConfig, TopologyLevel
-from phalanx.api.presets import PRESETS, ModelShape, resolve_shape
 from phalanx.api.types import (
     TERMINAL_PHASES,
     Condition,
@@ -12,6 +11,7 @@ from phalanx.api.types import (
     TrainingJobSpec,
     TrainingJobStatus,
 )
+from phalanx_common.presets import PRESETS, ModelShape, resolve_shape
 
 __all__ = [
     "PRESETS", "TERMINAL_PHASES", "Condition", "GangBackend", "ModelShape", "NetworkProfile",

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from phalanx.api.config import TopologyConfig, TopologyLevel
-from phalanx.api.presets import resolve_shape
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import UNKNOWN, Topology
+from phalanx_common.presets import resolve_shape
 
 GB = 1e9
 US = 1e-6

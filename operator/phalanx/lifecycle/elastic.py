@@ -8,7 +8,6 @@ re-split), with the data-parallel degree recomputed for the new size.
 
 from __future__ import annotations
 
-from phalanx.api.layout import check_layout
 from phalanx.api.types import Phase, TrainingJob
 from phalanx.constants import ConditionType, Reason
 from phalanx.decision import Plan
@@ -17,6 +16,7 @@ from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.resume import resume_phrase
 from phalanx.lifecycle.status import parse_iso
+from phalanx_common.layout import check_layout
 
 
 def at_size(job: TrainingJob, nodes: int) -> TrainingJob:

@@ -62,7 +62,7 @@ from torch.distributed.checkpoint.default_planner import (
 )
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
-from phalanx.constants import ENV_JOB_NAME, ENV_JOB_UID
+from phalanx_common.contract import ENV_JOB_NAME, ENV_JOB_UID
 from phalanx_runtime.distributed.process_group import new_gloo_group
 from phalanx_runtime.env import ENV_CHECKPOINT_TEST_WRITE_DELAY
 

@@ -23,7 +23,7 @@ from typing import IO
 
 import torch
 
-from phalanx.constants import METRIC_LABEL_JOB, METRIC_LABEL_NAMESPACE, METRICS_LOG_FILE
+from phalanx_common.contract import METRIC_LABEL_JOB, METRIC_LABEL_NAMESPACE, METRICS_LOG_FILE
 from phalanx_runtime.env import ENV_CPU_PEAK_FLOPS
 
 log = logging.getLogger("phalanx_runtime")

@@ -17,14 +17,14 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
-from phalanx.api.types import TrainingJobSpec
+from phalanx_runtime.config import JobSpec
 from phalanx_runtime.distributed.ddp import apply_ddp
 from phalanx_runtime.distributed.fsdp import apply_fsdp
 from phalanx_runtime.distributed.parallel_dims import ParallelDims
 from phalanx_runtime.distributed.precision import compute_precision
 
 
-def apply_data_parallel(part: nn.Module, parallel_dims: ParallelDims, spec: TrainingJobSpec, *,
+def apply_data_parallel(part: nn.Module, parallel_dims: ParallelDims, spec: JobSpec, *,
                         device: torch.device, blocks: Sequence[nn.Module] = ()) -> nn.Module:
     """``blocks``: the part's repeated blocks, each its own FSDP unit (the family knows them)."""
     par, tr = spec.parallelism, spec.training

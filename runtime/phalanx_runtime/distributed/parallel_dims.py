@@ -1,7 +1,7 @@
 """``ParallelDims``: the parallel degrees of a job, which parallelisms are on, and the 4-D device
 mesh ``pp → dp_replicate → dp_shard → tp`` (torchtitan order, tp innermost) with its sub-meshes.
 
-The degrees come from ``phalanx.api.layout`` (``layout_of``: the world-size factorisation, shared
+The degrees come from ``phalanx_common.layout`` (``layout_of``: the world-size factorisation, shared
 with the operator's validator, which refuses what cannot run before a pod exists):
 
 * zero 0/1 (DDP, ZeRO-1): ``dp_replicate = data``, ``dp_shard = 1``;
@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from phalanx.api.layout import MESH_DIM_NAMES, Layout, layout_of
-from phalanx.api.types import TrainingJobSpec
+from phalanx_common.layout import MESH_DIM_NAMES, Layout, layout_of
+from phalanx_runtime.config import JobSpec
 from phalanx_runtime.distributed.process_group import group_options, pg_timeout
 
 
@@ -29,7 +29,7 @@ class ParallelDims:
         self._dp: DeviceMesh | None = None
 
     @classmethod
-    def from_spec(cls, spec: TrainingJobSpec) -> ParallelDims:
+    def from_spec(cls, spec: JobSpec) -> ParallelDims:
         return cls(layout_of(spec), zero=spec.parallelism.zero)
 
     # ---------------------------------------------------------------- which parallelisms are on

@@ -11,7 +11,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import get_schedule_class
 
-from phalanx.api.layout import MULTI_STAGE_SCHEDULES
+from phalanx_common.layout import MULTI_STAGE_SCHEDULES
 
 
 def stage_ids_for_rank(pp_rank: int, pp: int, schedule: str, virtual_stages: int) -> list[int]:

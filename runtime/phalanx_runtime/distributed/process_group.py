@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend
 
-from phalanx.constants import ENV_MASTER_ADDR, ENV_PG_TIMEOUT_SECONDS, ENV_WORLD_SIZE
+from phalanx_common.contract import ENV_MASTER_ADDR, ENV_PG_TIMEOUT_SECONDS, ENV_WORLD_SIZE
 from phalanx_runtime.env import ENV_BACKEND, ENV_LOCAL_RANK
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from phalanx.api.presets import ModelShape
+from phalanx_common.presets import ModelShape
 from phalanx_runtime.models.entrypoint import (
     ModelContext,
     build_entrypoint_model,

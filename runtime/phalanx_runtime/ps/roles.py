@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from phalanx.constants import ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE
+from phalanx_common.contract import ENV_MASTER_ADDR, ENV_MASTER_PORT, ENV_WORLD_SIZE
 from phalanx_runtime.env import ENV_RANK
 
 ENV_PS_PORT = "PHALANX_PS_PORT"

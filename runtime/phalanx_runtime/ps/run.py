@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from phalanx.constants import DEFAULT_TERMINATION_LOG, ENV_PROGRESS_PORT, ENV_TERMINATION_LOG
+from phalanx_common.contract import DEFAULT_TERMINATION_LOG, ENV_PROGRESS_PORT, ENV_TERMINATION_LOG
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.loss import cross_entropy
 from phalanx_runtime.components.progress import Progress, ProgressServer, write_final

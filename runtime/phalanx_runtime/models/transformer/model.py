@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from phalanx.api.presets import ModelShape
+from phalanx_common.presets import ModelShape
 
 
 class RMSNorm(nn.Module):

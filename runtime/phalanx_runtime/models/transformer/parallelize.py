@@ -22,13 +22,13 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from phalanx.api.types import TrainingJobSpec
+from phalanx_runtime.config import JobSpec
 from phalanx_runtime.distributed.data_parallel import apply_data_parallel
 from phalanx_runtime.distributed.parallel_dims import ParallelDims
 from phalanx_runtime.models.transformer.model import Transformer
 
 
-def parallelize_transformer(model: Transformer, parallel_dims: ParallelDims, spec: TrainingJobSpec, *,
+def parallelize_transformer(model: Transformer, parallel_dims: ParallelDims, spec: JobSpec, *,
                             device: torch.device, on_meta: bool = False) -> nn.Module:
     """TP → AC → FSDP/DDP. ``on_meta``: the model was built on the meta device; its weights are
     initialised here, before DDP (which needs real tensors) or after FSDP (each rank its shards)."""

@@ -164,12 +164,11 @@ def test_every_rule_is_in_the_crd_with_its_field_path():
 # --- phalanx local: the same TF_CONFIG on 127.0.0.1 -------------------------------------------
 
 def test_local_pod_env_points_tf_config_at_local_ports():
-    from phalanx_runtime.config import RuntimeConfig
-    from phalanx_runtime.local_env import pod_env
-    from phalanx_runtime.net import free_ports
+    from phalanx.local.env import LocalJob, pod_env
+    from phalanx_common.net import free_ports
 
     j = job(nodes=2)
-    cfg = RuntimeConfig(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
+    cfg = LocalJob(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
     ports = free_ports(2)
     assert len(set(ports)) == 2
     workers = [f"127.0.0.1:{p}" for p in ports]

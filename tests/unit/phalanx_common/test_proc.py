@@ -1,4 +1,4 @@
-"""phalanx.proc: what the process-tree helpers read from /proc."""
+"""phalanx_common.proc: what the process-tree helpers read from /proc."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from phalanx import proc
+from phalanx_common import proc
 
 pytestmark = pytest.mark.skipif(not proc.LINUX, reason="reads /proc")
 

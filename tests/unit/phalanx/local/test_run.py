@@ -8,22 +8,24 @@ import pytest
 
 from phalanx.api.slots import slots
 from phalanx.api.types import TrainingJob
-from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.local import EXIT_PREEMPTED, required_processes, role_exit_codes, verdict
-from phalanx_runtime.local_env import (
+from phalanx.local.env import (
+    LocalJob,
     slot_label,
 )
+from phalanx.local.run import EXIT_PREEMPTED, required_processes, role_exit_codes, verdict
 
 
-def cfg(**spec) -> RuntimeConfig:
+def cfg(**spec) -> LocalJob:
     s = {"image": "x", "nodes": 2, "command": ["python", "train.py"], "args": ["--spec-arg"], **spec}
     j = TrainingJob.model_validate({"metadata": {"name": "j", "namespace": "ml"}, "spec": s})
-    return RuntimeConfig(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
+    return LocalJob(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
 
 
 TF_ROLES = [{"name": "chief", "args": ["--coordinate"], "env": [{"name": "STEPS", "value": "$(PHALANX_ROLE)-9"}]},
             {"name": "ps", "replicas": 2, "command": ["python", "ps.py"]},
             {"name": "evaluator"}]
+
+
 
 
 # --- when the run ends ------------------------------------------------------------------------
@@ -65,3 +67,13 @@ def test_role_exit_codes_and_labels():
     assert role_exit_codes(gang, [-15, -15, 0, -15, -15, None]) == {
         "worker": [-15, -15], "chief": [0], "ps": [-15, -15], "evaluator": [None]}
     assert [slot_label(s) for s in gang[1:4]] == ["node 1", "chief 0", "ps 0"]
+
+
+# --- each process's command and env -----------------------------------------------------------
+
+
+
+
+
+
+

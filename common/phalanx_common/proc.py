@@ -1,6 +1,6 @@
 """Processes on Linux, torch-free: the parent-death signal, the subreaper, the process tree from
 ``/proc``. Shared by the runtime (phalanx_runtime.lifetime: nothing it starts outlives its
-starter) and the local control plane (localcluster)."""
+starter), ``phalanx local`` (phalanx.local.run) and the local control plane (localcluster)."""
 
 from __future__ import annotations
 
@@ -122,4 +122,13 @@ def kill_pids(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
         try:
             os.kill(p, sig)
         except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap(pids: Iterable[int]) -> None:
+    """Collect exited children that no ``Popen`` owns (orphans adopted as a subreaper)."""
+    for p in pids:
+        try:
+            os.waitpid(p, os.WNOHANG)
+        except ChildProcessError:
             pass

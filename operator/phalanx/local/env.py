@@ -15,9 +15,11 @@ import os
 import re
 import socket
 import sys
+from dataclasses import dataclass
 
 from phalanx.api.slots import Slot, role_of, slot_pod_name, slots, worker
 from phalanx.api.slots import slot_command as slots_command
+from phalanx.api.types import ObjectMeta, TrainingJob, TrainingJobSpec
 from phalanx.constants import (
     DEEPSPEED_CONFIG_FILE,
     ENV_CHECKPOINT_DIR,
@@ -37,14 +39,41 @@ from phalanx.constants import (
     ENV_TF_CONFIG,
     ENV_WORLD_SIZE,
 )
-from phalanx_runtime import env as E
-from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.lifetime import trampoline
-from phalanx_runtime.net import free_ports
+from phalanx.render.pod import rendezvous_env
+from phalanx.render.tensorflow import tf_cluster, tf_config_json, uses_tensorflow
+from phalanx_common.contract import (
+    ENV_GROUP_RANK,
+    ENV_LOCAL_RANK,
+    ENV_LOCAL_WORLD_SIZE,
+    ENV_OMP_NUM_THREADS,
+    ENV_RANK,
+    ENV_RESULT_FILE,
+    SLURM_NTASKS,
+)
+from phalanx_common.net import free_ports
 
 # Never inherited from the caller's environment: they would mislead the launcher or torchrun.
-SCRUBBED_ENV = (E.ENV_RANK, ENV_WORLD_SIZE, E.ENV_LOCAL_RANK, E.ENV_LOCAL_WORLD_SIZE, E.ENV_GROUP_RANK,
-                E.SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
+SCRUBBED_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_GROUP_RANK,
+                SLURM_NTASKS, ENV_PET_NNODES, ENV_PET_NODE_RANK)
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    """The job ``phalanx local`` runs: its spec and identity, as its pods would have them."""
+
+    spec: TrainingJobSpec
+    name: str = "job"
+    namespace: str = "default"
+
+    def job(self) -> TrainingJob:
+        return TrainingJob(metadata=ObjectMeta(name=self.name, namespace=self.namespace), spec=self.spec)
+
+
+def trampoline(cmd: list[str]) -> list[str]:
+    """``cmd`` run through the runtime's parent-death trampoline (``python -m
+    phalanx_runtime.lifetime``): it gets SIGTERM when ``phalanx local`` ($PHALANX_PARENT_PID) dies."""
+    return [sys.executable, "-m", "phalanx_runtime.lifetime", "--", *cmd]
+
 
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -59,29 +88,21 @@ def slot_label(slot: Slot) -> str:
     return f"node {slot.index}" if slot.is_worker else f"{slot.role} {slot.index}"
 
 
-def _field_ref(cfg: RuntimeConfig, slot: Slot, path: str) -> str | None:
+def _field_ref(cfg: LocalJob, slot: Slot, path: str) -> str | None:
     return {"metadata.name": slot_pod_name(cfg.name, slot, 0), "metadata.namespace": cfg.namespace,
             "spec.nodeName": socket.gethostname()}.get(path)
 
 
-def _job(cfg: RuntimeConfig):
-    from phalanx.api.types import ObjectMeta, TrainingJob
-
-    return TrainingJob(metadata=ObjectMeta(name=cfg.name, namespace=cfg.namespace), spec=cfg.spec)
-
-
-def local_tf_cluster(cfg: RuntimeConfig, ports: list[int] | None = None) -> dict[str, list[str]]:
+def local_tf_cluster(cfg: LocalJob, ports: list[int] | None = None) -> dict[str, list[str]]:
     """The job's TF cluster spec (every task type; render.tensorflow.tf_cluster) with each task on
     a distinct free port of 127.0.0.1 (``ports``, one per slot; default: chosen now), as each pod
     listens on its own address."""
-    from phalanx.render.tensorflow import tf_cluster
-
     gang = slots(cfg.spec)
     address = {s: f"127.0.0.1:{p}" for s, p in zip(gang, ports or free_ports(len(gang)), strict=True)}
-    return tf_cluster(_job(cfg), address.__getitem__)
+    return tf_cluster(cfg.job(), address.__getitem__)
 
 
-def _user_env(cfg: RuntimeConfig, slot: Slot, env: dict[str, str]) -> None:
+def _user_env(cfg: LocalJob, slot: Slot, env: dict[str, str]) -> None:
     """``spec.env``, then the slot's role's env (as the pod lists them), ``$(VAR)`` expanded."""
     role = role_of(cfg.spec, slot.role)
     for item in [*cfg.spec.env, *(role.env if role is not None else [])]:
@@ -94,18 +115,15 @@ def _user_env(cfg: RuntimeConfig, slot: Slot, env: dict[str, str]) -> None:
             env[e["name"]] = ""
 
 
-def pod_env(cfg: RuntimeConfig, node: int | Slot, *, master_port: int, config_path: str, checkpoint_dir: str,
+def pod_env(cfg: LocalJob, node: int | Slot, *, master_port: int, config_path: str, checkpoint_dir: str,
             progress_port: int | None = None, tf_cluster: dict[str, list[str]] | None = None,
             horovod_port: int | None = None) -> dict[str, str]:
     """The container env of slot ``node`` (a node-rank, or a role's pod) as the operator renders it
     (attempt 0), then ``spec.env`` and the role's env, moved onto this machine (module docstring).
     A tensorflow job's TF_CONFIG lists ``tf_cluster`` (task type → local addresses)."""
-    from phalanx.render.pod import rendezvous_env
-    from phalanx.render.tensorflow import tf_config_json
-
     slot = worker(node) if isinstance(node, int) else node
     env: dict[str, str] = {}
-    for e in rendezvous_env(_job(cfg), slot, 0, master_port):
+    for e in rendezvous_env(cfg.job(), slot, 0, master_port):
         value = e.get("value", _field_ref(cfg, slot, e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")))
         if value is not None:
             env[e["name"]] = str(value)
@@ -126,14 +144,14 @@ def pod_env(cfg: RuntimeConfig, node: int | Slot, *, master_port: int, config_pa
     return env
 
 
-def slot_command(cfg: RuntimeConfig, slot: Slot) -> list[str]:
+def slot_command(cfg: LocalJob, slot: Slot) -> list[str]:
     """The user's command and args of ``slot``'s pod, as the pod gets them (api.slots); empty for
     built-in jobs."""
     command, args = slots_command(cfg.spec, slot)
     return [*command, *(args or [])] if command else []
 
 
-def node_argv(cfg: RuntimeConfig, env: dict[str, str], config_path: str, slot: Slot | None = None) -> list[str]:
+def node_argv(cfg: LocalJob, env: dict[str, str], config_path: str, slot: Slot | None = None) -> list[str]:
     """The pod's command: the user's (command jobs; with the parent-death trampoline) or the launcher."""
     user = slot_command(cfg, slot or worker(0))
     if user:
@@ -141,7 +159,7 @@ def node_argv(cfg: RuntimeConfig, env: dict[str, str], config_path: str, slot: S
     return [sys.executable, "-m", "phalanx_runtime.launch", "--config", config_path]
 
 
-def slot_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port,
+def slot_envs(cfg: LocalJob, d: str, *, env, checkpoint_dir, progress_port,
               grace: float) -> list[tuple[Slot, dict[str, str]]]:
     """Every slot of the gang with its process's whole environment: ours (less SCRUBBED_ENV), the
     caller's ``env``, then the pod's (``pod_env``)."""
@@ -149,12 +167,10 @@ def slot_envs(cfg: RuntimeConfig, d: str, *, env, checkpoint_dir, progress_port,
     gang = slots(spec)
     processes = spec.nodes * spec.procs_per_node + len(gang) - spec.nodes  # role pods: one process each
     base = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
-    base[E.ENV_OMP_NUM_THREADS] = str(max(1, (os.cpu_count() or 1) // processes))
+    base[ENV_OMP_NUM_THREADS] = str(max(1, (os.cpu_count() or 1) // processes))
     base.update(env or {})
     base.update({ENV_PARENT_PID: str(os.getpid()), ENV_STOP_GRACE_SECONDS: f"{grace:g}",
-                 E.ENV_RESULT_FILE: os.path.join(d, "result.json")})
-    from phalanx.render.tensorflow import uses_tensorflow  # the operator's render: loaded only here
-
+                 ENV_RESULT_FILE: os.path.join(d, "result.json")})
     tf = uses_tensorflow(spec)
     ports = free_ports(2 + (len(gang) if tf else 0))  # chosen together: none repeats
     master_port, horovod_port = ports[0], ports[1]

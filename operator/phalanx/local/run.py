@@ -1,12 +1,13 @@
 """Run a TrainingJob as local processes, without Kubernetes: one process per pod of the gang — each
 node-rank, and with ``spec.roles`` each role's replica (parameter servers, a chief, …) — with the
-environment and command the operator gives that pod (``phalanx_runtime.local_env``: the pod's
+environment and command the operator gives that pod (``phalanx.local.env``: the pod's
 ``rendezvous_env``, ``spec.env`` and the role's env, with the rendezvous and TF_CONFIG on
 127.0.0.1). Built-in jobs run the pod's entrypoint (``phalanx-runtime``: torchrun,
 ``procsPerNode`` workers); command jobs (``spec.command``) run the user's command and args (a
 role's own, ``$(VAR)`` expanded as the kubelet does), so a script can be tried before it is
 submitted. ``phalanx local JOB.yaml [--json]`` calls :func:`run_local`; with ``json=True`` the last
-stdout line is a JSON summary.
+stdout line is a JSON summary. The runtime is started by command line (``python -m
+phalanx_runtime.launch``, reading the config the ConfigMap would carry), never imported.
 
 The run succeeds as the job does (``spec.success_roles``): once every process of those roles
 exited 0, the others (e.g. parameter servers, which serve until stopped) get SIGTERM and are
@@ -32,12 +33,16 @@ import threading
 import time
 from pathlib import Path
 
+from phalanx.api.manifests import read_documents  # the one YAML reader (duplicate keys refused)
+from phalanx.api.types import TrainingJob
 from phalanx.constants import DEEPSPEED_CONFIG_FILE, LOCAL_STOP_GRACE_SECONDS
-from phalanx_runtime import lifetime
-from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.local_env import node_argv, slot_envs, slot_label
+from phalanx.local.env import LocalJob, node_argv, slot_envs, slot_label
+from phalanx.render.configmap import runtime_config
+from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
+from phalanx_common import contract, proc
+from phalanx_common.layout import check_layout
 
-EXIT_PREEMPTED = lifetime.EXIT_PREEMPTED  # re-exported for callers of run_local
+EXIT_PREEMPTED = contract.EXIT_PREEMPTED  # re-exported for callers of run_local
 EXIT_TIMEOUT = 124  # as timeout(1)
 TMP_PREFIX = "phalanx-local-"
 OWNER_FILE = "owner"  # "<pid> <start time>" of the phalanx local that made the temp dir
@@ -62,17 +67,13 @@ class RunTimeout(Stopped, TimeoutError):
     exit_code = EXIT_TIMEOUT
 
 
-def load_job(path: str | os.PathLike) -> RuntimeConfig:
-    from phalanx.api.manifests import read_documents  # the one YAML reader (duplicate keys refused)
-    from phalanx.api.types import TrainingJob
-
+def load_job(path: str | os.PathLike) -> LocalJob:
     docs = [d for d in read_documents(str(path)) if d]
     docs = [d for d in docs if d.get("kind", "TrainingJob") == "TrainingJob"] or docs
     if not docs:
         raise ValueError(f"{path}: no TrainingJob document")
     job = TrainingJob.model_validate(docs[0])
-    return RuntimeConfig(spec=job.spec, name=job.metadata.name, namespace=job.metadata.namespace,
-                         api_version=job.api_version)
+    return LocalJob(spec=job.spec, name=job.metadata.name, namespace=job.metadata.namespace)
 
 
 def _fd(stream):
@@ -139,15 +140,15 @@ class LocalRun:
     def adopt_orphans(self, before: set[int]) -> None:
         """Children of ours that we did not start: the run's orphans (their parent died and we
         are a subreaper)."""
-        self.adopted |= set(lifetime.children(os.getpid())) - before - {p.pid for p in self.procs}
+        self.adopted |= set(proc.children(os.getpid())) - before - {p.pid for p in self.procs}
 
     def tree(self) -> set[int]:
         """Every live process of the run: the nodes, the orphans we adopted, their descendants."""
         roots = {p.pid for p in self.procs} | self.adopted
         out = set(roots)
         for r in roots:
-            out.update(lifetime.descendants(r))
-        return {p for p in out if lifetime.alive(p)}
+            out.update(proc.descendants(r))
+        return {p for p in out if proc.alive(p)}
 
     def terminate(self) -> None:
         for p in self.procs:
@@ -155,7 +156,7 @@ class LocalRun:
                 p.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        lifetime.kill_pids(self.tree(), signal.SIGKILL)
+        proc.kill_pids(self.tree(), signal.SIGKILL)
 
 
 def _first_failure(codes: list[int | None]) -> tuple[int, int] | None:
@@ -198,14 +199,14 @@ def _supervise(run: LocalRun, stop: StopSignals, *, grace: float, timeout: float
                              timed_out=bool(timeout) and time.monotonic() - run.t0 > timeout)
             if reason is not None:
                 run.terminate()
-                kill_at = time.monotonic() + lifetime.escalation(3, grace)
+                kill_at = time.monotonic() + contract.escalation(3, grace)
         elif stop.force or time.monotonic() > kill_at:
             run.kill()
         run.adopt_orphans(before)
         time.sleep(0.1)
     run.adopt_orphans(before)
-    lifetime.kill_pids(run.tree(), signal.SIGKILL)  # e.g. a command job's workers whose agent is gone
-    lifetime.reap(run.adopted)
+    proc.kill_pids(run.tree(), signal.SIGKILL)  # e.g. a command job's workers whose agent is gone
+    proc.reap(run.adopted)
     codes = run.codes()
     if reason == "done" or all(c == 0 for c in codes):
         return "done", None  # succeeded (the rest stopped), or finished before a stop could take effect
@@ -222,7 +223,7 @@ def _supervise(run: LocalRun, stop: StopSignals, *, grace: float, timeout: float
 def _make_tmp_dir() -> str:
     _sweep_stale_tmp()
     d = tempfile.mkdtemp(prefix=TMP_PREFIX)
-    Path(d, OWNER_FILE).write_text(f"{os.getpid()} {lifetime.start_time(os.getpid())}")
+    Path(d, OWNER_FILE).write_text(f"{os.getpid()} {proc.start_time(os.getpid())}")
     return d
 
 
@@ -234,7 +235,7 @@ def _sweep_stale_tmp() -> None:
             pid, started = Path(d, OWNER_FILE).read_text().split()
         except (OSError, ValueError):
             continue
-        if str(lifetime.start_time(int(pid))) != started:
+        if str(proc.start_time(int(pid))) != started:
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -242,7 +243,7 @@ def _sweep_stale_tmp() -> None:
 # run_local
 
 
-def _check(cfg: RuntimeConfig) -> None:
+def _check(cfg: LocalJob) -> None:
     """Built-in jobs: the runtime's layout rules, before anything starts. Command jobs: none (the
     script is the user's; nodes × procsPerNode is the world size by construction)."""
     if cfg.spec.command:
@@ -255,14 +256,12 @@ def _check(cfg: RuntimeConfig) -> None:
         cuda = torch.cuda.is_available()
     except ImportError:  # pragma: no cover
         cuda = False
-    from phalanx.api.layout import check_layout
-
     errors = check_layout(cfg.spec, cuda_available=cuda)
     if errors:
         raise LayoutError(errors)
 
 
-def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = False, *, timeout: float | None = None,
+def run_local(job_yaml_path: str | os.PathLike | LocalJob, json: bool = False, *, timeout: float | None = None,
               progress_port: int | None = None, env: dict[str, str] | None = None,
               checkpoint_dir: str | os.PathLike | None = None) -> dict:
     """Run the job to completion on this machine; returns the summary dict (and prints it as the
@@ -274,19 +273,19 @@ def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = Fal
     ``env`` is added to every node's environment (``PHALANX_STOP_GRACE_SECONDS`` there or in ours
     sets the grace period; default 30 s). Checkpoints go to ``checkpoint_dir`` (a rerun with the
     same directory resumes) or to ``<job tmp dir>/checkpoints``, removed at the end."""
-    cfg = job_yaml_path if isinstance(job_yaml_path, RuntimeConfig) else load_job(job_yaml_path)
+    cfg = job_yaml_path if isinstance(job_yaml_path, LocalJob) else load_job(job_yaml_path)
     _check(cfg)
-    grace = lifetime.stop_grace({**os.environ, **(env or {})}, default=LOCAL_STOP_GRACE_SECONDS)
+    grace = contract.stop_grace({**os.environ, **(env or {})}, default=LOCAL_STOP_GRACE_SECONDS)
     out_stream = _fd(sys.stderr) if json else _fd(sys.stdout)
     d = _make_tmp_dir()
-    was_subreaper = lifetime.set_subreaper(True)
+    was_subreaper = proc.set_subreaper(True)
     try:
-        Path(d, "config.json").write_text(_json.dumps(cfg.to_dict()))
+        Path(d, "config.json").write_text(_json.dumps(runtime_config(cfg.job())))  # as the ConfigMap's
         _write_deepspeed_config(cfg, d)
         gang = slot_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
         envs = [e for _, e in gang]
         argvs = [node_argv(cfg, e, os.path.join(d, "config.json"), slot) for slot, e in gang]
-        before = set(lifetime.children(os.getpid()))
+        before = set(proc.children(os.getpid()))
         with StopSignals() as stop:
             run = LocalRun(argvs, envs, out_stream, _fd(sys.stderr))
             try:
@@ -299,23 +298,21 @@ def run_local(job_yaml_path: str | os.PathLike | RuntimeConfig, json: bool = Fal
         _raise_for(reason, failure, run.codes(), timeout, [s for s, _ in gang])
         summary = _summary(cfg, d, run.codes(), seconds, [s for s, _ in gang])
     finally:
-        lifetime.set_subreaper(was_subreaper)
+        proc.set_subreaper(was_subreaper)
         shutil.rmtree(d, ignore_errors=True)
     _print_summary(cfg, summary, json)
     return summary
 
 
-def required_processes(cfg: RuntimeConfig, gang: list) -> list[int]:
+def required_processes(cfg: LocalJob, gang: list) -> list[int]:
     """Indexes (into the gang's slots) of the processes whose exit 0 is the job's success:
     every pod of ``spec.success_roles`` (default every role; tensorflow with a chief: the chief)."""
     roles = set(cfg.spec.success_roles)
     return [i for i, slot in enumerate(gang) if slot.role in roles]
 
 
-def _write_deepspeed_config(cfg: RuntimeConfig, d: str) -> None:
+def _write_deepspeed_config(cfg: LocalJob, d: str) -> None:
     """framework deepspeed: the DeepSpeed config the ConfigMap carries, where $PHALANX_DEEPSPEED_CONFIG points."""
-    from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
-
     if uses_deepspeed(cfg.spec):
         Path(d, DEEPSPEED_CONFIG_FILE).write_text(_json.dumps(deepspeed_config(cfg.spec), indent=2, sort_keys=True))
 
@@ -338,7 +335,7 @@ def role_exit_codes(gang: list, codes: list[int | None]) -> dict[str, list[int |
     return out
 
 
-def _summary(cfg: RuntimeConfig, d: str, codes: list[int | None], seconds: float, gang: list) -> dict:
+def _summary(cfg: LocalJob, d: str, codes: list[int | None], seconds: float, gang: list) -> dict:
     world = cfg.spec.nodes * cfg.spec.procs_per_node
     if cfg.spec.command:
         s = {"mode": "command", "world_size": world, "nodes": cfg.spec.nodes, "exit_codes": codes,
@@ -354,7 +351,7 @@ def _summary(cfg: RuntimeConfig, d: str, codes: list[int | None], seconds: float
             "mfu": full.get("mfu")}
 
 
-def _print_summary(cfg: RuntimeConfig, s: dict, json: bool) -> None:
+def _print_summary(cfg: LocalJob, s: dict, json: bool) -> None:
     sys.stdout.flush()
     if json:
         keys = (("mode", "world_size", "nodes", "exit_codes", "seconds", "roles", "success_roles")
@@ -372,7 +369,7 @@ def _print_summary(cfg: RuntimeConfig, s: dict, json: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.local")
+    ap = argparse.ArgumentParser(prog="python -m phalanx.local.run")
     ap.add_argument("job")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--timeout", type=float, default=None, help="stop the run after this many seconds")

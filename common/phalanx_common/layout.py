@@ -1,8 +1,9 @@
 """Which parallel layouts a spec can run: the mesh and every reason it cannot (pure, torch-free).
 
-Shared by the operator's validator and the runtime (``phalanx_runtime.distributed.parallel_dims``
-imports it). Mesh order (torchtitan): ``pp → dp_replicate → dp_shard → tp``
-(tp innermost, inside a node).
+Shared by the operator's validator (on ``phalanx.api.types.TrainingJobSpec``) and the runtime (on
+``phalanx_runtime.config.JobSpec``, which keeps the same attribute names for the fields read here;
+``phalanx_runtime.distributed.parallel_dims`` builds the mesh). Mesh order (torchtitan):
+``pp → dp_replicate → dp_shard → tp`` (tp innermost, inside a node).
 
 * zero 0/1 (DDP, ZeRO-1): ``dp_replicate = data``, ``dp_shard = 1``.
 * zero 2/3 (FSDP2): ``dp_replicate = parallelism.replicate`` (HSDP groups),
@@ -12,9 +13,14 @@ imports it). Mesh order (torchtitan): ``pp → dp_replicate → dp_shard → tp`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from phalanx.api.presets import ModelShape, resolve_shape
-from phalanx.api.types import TrainingJobSpec
+from phalanx_common.presets import ModelShape, resolve_shape
+
+# A job's spec: the operator's TrainingJobSpec or the runtime's JobSpec (this module reads only
+# attributes both have: nodes, procs_per_node, command, data_degree, resources.gpus, parallelism,
+# model, data, training).
+TrainingJobSpec = Any
 
 MESH_DIM_NAMES = ("pp", "dp_replicate", "dp_shard", "tp")
 SINGLE_STAGE_SCHEDULES = ("GPipe", "1F1B")

@@ -3,9 +3,9 @@ CRD; tests/corpus.py feeds the one-verdict tests), and the layout it implies."""
 
 from __future__ import annotations
 
-from phalanx.api.layout import check_layout
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import TrainingJobSpec
+from phalanx_common.layout import check_layout
 
 
 def spec(par: dict, **over) -> TrainingJobSpec:

@@ -9,21 +9,21 @@ import json
 from phalanx import constants as C
 from phalanx.api.slots import Slot, slots, worker
 from phalanx.api.types import TrainingJob
-from phalanx.render.pod import rendezvous_env
-from phalanx_runtime.config import RuntimeConfig
-from phalanx_runtime.local_env import (
+from phalanx.local.env import (
+    LocalJob,
     local_tf_cluster,
     node_argv,
     pod_env,
     slot_command,
     slot_envs,
 )
+from phalanx.render.pod import rendezvous_env
 
 
-def cfg(**spec) -> RuntimeConfig:
+def cfg(**spec) -> LocalJob:
     s = {"image": "x", "nodes": 2, "command": ["python", "train.py"], "args": ["--spec-arg"], **spec}
     j = TrainingJob.model_validate({"metadata": {"name": "j", "namespace": "ml"}, "spec": s})
-    return RuntimeConfig(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
+    return LocalJob(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
 
 
 TF_ROLES = [{"name": "chief", "args": ["--coordinate"], "env": [{"name": "STEPS", "value": "$(PHALANX_ROLE)-9"}]},
@@ -31,8 +31,16 @@ TF_ROLES = [{"name": "chief", "args": ["--coordinate"], "env": [{"name": "STEPS"
             {"name": "evaluator"}]
 
 
-def env_of(c: RuntimeConfig, slot: Slot, **kw) -> dict[str, str]:
+def env_of(c: LocalJob, slot: Slot, **kw) -> dict[str, str]:
     return pod_env(c, slot, master_port=1234, config_path="/tmp/x/config.json", checkpoint_dir="/tmp/x", **kw)
+
+
+# --- when the run ends ------------------------------------------------------------------------
+
+
+
+
+
 
 
 # --- each process's command and env -----------------------------------------------------------
@@ -45,7 +53,7 @@ def test_each_slot_runs_its_roles_command_and_args():
     assert slot_command(c, Slot("evaluator", 0)) == ["python", "train.py", "--spec-arg"]
     argv = node_argv(c, {"X": "1"}, "/tmp/x/config.json", Slot("ps", 0))
     assert argv[1:4] == ["-m", "phalanx_runtime.lifetime", "--"] and argv[4:] == ["python", "ps.py"]
-    builtin = RuntimeConfig(spec=TrainingJob.model_validate(
+    builtin = LocalJob(spec=TrainingJob.model_validate(
         {"metadata": {"name": "b"}, "spec": {"image": "x", "model": {"preset": "tiny"}}}).spec, name="b")
     assert node_argv(builtin, {}, "/c.json")[1:3] == ["-m", "phalanx_runtime.launch"]
 
