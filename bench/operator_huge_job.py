@@ -25,8 +25,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from phalanx import constants as C
-from phalanx import gangstep, handlers, jobloop, startup
+from phalanx import constants, gangstep, handlers, jobloop, startup
 from phalanx.api.config import OperatorConfig, TopologyConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -44,7 +43,7 @@ def vm(key: str) -> float:
 
 
 def job(nodes: int) -> dict:
-    return {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": "TrainingJob",
+    return {"apiVersion": f"{constants.GROUP}/{constants.VERSION}", "kind": "TrainingJob",
             "metadata": {"name": "huge", "namespace": "default", "uid": "uid-huge", "generation": 1,
                          "creationTimestamp": "2026-11-30T00:00:00Z"},
             "spec": {"image": "phalanx/runtime:dev", "nodes": nodes, "procsPerNode": 8,

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import PHALANX_CRD, Phalanx, Proc, free_port, http_ok, kubectl, log, wait_for  # noqa: E402
 
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
-from phalanx import constants as C  # noqa: E402
+from phalanx import constants  # noqa: E402
 
-GROUP, VERSION, PLURAL, JOB_LABEL = C.GROUP, C.VERSION, C.PLURAL, C.LABEL_JOB_NAME
+GROUP, VERSION, PLURAL, JOB_LABEL = constants.GROUP, constants.VERSION, constants.PLURAL, constants.LABEL_JOB_NAME
 
 
 def topology(nodes: int) -> dict[str, Any]:

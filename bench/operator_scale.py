@@ -66,7 +66,7 @@ from kubernetes.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hack" / "cluster"))  # localcluster (dev-only)
 from localcluster import LocalCluster, api_client, create_nodes, parse_topology  # noqa: E402
-from phalanx import constants as C  # noqa: E402
+from phalanx import constants  # noqa: E402
 from phalanx_common.net import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ TO_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # hard-coded in tra
 TO_NAMESPACE = "kubeflow"
 TO_SECRET = "training-operator-webhook-cert"
 IMAGE = "phalanx/runtime:test"
-JOB_LABELS = (C.LABEL_JOB_NAME, "training.kubeflow.org/job-name", "job")  # Phalanx, Kubeflow, direct
+JOB_LABELS = (constants.LABEL_JOB_NAME, "training.kubeflow.org/job-name", "job")  # Phalanx, Kubeflow, direct
 
 TOPOLOGY = {
     "name": "scale-512",

@@ -61,7 +61,7 @@ from placement_quality import CFG, GPU, LEVELS, fragment, spread  # noqa: E402
 
 from localcluster import LocalCluster, api_client, create_nodes  # noqa: E402
 from localcluster.topology import node_manifests, parse_topology  # noqa: E402
-from phalanx import constants as C  # noqa: E402
+from phalanx import constants  # noqa: E402
 from phalanx.api.types import TrainingJobSpec  # noqa: E402
 from phalanx.gang.costmodel import allreduce_estimate, compact_nodes, gradient_bytes, model_params  # noqa: E402
 from phalanx.gang.inventory import free_capacity, nodes_from_list, pods_from_list  # noqa: E402
@@ -225,7 +225,7 @@ def job_manifest(name: str, n: int, backend: str = "native", required: str | Non
     scheduling: dict = {"backend": backend, "gangTimeoutSeconds": 0}
     if required:
         scheduling["topology"] = {"required": required}
-    return {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND, "metadata": {"name": name},
+    return {"apiVersion": f"{constants.GROUP}/{constants.VERSION}", "kind": constants.KIND, "metadata": {"name": name},
             "spec": {"image": "phalanx/runtime:bench", "nodes": n, "procsPerNode": 8,
                      "resources": {"gpus": 8, "cpu": "1", "memory": "1Gi"}, "model": {"preset": "debug"},
                      "training": {"globalBatchSize": n * 8}, "nodeSelector": {BENCH_LABEL: BENCH_VALUE},
@@ -233,11 +233,11 @@ def job_manifest(name: str, n: int, backend: str = "native", required: str | Non
 
 
 def job_selector(name: str) -> str:
-    return f"{C.LABEL_JOB_NAME}={name}"
+    return f"{constants.LABEL_JOB_NAME}={name}"
 
 
 def job_condition(b: Bench, name: str, type_: str = "Schedulable") -> dict:
-    obj = b.custom.get_namespaced_custom_object(C.GROUP, C.VERSION, NS, C.PLURAL, name)
+    obj = b.custom.get_namespaced_custom_object(constants.GROUP, constants.VERSION, NS, constants.PLURAL, name)
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
@@ -246,13 +246,13 @@ def run_job(b: Bench, manifest: dict, timeout: float = 120.0) -> tuple[list[str]
     Gives up early when the job says Schedulable=False (a gang that will not be placed)."""
     name, n = manifest["metadata"]["name"], manifest["spec"]["nodes"]
     ts = time.monotonic()
-    b.custom.create_namespaced_custom_object(C.GROUP, C.VERSION, NS, C.PLURAL, manifest)
+    b.custom.create_namespaced_custom_object(constants.GROUP, constants.VERSION, NS, constants.PLURAL, manifest)
     placed, note = None, ""
     deadline = ts + timeout
     while time.monotonic() < deadline:
         ps = b.pods(job_selector(name))
         if len(ps) == n and all(p["spec"].get("nodeName") for p in ps):
-            ranks = {int(p["metadata"]["labels"][C.LABEL_NODE_RANK]): p["spec"]["nodeName"] for p in ps}
+            ranks = {int(p["metadata"]["labels"][constants.LABEL_NODE_RANK]): p["spec"]["nodeName"] for p in ps}
             placed = [ranks[r] for r in range(n)]
             break
         cond = job_condition(b, name)
@@ -269,7 +269,7 @@ def run_job(b: Bench, manifest: dict, timeout: float = 120.0) -> tuple[list[str]
 
 
 def delete_job(b: Bench, name: str) -> None:
-    b.custom.delete_namespaced_custom_object(C.GROUP, C.VERSION, NS, C.PLURAL, name, body={"propagationPolicy": "Background"})
+    b.custom.delete_namespaced_custom_object(constants.GROUP, constants.VERSION, NS, constants.PLURAL, name, body={"propagationPolicy": "Background"})
     wait_for(f"{name}'s pods gone", lambda: not b.pods(job_selector(name)), 120)
     time.sleep(1.0)  # scheduler cache sees the deletions before the next run
 
@@ -302,7 +302,7 @@ def cannot_fit(b: Bench, kind: str, n: int, seconds: float, tas_level: str) -> l
                             ("kube-scheduler gang workload (no topology)", job_manifest("nofit-wl", n, "workload")),
                             (f"kube-scheduler TAS workload (required {tas_level})", job_manifest("nofit-tas", n, "workload", tas_level))):
         name = manifest["metadata"]["name"]
-        b.custom.create_namespaced_custom_object(C.GROUP, C.VERSION, NS, C.PLURAL, manifest)
+        b.custom.create_namespaced_custom_object(constants.GROUP, constants.VERSION, NS, constants.PLURAL, manifest)
         w = watch_partial(b, job_selector(name), seconds)
         cond = job_condition(b, name)
         out.append((kind, label, n, w, f"Schedulable={cond.get('status')} {cond.get('reason')}: {cond.get('message', '')}"))
@@ -376,7 +376,7 @@ def start_cluster_and_operator(work: Path, features=("workload",)):
     kc = f"--kubeconfig={cluster.kubeconfig}"
     subprocess.run([cluster.kubectl, kc, "apply", "--server-side", "-f", str(CRD_FILE)], check=True, capture_output=True)
     subprocess.run([cluster.kubectl, kc, "wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{C.PLURAL}.{C.GROUP}"], check=True, capture_output=True)
+                    f"crd/{constants.PLURAL}.{constants.GROUP}"], check=True, capture_output=True)
     op = OperatorProcess(cluster.kubeconfig, work).start()
     return cluster, op
 

@@ -28,8 +28,7 @@ from typing import Any
 
 import yaml
 
-from phalanx import __version__
-from phalanx import constants as C
+from phalanx import __version__, constants
 from phalanx.gang.inventory import parse_quantity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +39,7 @@ CHART = ROOT / "charts" / "phalanx"
 MARKER = re.compile(r"^# Runs on kind: (yes|no)\b(.*)$")
 NEEDS = "# Needs:"
 FENCE = re.compile(r"^```(yaml|yml)[^\n]*\n(.*?)^```", re.S | re.M)
-OUR_KINDS = (C.KIND, C.SWEEP_KIND)
+OUR_KINDS = (constants.KIND, constants.SWEEP_KIND)
 
 # What `hack/kind-e2e.sh up` has (hack/kind/up.sh): two workers of a few CPUs and GiB each, which
 # also run the operator; the runtime image loaded; the PVC phalanx-shared; the chart's default
@@ -84,13 +83,13 @@ def documents(path: Path) -> list[Any]:
 
 
 def ours(doc: Any) -> bool:
-    return isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(f"{C.GROUP}/") and doc.get("kind") in OUR_KINDS
+    return isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(f"{constants.GROUP}/") and doc.get("kind") in OUR_KINDS
 
 
 def job_spec(doc: dict[str, Any]) -> dict[str, Any]:
     """A TrainingJob's spec, or a TrainingSweep's template spec."""
     spec = doc.get("spec") or {}
-    return (spec.get("template") or {}).get("spec") or {} if doc.get("kind") == C.SWEEP_KIND else spec
+    return (spec.get("template") or {}).get("spec") or {} if doc.get("kind") == constants.SWEEP_KIND else spec
 
 
 def kind_blockers(doc: Any) -> list[str]:
@@ -139,7 +138,7 @@ def snippets(text: str, name: str) -> list[tuple[str, dict[str, Any]]]:
         docs = [d for d in yaml.safe_load_all(m.group(2)) if d is not None]
         if len(docs) == 1 and isinstance(docs[0], dict) and list(docs[0]) == ["spec"]:
             spec = {"image": KIND_IMAGE, **(docs[0]["spec"] or {})}
-            docs = [{"apiVersion": C.API_VERSION, "kind": C.KIND, "metadata": {"name": "fragment"}, "spec": spec}]
+            docs = [{"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "fragment"}, "spec": spec}]
         out += [(where, d) for d in docs if ours(d)]
     return out
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import yaml
 
-from phalanx import __version__
-from phalanx import constants as C
+from phalanx import __version__, constants
 from phalanx.api.config import OperatorConfig
 from phalanx.api.manifests import (
     InputError,
@@ -272,9 +271,9 @@ def _cluster_commands(sub: Any) -> None:
 
     p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log",
                        description=f"Write a PNG of a job's loss, tokens/s, MFU and step time from the "
-                       f"{C.METRICS_LOG_FILE} rank 0 appends to in the job's checkpoint dir.")
+                       f"{constants.METRICS_LOG_FILE} rank 0 appends to in the job's checkpoint dir.")
     p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job> on its checkpoint volume, or "
-                                f"phalanx local's --checkpoint-dir) or its {C.METRICS_LOG_FILE}; a job without a "
+                                f"phalanx local's --checkpoint-dir) or its {constants.METRICS_LOG_FILE}; a job without a "
                                 "checkpoint volume writes none")
     p.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="PNG to write (default: curves.png)")
     p.add_argument("--title", metavar="TITLE", help="figure title (default: the job's directory name)")
@@ -282,28 +281,28 @@ def _cluster_commands(sub: Any) -> None:
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)",
                        description=f"Run the operator (in-cluster, or given a kubeconfig): liveness on "
-                       f":{C.DEFAULT_LIVENESS_PORT}/healthz, Prometheus metrics on :{C.DEFAULT_OPERATOR_METRICS_PORT}/metrics.")
+                       f":{constants.DEFAULT_LIVENESS_PORT}/healthz, Prometheus metrics on :{constants.DEFAULT_OPERATOR_METRICS_PORT}/metrics.")
     p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS", help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology)")
-    p.add_argument("--liveness-port", type=int, default=C.DEFAULT_LIVENESS_PORT, metavar="PORT",
+    p.add_argument("--liveness-port", type=int, default=constants.DEFAULT_LIVENESS_PORT, metavar="PORT",
                    help="serve /healthz here (0: not at all)")
-    p.add_argument("--metrics-port", type=int, default=C.DEFAULT_OPERATOR_METRICS_PORT, metavar="PORT",
+    p.add_argument("--metrics-port", type=int, default=constants.DEFAULT_OPERATOR_METRICS_PORT, metavar="PORT",
                    help="serve Prometheus /metrics here (0: not at all)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
     p.add_argument("--leader-elect", action="store_true", help="run as one of several replicas: only the Lease holder reconciles")
-    p.add_argument("--leader-elect-lease-name", default=C.LEADER_LEASE_NAME, metavar="NAME",
-                   help=f"the Lease's name (default: {C.LEADER_LEASE_NAME})")
-    p.add_argument("--leader-elect-namespace", metavar="NS", help=f"the Lease's namespace (default: ${C.ENV_OPERATOR_POD_NAMESPACE}, then the in-cluster one)")
-    p.add_argument("--leader-elect-lease-duration", type=float, default=C.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS",
+    p.add_argument("--leader-elect-lease-name", default=constants.LEADER_LEASE_NAME, metavar="NAME",
+                   help=f"the Lease's name (default: {constants.LEADER_LEASE_NAME})")
+    p.add_argument("--leader-elect-namespace", metavar="NS", help=f"the Lease's namespace (default: ${constants.ENV_OPERATOR_POD_NAMESPACE}, then the in-cluster one)")
+    p.add_argument("--leader-elect-lease-duration", type=float, default=constants.LEADER_LEASE_DURATION_SECONDS, metavar="SECONDS",
                    help="a standby takes over this long after the Lease last changed")
-    p.add_argument("--leader-elect-renew-deadline", type=float, default=C.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS",
+    p.add_argument("--leader-elect-renew-deadline", type=float, default=constants.LEADER_RENEW_DEADLINE_SECONDS, metavar="SECONDS",
                    help="a holder that has not renewed for this long stops")
-    p.add_argument("--leader-elect-retry-period", type=float, default=C.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS",
+    p.add_argument("--leader-elect-retry-period", type=float, default=constants.LEADER_RETRY_PERIOD_SECONDS, metavar="SECONDS",
                    help="how often to try to acquire or renew the Lease")
-    p.add_argument("--shutdown-grace", type=float, default=C.SHUTDOWN_GRACE_SECONDS, metavar="SECONDS",
+    p.add_argument("--shutdown-grace", type=float, default=constants.SHUTDOWN_GRACE_SECONDS, metavar="SECONDS",
                    help="after SIGTERM, exit within this long whatever is still running")
     p.set_defaults(fn=cmd_operator)
 

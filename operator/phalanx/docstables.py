@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx import reasons as R
+from phalanx import reasons
 
 OPEN = re.compile(r"^<!-- generated: ([a-z][a-z0-9-]*) -->$")
 CLOSE = "<!-- end generated -->"
@@ -64,9 +64,9 @@ def _code(items: Iterable[str]) -> str:
 # --- reasons and conditions (phalanx/reasons.py) ---------------------------------------------
 
 GROUP_TITLES = {
-    R.PENDING: "**Waiting** (the {kind} waits to be created, placed, admitted or to start more; the reason says for what):",
-    R.FAILED: "**Failed** (the {kind} ended Failed; the reason is on `Failed=True` and in an Event):",
-    R.OTHER: "**Other** (progress, success, suspension, restarts):",
+    reasons.PENDING: "**Waiting** (the {kind} waits to be created, placed, admitted or to start more; the reason says for what):",
+    reasons.FAILED: "**Failed** (the {kind} ended Failed; the reason is on `Failed=True` and in an Event):",
+    reasons.OTHER: "**Other** (progress, success, suspension, restarts):",
 }
 
 
@@ -84,7 +84,7 @@ def _reason_rows(tables: Sequence[tuple[type, dict, str]], group: str) -> list[l
 
 def reasons_block(tables: Sequence[tuple[type, dict, str]], kind: str, footer: str = "") -> str:
     lines: list[str] = []
-    for group in R.GROUPS:
+    for group in reasons.GROUPS:
         rows = _reason_rows(tables, group)
         if rows:
             title = GROUP_TITLES[group].format(kind=kind)
@@ -99,7 +99,7 @@ PASS_THROUGH = ("`Restarting=True` also carries a failed pod's own reason as Kub
 
 def node_exclusions_block() -> str:
     rows = [[f"`{member.value.format(resource='RESOURCE', level='LEVEL')}`", doc.meaning, doc.fix]
-            for member, doc in R.NODE_EXCLUSIONS.items()]
+            for member, doc in reasons.NODE_EXCLUSIONS.items()]
     return "\n".join(_table(["excluded", "meaning", "what to do"], rows))
 
 
@@ -110,7 +110,7 @@ def _on_condition(tables: Sequence[tuple[type, dict, str]], cond: str) -> list[s
     return list(dict.fromkeys(found))
 
 
-def conditions_block(conditions: dict[str, R.ConditionDoc], tables: Sequence[tuple[type, dict, str]]) -> str:
+def conditions_block(conditions: dict[str, reasons.ConditionDoc], tables: Sequence[tuple[type, dict, str]]) -> str:
     rows = [[f"`{t}`", d.true, d.false, d.unknown or "—", _code(_on_condition(tables, t))] for t, d in conditions.items()]
     return "\n".join(_table(["condition", "True", "False", "Unknown", "reasons"], rows))
 
@@ -291,11 +291,11 @@ def modules_block(repo: Path) -> str:
 # --- blocks in files ----------------------------------------------------------------------------
 
 BLOCKS: dict[str, Callable[[Sources], str]] = {
-    "reasons": lambda _: reasons_block(R.TABLES, "job", PASS_THROUGH),
-    "sweep-reasons": lambda _: reasons_block(R.SWEEP_TABLES, "sweep"),
+    "reasons": lambda _: reasons_block(reasons.TABLES, "job", PASS_THROUGH),
+    "sweep-reasons": lambda _: reasons_block(reasons.SWEEP_TABLES, "sweep"),
     "node-exclusions": lambda _: node_exclusions_block(),
-    "conditions": lambda _: conditions_block(R.CONDITIONS, R.TABLES),
-    "sweep-conditions": lambda _: conditions_block(R.SWEEP_CONDITIONS, R.SWEEP_TABLES),
+    "conditions": lambda _: conditions_block(reasons.CONDITIONS, reasons.TABLES),
+    "sweep-conditions": lambda _: conditions_block(reasons.SWEEP_CONDITIONS, reasons.SWEEP_TABLES),
     "cli": lambda s: cli_block(s.parser),
     "rbac": lambda s: rbac_block(s.rbac_template),
     "printer-columns": lambda _: printer_columns_block(),

@@ -43,7 +43,7 @@ def _priority(job: TrainingJob, priority_classes: kopf.Index) -> int:
     return next(iter(priority_classes.get(name, [0]))) if name else 0
 
 
-def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
+def native_gang_step(memo: kopf.Memo, indexes: Indexes) -> GangStep:
     """The reconcile's gang step: this gang's row of the scheduler's plan of every waiting gang;
     pin and release it only if it is placed. It runs inside decide(), on the one decide thread,
     as the scheduler's cycles do, so plans never interleave; what it reads and writes of the
@@ -55,7 +55,7 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
         namespace, name = job.metadata.namespace, job.metadata.name
         key = f"{namespace}/{name}"
-        request = gang_request(job, config, _priority(job, ix.priority_classes))
+        request = gang_request(job, config, _priority(job, indexes.priority_classes))
 
         def alive() -> None:
             if loop is not None and not gangs.alive(namespace, name):
@@ -63,12 +63,12 @@ def native_gang_step(memo: kopf.Memo, ix: Indexes) -> GangStep:
 
         def join() -> Row | None:
             alive()
-            scheduler.attach(ix.cluster_nodes, ix.usage)
+            scheduler.attach(indexes.cluster_nodes, indexes.usage)
             return scheduler.submit(key, request)
 
         def read() -> tuple[Row | None, list[Any]]:
             alive()
-            return scheduler.row(key, request), _values(ix.cluster_nodes)
+            return scheduler.row(key, request), _values(indexes.cluster_nodes)
 
         if on_loop(loop, join) is None:
             scheduler.cycle(loop, config, quiet=key)
@@ -95,7 +95,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fits:
+def elastic_probe(memo: kopf.Memo, namespace: str, name: str, indexes: Indexes) -> Fits:
     """Could this job's gang be placed at another size? Its own pods count as free (they would be
     replaced); other waiting gangs keep their queue order; nothing is queued, pinned or booked."""
     scheduler, config = memo.scheduler, memo.config
@@ -103,8 +103,8 @@ def elastic_probe(memo: kopf.Memo, namespace: str, name: str, ix: Indexes) -> Fi
 
     def fits(candidate: TrainingJob) -> bool:
         def request() -> GangRequest:
-            scheduler.attach(ix.cluster_nodes, ix.usage)
-            return gang_request(candidate, config, _priority(candidate, ix.priority_classes))
+            scheduler.attach(indexes.cluster_nodes, indexes.usage)
+            return gang_request(candidate, config, _priority(candidate, indexes.priority_classes))
 
         return scheduler.probe(loop, on_loop(loop, request), config)
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import kopf
 
-from phalanx import constants as C
-from phalanx import startup
+from phalanx import constants, startup
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.quota import quota_entry
 from phalanx.gangstep import Indexes, elastic_probe, native_gang_step
@@ -61,19 +60,19 @@ def _owner(body: kopf.Body) -> str | None:
     return next((o.get("uid") for o in refs if isinstance(o, dict) and o.get("controller")), None)
 
 
-@kopf.index("services", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+@kopf.index("services", labels={constants.LABEL_JOB_NAME: kopf.PRESENT})
 def job_services(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
     return {(namespace, name): (_owner(body), True)}
 
 
-@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels={constants.LABEL_JOB_NAME: kopf.PRESENT})
 def job_network_policies(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict:
     return {(namespace, name): (_owner(body), True)}
 
 
-@kopf.index("configmaps", labels={C.LABEL_JOB_NAME: kopf.PRESENT})
+@kopf.index("configmaps", labels={constants.LABEL_JOB_NAME: kopf.PRESENT})
 def job_config_maps(namespace: str, name: str, annotations: dict[str, str], body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, name): (_owner(body), annotations.get(C.ANNOTATION_SPEC_HASH))}
+    return {(namespace, name): (_owner(body), annotations.get(constants.ANNOTATION_SPEC_HASH))}
 
 
 @kopf.index("nodes")
@@ -118,7 +117,7 @@ async def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> 
 # The per-job loop
 
 
-@kopf.daemon(C.GROUP, C.VERSION, C.PLURAL, cancellation_timeout=10.0)
+@kopf.daemon(constants.GROUP, constants.VERSION, constants.PLURAL, cancellation_timeout=10.0)
 async def job_loop(
     name: str,
     namespace: str,
@@ -135,7 +134,7 @@ async def job_loop(
     **_: Any,
 ) -> None:
     pods = memo.pod_reflector
-    ix = Indexes(pods.job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, pods,
+    indexes = Indexes(pods.job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, pods,
                  priority_classes, namespace_labels, resource_quotas)
-    await run_job(memo, namespace, name, body, stopped, ix, native_gang_step(memo, ix),
-                  elastic_probe(memo, namespace, name, ix))
+    await run_job(memo, namespace, name, body, stopped, indexes, native_gang_step(memo, indexes),
+                  elastic_probe(memo, namespace, name, indexes))

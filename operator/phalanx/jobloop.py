@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import TERMINAL_PHASES, Phase
 from phalanx.backends import backend_named
 from phalanx.backends import kueue as kueue_backend
@@ -64,9 +64,9 @@ def job_status_view(status: dict[str, Any]) -> tuple[Any, ...]:
 
 
 async def run_job(memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
-                  ix: Any, gang: GangStep, fits: Fits | None) -> None:
+                  indexes: Any, gang: GangStep, fits: Fits | None) -> None:
     """The job's passes until it is deleted; then nothing of it stays in ``memo.gangs``."""
-    loop = JobLoop(memo, namespace, name, body, ix, gang, fits)
+    loop = JobLoop(memo, namespace, name, body, indexes, gang, fits)
     try:
         await run_while_leading(loop.reconcile, stopped, memo.leader)
     finally:
@@ -140,11 +140,11 @@ class _Failures:
 class JobLoop:
     """One job's reconcile passes: observe → decide → execute → report → wait for a reason."""
 
-    def __init__(self, memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, ix: Any,
+    def __init__(self, memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, indexes: Any,
                  gang: GangStep, fits: Fits | None):
-        """``ix``: the indexes the loop reads (gangstep.Indexes); ``gang``, ``fits``: the
+        """``indexes``: what the loop reads (gangstep.Indexes); ``gang``, ``fits``: the
         reconcile's gang step and elastic probe (decide()'s)."""
-        self.memo, self.namespace, self.name, self.body, self.ix = memo, namespace, name, body, ix
+        self.memo, self.namespace, self.name, self.body, self.indexes = memo, namespace, name, body, indexes
         self.key = (namespace, name)
         self.wake = memo.gangs.wakeup(namespace, name)
         self.gang = gang
@@ -179,9 +179,9 @@ class JobLoop:
 
     async def observe(self) -> tuple[dict[str, Any], Observed]:
         """The job as the body shows it, and its children as the indexes show them."""
-        ns, name, body, ix = self.namespace, self.name, self.body, self.ix
+        ns, name, body, indexes = self.namespace, self.name, self.body, self.indexes
         uid = body["metadata"].get("uid")
-        pods = [p for p in ix.job_pods.get(self.key, []) if _controlled(p)]
+        pods = [p for p in indexes.job_pods.get(self.key, []) if _controlled(p)]
         status = dict(body.get("status") or {})
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
@@ -190,17 +190,17 @@ class JobLoop:
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
             pods=pods,
-            service_exists=bool(owned(ix.job_services, (ns, service_name(name)), uid)),
-            config_map_exists=bool(owned(ix.job_config_maps, (ns, config_map_name(name)), uid)),
-            network_policy_exists=bool(owned(ix.job_network_policies, (ns, network_policy_name(name)), uid)),
+            service_exists=bool(owned(indexes.job_services, (ns, service_name(name)), uid)),
+            config_map_exists=bool(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)),
+            network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
             progress=self.progress,
-            lost_nodes=_lost_nodes(pods, ix.cluster_nodes),
-            config_map_hash=next(iter(owned(ix.job_config_maps, (ns, config_map_name(name)), uid)), None),
+            lost_nodes=_lost_nodes(pods, indexes.cluster_nodes),
+            config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec, self.memo.config.workload_api_versions)
             or (kueued.condition() if kueued else None),
             backend_evicted=kueued.eviction() if kueued else None,
-            quotas=tuple(ix.resource_quotas.get(ns, ())),
+            quotas=tuple(indexes.resource_quotas.get(ns, ())),
         )
         obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                "spec": spec, "status": status}
@@ -211,7 +211,7 @@ class JobLoop:
         from the API server on a new job's first pass: a label set just before the job may not
         have reached the watch yet, and that pass may create the gang. A job with a status was
         created long before (an operator restart or failover must not list once per job)."""
-        labels = next(iter(self.ix.namespace_labels.get(self.namespace, [None])))
+        labels = next(iter(self.indexes.namespace_labels.get(self.namespace, [None])))
         if self.namespace_read or self.memo.kube is None or (self.body.get("status") or {}).get("phase"):
             return labels
         self.namespace_read = True  # once: a role without list on namespaces keeps the watch's view
@@ -288,11 +288,11 @@ class JobLoop:
 
     async def settle(self, plan: Plan) -> None:
         """Wait for the index to show what we did, then for a wake-up or the resync."""
-        await await_expectations(self.key, self.ix.job_pods, plan)
+        await await_expectations(self.key, self.indexes.job_pods, plan)
         if plan.create or plan.delete_pods or plan.release:
             return  # re-decide at once on the fresh view
         # one pass for a burst of pod events; longer for a big gang (lifecycle/pacing.py)
-        await resync(self.wake, plan.requeue_after, wake_coalesce_seconds(len(self.ix.job_pods.get(self.key, ()))))
+        await resync(self.wake, plan.requeue_after, wake_coalesce_seconds(len(self.indexes.job_pods.get(self.key, ()))))
 
 
 async def _report_refusals(memo: kopf.Memo, body: kopf.Body, obj: dict, plan: Plan,
@@ -350,7 +350,7 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozen
 
 async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed."""
-    rank0 = [p for p in pods if p["metadata"]["labels"].get(C.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
+    rank0 = [p for p in pods if p["metadata"]["labels"].get(constants.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
     if not rank0 or kube is None:
         return None
     pod, problems = rank0[-1], []
@@ -367,7 +367,7 @@ async def _workload_schedulable(kube: Kube, namespace: str, name: str, spec: dic
     if not backend_named((spec.get("scheduling") or {}).get("backend")).reads_pod_group(workload_api_versions):
         return None
     try:
-        pod_group = await kube.get_custom(f"{C.WORKLOAD_API_GROUP}/v1alpha2", "podgroups", namespace,
+        pod_group = await kube.get_custom(f"{constants.WORKLOAD_API_GROUP}/v1alpha2", "podgroups", namespace,
                                           workload_backend.pod_group_name(name))
     except Exception:  # noqa: BLE001 - unreadable now: the condition stays as it was
         log.warning("reading the PodGroup of %s/%s failed", namespace, name, exc_info=True)

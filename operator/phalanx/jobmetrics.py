@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client.core import Metric
 from prometheus_client.registry import REGISTRY, Collector
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import Phase
 from phalanx.lifecycle.status import parse_iso
 
@@ -84,7 +84,7 @@ def job_samples(job: dict[str, Any], progress: dict[str, Any] | None = None) -> 
     """Every series of one job. Loss, tokens/s, MFU and step time come from rank 0's progress when
     there is one (fresher, and a NaN loss survives), else from the status."""
     meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
-    base = ((C.METRIC_LABEL_NAMESPACE, meta.get("namespace") or "default"), (C.METRIC_LABEL_JOB, meta.get("name") or ""))
+    base = ((constants.METRIC_LABEL_NAMESPACE, meta.get("namespace") or "default"), (constants.METRIC_LABEL_JOB, meta.get("name") or ""))
     live = progress or {}
     out: list[Sample] = []
 
@@ -152,7 +152,7 @@ def pending_reason(status: dict[str, Any]) -> str:
     """Why a job waits: the reason of the first of Created, Schedulable that is not True (e.g.
     CreateRefused, Unschedulable, GangIncomplete), else the phase itself."""
     conds = _conditions(status)
-    for type_ in (C.COND_CREATED, C.COND_SCHEDULABLE):
+    for type_ in (constants.COND_CREATED, constants.COND_SCHEDULABLE):
         cond = conds.get(type_)
         if cond and cond.get("status") != "True" and cond.get("reason"):
             return cond["reason"]
@@ -163,7 +163,7 @@ def _pending_since(meta: dict[str, Any], status: dict[str, Any]) -> float | None
     """The latest of: created, stopped running (restart, resize, suspend), resumed."""
     conds = _conditions(status)
     times = [_epoch(meta.get("creationTimestamp"))]
-    for type_ in (C.COND_RUNNING, C.COND_SUSPENDED):
+    for type_ in (constants.COND_RUNNING, constants.COND_SUSPENDED):
         cond = conds.get(type_)
         if cond and cond.get("status") == "False":
             times.append(_epoch(cond.get("lastTransitionTime")))

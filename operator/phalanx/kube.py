@@ -14,8 +14,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from phalanx import constants as C
-from phalanx import safejson
+from phalanx import constants, safejson
 from phalanx.decision import Plan
 from phalanx.gang.pins import pin_affinity
 from phalanx.lifecycle.progress import MAX_BYTES, http_body
@@ -61,7 +60,7 @@ class Kube:
     """The few API calls the operator makes, run in a thread pool (the client is synchronous)."""
 
     api: client.ApiClient
-    concurrency: int = C.DEFAULT_POD_CREATE_CONCURRENCY
+    concurrency: int = constants.DEFAULT_POD_CREATE_CONCURRENCY
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api)
@@ -211,18 +210,18 @@ class Kube:
         return outcome is Outcome.DONE
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any], before: dict[str, Any] | None,
-                           plural: str = C.PLURAL) -> None:
+                           plural: str = constants.PLURAL) -> None:
         """Write a TrainingJob's (or, ``plural``, a TrainingSweep's) whole status; the keys of
         ``before`` that it no longer has are removed."""
         removed = {k: None for k in (before or {}) if k not in status}
         body = {"status": {**status, **removed}}
         await self._call("patch", self.custom.patch_namespaced_custom_object_status,
-                         C.GROUP, C.VERSION, namespace, plural, name, body)
+                         constants.GROUP, constants.VERSION, namespace, plural, name, body)
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete a TrainingJob (its children go with it); one gone already is deleted."""
         await self._call_expecting((Outcome.GONE,), "delete", self.custom.delete_namespaced_custom_object,
-                                   C.GROUP, C.VERSION, namespace, C.PLURAL, name,
+                                   constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name,
                                    body={"propagationPolicy": "Background"})
 
     async def create_job(self, namespace: str, obj: dict[str, Any]) -> bool:
@@ -230,15 +229,15 @@ class Kube:
         (a replayed create; whose it is the sweep reads from its trials' index). A refusal
         (invalid, forbidden) is raised as the API server's ApiException."""
         outcome, _ = await self._call_expecting((Outcome.EXISTS,), "create", self.custom.create_namespaced_custom_object,
-                                                C.GROUP, C.VERSION, namespace, C.PLURAL, obj)
+                                                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, obj)
         return outcome is Outcome.DONE
 
     async def suspend_job(self, namespace: str, name: str) -> None:
         """Set a TrainingJob's spec.suspend (a sweep stopping a trial); one gone needs nothing."""
         await self._call_expecting((Outcome.GONE,), "patch", self.custom.patch_namespaced_custom_object,
-                                   C.GROUP, C.VERSION, namespace, C.PLURAL, name, {"spec": {"suspend": True}})
+                                   constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, {"spec": {"suspend": True}})
 
-    async def get_progress(self, pod_ip: str, port: int = C.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:
+    async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:
         """Rank 0's progress body, unparsed: it is untrusted (lifecycle.progress.parse_progress).
         None when unreachable, slower than ``timeout``, not 200, or over the size limit."""
         try:
@@ -392,7 +391,7 @@ def _classify(obj: dict[str, Any], result: Any) -> tuple[Refusal | None, BaseExc
 def _needs_sibling(obj: dict[str, Any]) -> bool:
     """A scheduling.k8s.io PodGroup that names its Workload: kube-apiserver's PodGroupWorkloadExists
     admission refuses it (403) unless that Workload exists, which a dry run of both cannot show."""
-    return obj["kind"] == "PodGroup" and obj.get("apiVersion", "").startswith(f"{C.WORKLOAD_API_GROUP}/") \
+    return obj["kind"] == "PodGroup" and obj.get("apiVersion", "").startswith(f"{constants.WORKLOAD_API_GROUP}/") \
         and bool((obj.get("spec") or {}).get("podGroupTemplateRef"))
 
 

@@ -34,7 +34,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.metrics import LEADER
 
 log = logging.getLogger("phalanx.leader")
@@ -46,9 +46,9 @@ log = logging.getLogger("phalanx.leader")
 
 @dataclass(frozen=True)
 class Timings:
-    lease_duration: float = C.LEADER_LEASE_DURATION_SECONDS
-    renew_deadline: float = C.LEADER_RENEW_DEADLINE_SECONDS
-    retry_period: float = C.LEADER_RETRY_PERIOD_SECONDS
+    lease_duration: float = constants.LEADER_LEASE_DURATION_SECONDS
+    renew_deadline: float = constants.LEADER_RENEW_DEADLINE_SECONDS
+    retry_period: float = constants.LEADER_RETRY_PERIOD_SECONDS
 
     def check(self) -> Timings:
         """client-go's rule: lease duration > renew deadline > retry period > 0."""
@@ -140,13 +140,13 @@ def holds(renewed_at: float | None, now: float, timings: Timings) -> bool:
 def lease_namespace(flag: str | None, env: dict[str, str], sa_namespace: str | None) -> str | None:
     """--leader-elect-namespace, else $POD_NAMESPACE (downward API), else the in-cluster service
     account's namespace; None outside a cluster without either (the caller refuses to start)."""
-    return flag or env.get(C.ENV_OPERATOR_POD_NAMESPACE) or (sa_namespace or "").strip() or None
+    return flag or env.get(constants.ENV_OPERATOR_POD_NAMESPACE) or (sa_namespace or "").strip() or None
 
 
 def identity(env: dict[str, str], host: str, suffix: str) -> str:
     """pod name (or host name) + a per-process suffix: two processes never share an identity,
     and a restarted container does not resume its predecessor's lease."""
-    return f"{env.get(C.ENV_OPERATOR_POD_NAME) or host}_{suffix}"
+    return f"{env.get(constants.ENV_OPERATOR_POD_NAME) or host}_{suffix}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,11 +356,11 @@ class Elector:
 
 def elector_from_args(args: Any, api_client: Any) -> Elector:
     """The Elector `phalanx operator --leader-elect` runs; ValueError when misconfigured."""
-    sa_file = Path(C.SERVICE_ACCOUNT_NAMESPACE_FILE)
+    sa_file = Path(constants.SERVICE_ACCOUNT_NAMESPACE_FILE)
     namespace = lease_namespace(args.leader_elect_namespace, dict(os.environ),
                                 sa_file.read_text() if sa_file.is_file() else None)
     if not namespace:
-        raise ValueError(f"--leader-elect needs --leader-elect-namespace (or ${C.ENV_OPERATOR_POD_NAMESPACE}) outside a cluster")
+        raise ValueError(f"--leader-elect needs --leader-elect-namespace (or ${constants.ENV_OPERATOR_POD_NAMESPACE}) outside a cluster")
     timings = Timings(args.leader_elect_lease_duration, args.leader_elect_renew_deadline, args.leader_elect_retry_period).check()
     me = identity(dict(os.environ), socket.gethostname(), uuid.uuid4().hex[:8])
     # each request may take a third of the renew deadline: a loaded API server (or a busy process)

@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.manifests import InputError, load_operator_config
 from phalanx.shutdown import TerminationGuard
 
@@ -86,7 +86,7 @@ def run_operator(args: argparse.Namespace) -> int:
     finally:
         # kopf has stopped (a signal, or a failure it could not survive): threads still busy
         # (a decide, an API call) must not keep a process without a reconcile loop alive
-        guard.exit_within(C.EXIT_AFTER_STOP_SECONDS, "threads still running after the operator stopped")
+        guard.exit_within(constants.EXIT_AFTER_STOP_SECONDS, "threads still running after the operator stopped")
     return 0
 
 

@@ -29,8 +29,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from phalanx import constants as C
-from phalanx import safejson
+from phalanx import constants, safejson
 
 log = logging.getLogger("phalanx.podreflector")
 
@@ -67,7 +66,7 @@ def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
     # The termination message (the pod's own words: read by lifecycle/progress and failure_cause)
     # is kept to what a kubelet writes, its tail: that is where a log's error is.
     message = term.get("message")
-    message = message[-C.TERMINATION_MESSAGE_MAX_BYTES:] if isinstance(message, str) else None
+    message = message[-constants.TERMINATION_MESSAGE_MAX_BYTES:] if isinstance(message, str) else None
     return {"terminated": {"exitCode": term.get("exitCode"), "reason": _s(term.get("reason")), "message": message}}
 
 
@@ -80,7 +79,7 @@ def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:
     # the declared progress port (hostNetwork jobs have their own): see lifecycle.progress.progress_port
     return {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
-            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == C.PORT_NAME_PROGRESS]}
+            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS]}
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,7 +112,7 @@ def job_of(entry: Mapping[str, Any] | None, namespaces: Collection[str] | None) 
     its namespace (``namespaces`` None: all)."""
     if entry is None:
         return None
-    job = entry["metadata"]["labels"].get(C.LABEL_JOB_NAME)
+    job = entry["metadata"]["labels"].get(constants.LABEL_JOB_NAME)
     namespace = entry["metadata"].get("namespace") or ""
     if not job or (namespaces is not None and namespace not in namespaces):
         return None
@@ -246,7 +245,7 @@ class PodReflector:
     def _relist(self) -> str:
         items, token = [], None
         while True:
-            page = self._call(self.core.list_pod_for_all_namespaces, limit=C.POD_REFLECTOR_PAGE_SIZE,
+            page = self._call(self.core.list_pod_for_all_namespaces, limit=constants.POD_REFLECTOR_PAGE_SIZE,
                               **({"_continue": token} if token else {}))
             items += [pod_entry(p) for p in page.get("items") or []]
             token = (page.get("metadata") or {}).get("continue")
@@ -262,8 +261,8 @@ class PodReflector:
 
         response = self.core.list_pod_for_all_namespaces(
             watch=True, resource_version=version, allow_watch_bookmarks=True,
-            timeout_seconds=C.POD_REFLECTOR_WATCH_SECONDS, _preload_content=False,
-            _request_timeout=(10, C.POD_REFLECTOR_WATCH_SECONDS + 30))
+            timeout_seconds=constants.POD_REFLECTOR_WATCH_SECONDS, _preload_content=False,
+            _request_timeout=(10, constants.POD_REFLECTOR_WATCH_SECONDS + 30))
         try:
             for line in iter_resp_lines(response):
                 if not line.strip():

@@ -20,8 +20,7 @@ from typing import Any
 
 import kopf
 
-from phalanx import constants as C
-from phalanx import health
+from phalanx import constants, health
 from phalanx.api.config import OperatorConfig
 from phalanx.backends import workload as workload_backend
 from phalanx.controlloop import Wakeups
@@ -62,9 +61,9 @@ class NoDiffBase(kopf.DiffBaseStorage):
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: kopf.Memo) -> None:
     """kopf's settings; ``memo`` completed from ``defaults`` (run without phalanx.main, e.g.
     `kopf run`), its API client, and the pod reflector listed before any job loop runs."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.ANNOTATION_KOPF_PREFIX)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=constants.ANNOTATION_KOPF_PREFIX)
     settings.persistence.diffbase_storage = NoDiffBase()
-    settings.persistence.finalizer = C.FINALIZER
+    settings.persistence.finalizer = constants.FINALIZER
     settings.posting.level = logging.WARNING  # our Events are explicit; no per-handler chatter
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10]
@@ -93,7 +92,7 @@ async def _discover_workload_api(kube: Kube) -> list[str] | None:
     """Which Workload API version (scheduling.k8s.io) the cluster serves, for the workload backend
     (OperatorConfig.with_workload_api); None when discovery failed."""
     try:
-        version = workload_backend.pick_api_version(await kube.served_resources(C.WORKLOAD_API_GROUP))
+        version = workload_backend.pick_api_version(await kube.served_resources(constants.WORKLOAD_API_GROUP))
     except Exception:  # noqa: BLE001 - discovery refused or failed: render the newest shape
         log.warning("Workload API discovery failed; assuming scheduling.k8s.io/%s", workload_backend.LATEST, exc_info=True)
         return None

@@ -16,9 +16,8 @@ from typing import Any, get_args
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from phalanx import constants as C
-from phalanx import safejson
-from phalanx.api import patterns as P
+from phalanx import constants, safejson
+from phalanx.api import patterns
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
@@ -90,15 +89,15 @@ def wire_form(value: Any, path: str = "", problems: list[Problem] | None = None,
 def type_problems(obj: dict[str, Any], kind: str) -> list[Problem]:
     """apiVersion and kind: ours, and ``kind``."""
     problems = []
-    if obj.get("apiVersion") != C.API_VERSION:
-        problems.append(Problem("apiVersion", f"expected {C.API_VERSION}, got {obj.get('apiVersion')!r}"))
+    if obj.get("apiVersion") != constants.API_VERSION:
+        problems.append(Problem("apiVersion", f"expected {constants.API_VERSION}, got {obj.get('apiVersion')!r}"))
     if obj.get("kind") != kind:
         problems.append(Problem("kind", f"expected {kind}, got {obj.get('kind')!r}"))
     return problems
 
 
 def _identity_problems(obj: dict[str, Any]) -> list[Problem]:
-    problems = type_problems(obj, C.KIND)
+    problems = type_problems(obj, constants.KIND)
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return problems + [Problem("metadata", "is required (a mapping with name)")]
@@ -125,7 +124,7 @@ def _effective_name(meta: dict[str, Any]) -> Any:
 def _name_problems(name: str, field: str = "metadata.name") -> list[Problem]:
     if len(name) > MAX_JOB_NAME:
         return [Problem(field, f"{len(name)} characters; at most {MAX_JOB_NAME} (pod hostnames '<name>-node-<rank>' must fit a DNS label)")]
-    if not re.fullmatch(P.JOB_NAME, name):
+    if not re.fullmatch(patterns.JOB_NAME, name):
         return [Problem(field, "must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter)")]
     return []
 
@@ -170,7 +169,7 @@ def _message(err: Any) -> str:
     """pydantic's words, made specific where they would show a regex or say 'extra inputs'."""
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "string_pattern_mismatch":
-        what = P.DESCRIPTIONS.get(ctx.get("pattern"), f"matching {ctx.get('pattern')}")
+        what = patterns.DESCRIPTIONS.get(ctx.get("pattern"), f"matching {ctx.get('pattern')}")
         return f"{err['input']!r} must be {what}"
     if kind == "extra_forbidden":
         known = _known_fields(err["loc"][:-1])

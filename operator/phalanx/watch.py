@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.termchart import chart, sparkline
 
 FINISHED = {"Succeeded": 0, "Failed": 1}
@@ -111,7 +111,7 @@ def watch(api: Any, name: str, namespace: str, timeout: float, out: TextIO = sys
     curve = Curve()
     screen = Screen(out, live=charts and _is_tty(out))
     while time.monotonic() < deadline:
-        obj = api.get_namespaced_custom_object(C.GROUP, C.VERSION, namespace, C.PLURAL, name)
+        obj = api.get_namespaced_custom_object(constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name)
         status = obj.get("status") or {}
         curve.add(status)
         line = progress_line(status)

@@ -48,7 +48,7 @@ from phalanx_common.contract import (
     ErrorSource,
 )
 from phalanx_common.layout import check_layout
-from phalanx_runtime import env as E
+from phalanx_runtime import env as runtime_env
 from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
 from phalanx_runtime.failure_report import (
     child_failure,
@@ -119,10 +119,10 @@ def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") 
     env = dict(os.environ if env is None else env)
     rdzv_id = _first(env, ENV_PET_RDZV_ID, default=None) or f"{job_name}-{env.get(ENV_RESTART_ATTEMPT, '0')}"
     max_restarts = int(_first(env, ENV_PET_MAX_RESTARTS, default=0))
-    if E.SLURM_NTASKS in env and not _first(env, ENV_PET_NNODES, ENV_NNODES):
+    if runtime_env.SLURM_NTASKS in env and not _first(env, ENV_PET_NNODES, ENV_NNODES):
         return _slurm_env(spec, env, job_name, max_restarts)
     nnodes = int(_first(env, ENV_PET_NNODES, ENV_NNODES, default=spec.nodes))
-    node_rank = int(_first(env, ENV_PET_NODE_RANK, ENV_NODE_RANK, E.ENV_GROUP_RANK, default=0))
+    node_rank = int(_first(env, ENV_PET_NODE_RANK, ENV_NODE_RANK, runtime_env.ENV_GROUP_RANK, default=0))
     nproc = int(_first(env, ENV_PET_NPROC_PER_NODE, ENV_NPROC_PER_NODE, default=spec.procs_per_node))
     endpoint = _first(env, ENV_PET_RDZV_ENDPOINT, default=None)
     if endpoint:
@@ -136,18 +136,18 @@ def resolve_env(spec, env: dict[str, str] | None = None, job_name: str = "job") 
 
 def _slurm_env(spec, env: dict[str, str], job_name: str, max_restarts: int) -> LaunchEnv:
     world = spec.nodes * spec.procs_per_node
-    ntasks = int(env[E.SLURM_NTASKS])
-    snodes = int(env.get(E.SLURM_NNODES, env.get(E.SLURM_JOB_NUM_NODES, "1")))
-    hosts = expand_slurm_nodelist(env.get(E.SLURM_JOB_NODELIST, env.get(E.SLURM_NODELIST, "localhost")))
+    ntasks = int(env[runtime_env.SLURM_NTASKS])
+    snodes = int(env.get(runtime_env.SLURM_NNODES, env.get(runtime_env.SLURM_JOB_NUM_NODES, "1")))
+    hosts = expand_slurm_nodelist(env.get(runtime_env.SLURM_JOB_NODELIST, env.get(runtime_env.SLURM_NODELIST, "localhost")))
     addr = env.get(ENV_MASTER_ADDR) or (hosts[0] if hosts else "localhost")
     port = int(env.get(ENV_MASTER_PORT, DEFAULT_MASTER_PORT))
-    rid = f"slurm-{env.get(E.SLURM_JOB_ID, job_name)}"
-    node_rank = int(env.get(E.SLURM_NODEID, 0))
+    rid = f"slurm-{env.get(runtime_env.SLURM_JOB_ID, job_name)}"
+    node_rank = int(env.get(runtime_env.SLURM_NODEID, 0))
     if ntasks == world and (ntasks > snodes or spec.procs_per_node == 1):
         # srun started one task per rank: no torchrun, this process is the worker.
         return LaunchEnv(snodes, node_rank, spec.procs_per_node, addr, port, rid, direct=True,
-                         rank=int(env[E.SLURM_PROCID]), world_size=ntasks,
-                         local_rank=int(env.get(E.SLURM_LOCALID, 0)), source="slurm-per-rank")
+                         rank=int(env[runtime_env.SLURM_PROCID]), world_size=ntasks,
+                         local_rank=int(env.get(runtime_env.SLURM_LOCALID, 0)), source="slurm-per-rank")
     return LaunchEnv(snodes, node_rank, spec.procs_per_node, addr, port, rid, max_restarts, source="slurm-per-node")
 
 
@@ -215,8 +215,8 @@ def _prepare_torchrun() -> None:
     """Workers die with this process (they get ``$PHALANX_PARENT_PID``); the agent waits one
     escalation step past the workers' grace before SIGKILL and forwards SIGTERM (SIGINT as SIGTERM)."""
     os.environ[ENV_PARENT_PID] = str(os.getpid())
-    os.environ.setdefault(E.ENV_AGENT_SHUTDOWN_TIMEOUT, str(int(escalation(1, stop_grace()))))
-    os.environ[E.ENV_AGENT_SIGNALS] = AGENT_SIGNALS
+    os.environ.setdefault(runtime_env.ENV_AGENT_SHUTDOWN_TIMEOUT, str(int(escalation(1, stop_grace()))))
+    os.environ[runtime_env.ENV_AGENT_SIGNALS] = AGENT_SIGNALS
     signal.signal(signal.SIGINT, _sigint_as_sigterm)
 
 
@@ -267,13 +267,13 @@ def _run(args: argparse.Namespace) -> int:
 
     from phalanx_runtime.distributed.process_group import default_backend
 
-    os.environ[E.ENV_BACKEND] = default_backend()
+    os.environ[runtime_env.ENV_BACKEND] = default_backend()
     os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
     os.environ.setdefault(ENV_JOB_NAME, cfg.name)
     os.environ.setdefault(ENV_PYTHONUNBUFFERED, "1")
     if le.direct:
-        os.environ.update({E.ENV_RANK: str(le.rank), ENV_WORLD_SIZE: str(le.world_size),
-                           E.ENV_LOCAL_RANK: str(le.local_rank), ENV_MASTER_ADDR: le.master_addr,
+        os.environ.update({runtime_env.ENV_RANK: str(le.rank), ENV_WORLD_SIZE: str(le.world_size),
+                           runtime_env.ENV_LOCAL_RANK: str(le.local_rank), ENV_MASTER_ADDR: le.master_addr,
                            ENV_MASTER_PORT: str(le.master_port)})
         if args.dry_run:
             print(f"direct worker rank {le.rank}/{le.world_size}")

@@ -18,13 +18,13 @@ import time
 import pytest
 from kubernetes import client
 
-from phalanx import constants as C
+from phalanx import constants
 from tests.e2e.test_kind_e2e import logs
 from tests.example_files import EXAMPLES, RUN_ELSEWHERE, documents, header
 
 pytestmark = pytest.mark.timeout(1800)
 RUNNABLE = [p for p in EXAMPLES if header(p).runs_on_kind and p.name not in RUN_ELSEWHERE]
-PLURALS = {C.KIND: "trainingjobs", C.SWEEP_KIND: "trainingsweeps"}
+PLURALS = {constants.KIND: "trainingjobs", constants.SWEEP_KIND: "trainingsweeps"}
 TIMEOUT = 1500
 
 
@@ -36,20 +36,20 @@ def applied(jobs, e2e_api, namespace, runtime_image, shared_dir):
     for path in RUNNABLE:
         for doc in documents(path):
             doc = copy.deepcopy(doc)
-            spec = doc["spec"]["template"]["spec"] if doc["kind"] == C.SWEEP_KIND else doc["spec"]
+            spec = doc["spec"]["template"]["spec"] if doc["kind"] == constants.SWEEP_KIND else doc["spec"]
             spec["image"] = runtime_image
             name = doc["metadata"]["name"]
             if shared_dir:  # a rerun must not resume the last run's checkpoints (trials: <sweep>-<i>)
                 for d in (shared_dir / namespace).glob(f"{name}*"):
                     if re.fullmatch(rf"{re.escape(name)}(-\d+)?", d.name):
                         shutil.rmtree(d, ignore_errors=True)
-            custom.create_namespaced_custom_object(C.GROUP, C.VERSION, namespace, PLURALS[doc["kind"]],
+            custom.create_namespaced_custom_object(constants.GROUP, constants.VERSION, namespace, PLURALS[doc["kind"]],
                                                    {**doc, "metadata": {**doc["metadata"], "namespace": namespace}})
             created.append((doc["kind"], name))
     yield created
     for kind, name in created:
         try:
-            custom.delete_namespaced_custom_object(C.GROUP, C.VERSION, namespace, PLURALS[kind], name,
+            custom.delete_namespaced_custom_object(constants.GROUP, constants.VERSION, namespace, PLURALS[kind], name,
                                                    body={"propagationPolicy": "Background"})
         except client.ApiException:
             pass
@@ -62,7 +62,7 @@ def test_examples_marked_runnable_succeed_as_applied(applied, jobs, e2e_api, nam
     deadline = time.monotonic() + TIMEOUT
     while left and time.monotonic() < deadline:
         for kind, name in list(left):
-            status = custom.get_namespaced_custom_object(C.GROUP, C.VERSION, namespace, PLURALS[kind], name).get("status") or {}
+            status = custom.get_namespaced_custom_object(constants.GROUP, constants.VERSION, namespace, PLURALS[kind], name).get("status") or {}
             if status.get("phase") in ("Succeeded", "Failed"):
                 final[name] = status
                 del left[(kind, name)]
@@ -74,5 +74,5 @@ def test_examples_marked_runnable_succeed_as_applied(applied, jobs, e2e_api, nam
     assert first["step"] == 30 and first["restarts"] == 0 and not first.get("lastCheckpoint"), first
     for pod in jobs.pods("first-job"):
         env = {e.name for e in pod.spec.containers[0].env}
-        assert C.ENV_CHECKPOINT_DIR not in env, "no checkpoint volume: no checkpoint dir"
-        assert C.VOLUME_CHECKPOINT not in {v.name for v in pod.spec.volumes}
+        assert constants.ENV_CHECKPOINT_DIR not in env, "no checkpoint volume: no checkpoint dir"
+        assert constants.VOLUME_CHECKPOINT not in {v.name for v in pod.spec.volumes}

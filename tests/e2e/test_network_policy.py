@@ -27,16 +27,15 @@ from functools import partial
 import pytest
 from kubernetes import client
 
-from phalanx import __version__
-from phalanx import constants as C
+from phalanx import __version__, constants
 from phalanx.api.config import NetworkPolicyConfig
 from phalanx.api.types import TrainingJob
 from phalanx.render.networkpolicy import build_network_policy
 from tests.integration.harness import wait_for
 
 IMAGE = os.environ.get("PHALANX_E2E_NETPOL_IMAGE", f"phalanx/operator:{__version__}")
-PORTS = {C.PORT_NAME_RENDEZVOUS: C.DEFAULT_MASTER_PORT, C.PORT_NAME_PROGRESS: C.PROGRESS_PORT,
-         C.PORT_NAME_METRICS: C.METRICS_PORT}
+PORTS = {constants.PORT_NAME_RENDEZVOUS: constants.DEFAULT_MASTER_PORT, constants.PORT_NAME_PROGRESS: constants.PROGRESS_PORT,
+         constants.PORT_NAME_METRICS: constants.METRICS_PORT}
 OPERATOR_LABELS = {"app.kubernetes.io/name": "phalanx-operator"}
 SCRAPER_LABELS = {"app.kubernetes.io/name": "prometheus"}
 WINDOW_S = 20       # each client tries every port for this long ...
@@ -107,7 +106,7 @@ def restricted_pod(name: str, namespace: str, labels: dict[str, str], args: list
     }
     if ports:
         container["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
-        container["readinessProbe"] = {"tcpSocket": {"port": C.PORT_NAME_PROGRESS}, "periodSeconds": 1}
+        container["readinessProbe"] = {"tcpSocket": {"port": constants.PORT_NAME_PROGRESS}, "periodSeconds": 1}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -170,7 +169,7 @@ def test_job_network_policy_admits_only_gang_operator_and_scraper(e2e_api, two_n
     net.create_namespaced_network_policy(jobs_ns, policy)
 
     # Job A's "rank 0": a TCP server on the three named ports (every connection is answered "ok").
-    server = restricted_pod("server", jobs_ns, {C.LABEL_JOB_NAME: job_a}, [SERVER, *map(str, PORTS.values())],
+    server = restricted_pod("server", jobs_ns, {constants.LABEL_JOB_NAME: job_a}, [SERVER, *map(str, PORTS.values())],
                             ports=PORTS, restart="Always")
     core.create_namespaced_pod(jobs_ns, server)
 
@@ -185,8 +184,8 @@ def test_job_network_policy_admits_only_gang_operator_and_scraper(e2e_api, two_n
     # Who tries to connect, from where, and what each port must answer.
     every_port = ",".join(map(str, PORTS.values()))
     clients = {  # name: (namespace, labels, {port name: expected open})
-        "gang-member": (jobs_ns, {C.LABEL_JOB_NAME: job_a}, {"rendezvous": True, "progress": True, "metrics": True}),
-        "other-job": (jobs_ns, {C.LABEL_JOB_NAME: job_b}, {"rendezvous": False, "progress": False, "metrics": False}),
+        "gang-member": (jobs_ns, {constants.LABEL_JOB_NAME: job_a}, {"rendezvous": True, "progress": True, "metrics": True}),
+        "other-job": (jobs_ns, {constants.LABEL_JOB_NAME: job_b}, {"rendezvous": False, "progress": False, "metrics": False}),
         "operator": (operator_ns, OPERATOR_LABELS, {"rendezvous": False, "progress": True, "metrics": True}),
         "scraper": (operator_ns, SCRAPER_LABELS, {"rendezvous": False, "progress": False, "metrics": True}),
         # the operator's pod labels in the wrong namespace: the namespace selector matters

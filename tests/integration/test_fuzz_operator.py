@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx import constants as C
-from phalanx import safejson
+from phalanx import constants, safejson
 from phalanx.sweep.check import check_sweep
 from phalanx.validate import validate_job
 from tests.integration.harness import GROUP, PLURAL, VERSION, Jobs, job_manifest, wait_for
@@ -323,4 +322,4 @@ def _clean_up(api: client.ApiClient, namespace: str, sent: list[Sent]) -> None:
                                                   {"metadata": {"finalizers": None}})
         raise AssertionError("not deleted within 60s (finalizers: "
                              + ", ".join(f"{p}/{o['metadata']['name']}: {o['metadata'].get('finalizers')}" for p, o in stuck)
-                             + f"); {C.FINALIZER} removed by hand") from None
+                             + f"); {constants.FINALIZER} removed by hand") from None

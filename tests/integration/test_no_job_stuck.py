@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx import constants as C
+from phalanx import constants
 from tests.integration.harness import Jobs, job_manifest, wait_for
 
 
@@ -79,8 +79,8 @@ def test_admission_refusal_at_pod_creation_fails_the_job_within_30s_with_no_pods
     status = jobs.wait_phase("frozen", "Failed", 30)
     assert time.monotonic() - started < 30
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == C.Reason.CREATE_REJECTED and "training is frozen in this namespace" in failed["message"]
-    wait_for(lambda: any(e.reason == C.Reason.CREATE_REJECTED for e in jobs.events("frozen")), 15, "Warning event")
+    assert failed["reason"] == constants.Reason.CREATE_REJECTED and "training is frozen in this namespace" in failed["message"]
+    wait_for(lambda: any(e.reason == constants.Reason.CREATE_REJECTED for e in jobs.events("frozen")), 15, "Warning event")
     time.sleep(2)
     assert jobs.pods("frozen") == []  # the gang was dry-run first: not one pod was created
 
@@ -94,7 +94,7 @@ def test_quota_refusal_backs_off_in_slow_start_batches(jobs, operator):
         jobs.ns, {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "2"}}})
     wait_for(lambda: jobs.core.read_namespaced_resource_quota("pods", jobs.ns).status.hard, 10, "quota status")
     jobs.create(job_manifest("quota", nodes=16, procs=1, gpus=0))
-    cond = wait_for(lambda: (c := jobs.condition("quota", "Created")) and c["reason"] == C.Reason.CREATE_REFUSED and c,
+    cond = wait_for(lambda: (c := jobs.condition("quota", "Created")) and c["reason"] == constants.Reason.CREATE_REFUSED and c,
                     30, "CreateRefused")
     assert "exceeded quota" in cond["message"]
     assert jobs.status("quota").get("phase") != "Failed"  # quota is retryable

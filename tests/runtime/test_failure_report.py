@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.constants import FailureCategory
 from phalanx.lifecycle.failure_cause import cause_of
-from phalanx_runtime import failure_report as R
+from phalanx_runtime import failure_report
 
 pytestmark = pytest.mark.runtime
 
@@ -33,14 +33,14 @@ def read(path: Path) -> dict:
 def as_pod(message: str, code: int = 1) -> dict:
     return {"metadata": {"name": "p", "labels": {}}, "spec": {},
             "status": {"phase": "Failed", "containerStatuses": [
-                {"name": C.CONTAINER_NAME, "state": {"terminated": {"exitCode": code, "reason": "Error", "message": message}}}]}}
+                {"name": constants.CONTAINER_NAME, "state": {"terminated": {"exitCode": code, "reason": "Error", "message": message}}}]}}
 
 
 @pytest.fixture
 def log(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "termination-log"
     path.write_text("")  # the kubelet creates it empty
-    monkeypatch.setenv(C.ENV_TERMINATION_LOG, str(path))
+    monkeypatch.setenv(constants.ENV_TERMINATION_LOG, str(path))
     return path
 
 
@@ -55,7 +55,7 @@ def test_an_exception_is_summarized_with_its_root_cause_and_frames(log):
     try:
         _raise_wrapped()
     except RuntimeError as exc:
-        assert R.report_exception(exc, rank=3) is True
+        assert failure_report.report_exception(exc, rank=3) is True
     doc = read(log)
     error = doc["error"]
     assert doc["phase"] == "Failed" and error["type"] == "RuntimeError" and error["message"] == "could not save"
@@ -71,38 +71,38 @@ def test_the_report_stays_well_under_the_kubelets_limit(log):
     try:
         raise deep
     except RuntimeError as exc:
-        R.report_exception(exc, rank=0)
-    assert len(log.read_bytes()) <= R.MAX_REPORT_BYTES < C.TERMINATION_MESSAGE_MAX_BYTES
+        failure_report.report_exception(exc, rank=0)
+    assert len(log.read_bytes()) <= failure_report.MAX_REPORT_BYTES < constants.TERMINATION_MESSAGE_MAX_BYTES
     error = read(log)["error"]
     assert error["type"] == "RuntimeError" and error["message"].startswith("xxx")
     huge = {"type": "E" * 10_000, "message": "\u2603" * 10_000, "cause": "c" * 10_000, "frames": ["f" * 10_000] * 50}
-    assert len(R.encode(huge)) <= R.MAX_REPORT_BYTES
+    assert len(failure_report.encode(huge)) <= failure_report.MAX_REPORT_BYTES
 
 
 def test_the_first_report_wins_and_a_killed_worker_replaces_a_peers(log):
-    assert R.write_report({"type": "PermissionError", "message": "first", "rank": 1})
-    assert not R.write_report({"type": "RuntimeError", "message": "Connection closed by peer", "rank": 0})
+    assert failure_report.write_report({"type": "PermissionError", "message": "first", "rank": 1})
+    assert not failure_report.write_report({"type": "RuntimeError", "message": "Connection closed by peer", "rank": 0})
     assert read(log)["error"]["message"] == "first"
-    killed = R.child_failure({0: SimpleNamespace(exitcode=1, local_rank=0, timestamp=5),
+    killed = failure_report.child_failure({0: SimpleNamespace(exitcode=1, local_rank=0, timestamp=5),
                               2: SimpleNamespace(exitcode=-9, local_rank=0, timestamp=9)})
     assert killed is not None and killed[1] is True
-    assert R.write_report(killed[0], replace=killed[1])
+    assert failure_report.write_report(killed[0], replace=killed[1])
     assert read(log)["error"]["message"] == "worker rank 2 (local rank 0) was killed by SIGKILL (most often the kernel's out-of-memory killer)"
     # A rank's own report (it raised, then was killed) is kept.
     log.write_text("")
-    assert R.write_report({"type": "ValueError", "message": "own words", "rank": 2})
-    assert not R.write_report(killed[0], replace=True) and read(log)["error"]["message"] == "own words"
+    assert failure_report.write_report({"type": "ValueError", "message": "own words", "rank": 2})
+    assert not failure_report.write_report(killed[0], replace=True) and read(log)["error"]["message"] == "own words"
     # Workers the agent stopped (SIGTERM) after another failed come last.
-    exited = R.child_failure({0: SimpleNamespace(exitcode=-15, local_rank=0, timestamp=0),
+    exited = failure_report.child_failure({0: SimpleNamespace(exitcode=-15, local_rank=0, timestamp=0),
                               4: SimpleNamespace(exitcode=1, local_rank=0, timestamp=2),
                               1: SimpleNamespace(exitcode=1, local_rank=1, timestamp=1)})
-    assert exited == (R.worker_death(1, 1, 1), False)
-    assert R.child_failure({0: SimpleNamespace(exitcode=-15, local_rank=0, timestamp=0)})[1] is False
+    assert exited == (failure_report.worker_death(1, 1, 1), False)
+    assert failure_report.child_failure({0: SimpleNamespace(exitcode=-15, local_rank=0, timestamp=0)})[1] is False
 
 
 def test_rank0s_progress_gives_way_to_an_error(log):
     log.write_text('{"phase": "Succeeded", "step": 30}')
-    assert R.write_report({"type": "E", "message": "m"})
+    assert failure_report.write_report({"type": "E", "message": "m"})
     assert read(log)["error"]["type"] == "E"
 
 
@@ -110,7 +110,7 @@ def test_rank0s_final_progress_leaves_a_peers_report(log):
     """Rank 0 finishes while another rank of its pod failed: the pod's message stays that error."""
     from phalanx_runtime.components.progress import Progress, write_final
 
-    assert R.write_report({"type": "RuntimeError", "message": "export failed", "rank": 1})
+    assert failure_report.write_report({"type": "RuntimeError", "message": "export failed", "rank": 1})
     progress = Progress(total_steps=10, world_size=2)
     progress.update(step=10, phase="Succeeded")
     assert write_final(progress, str(log)) is False
@@ -118,14 +118,14 @@ def test_rank0s_final_progress_leaves_a_peers_report(log):
 
 
 def test_no_report_outside_a_pod_nor_for_a_chosen_exit(tmp_path, log):
-    assert not R.write_report({"type": "E"}, str(tmp_path / "absent"))
+    assert not failure_report.write_report({"type": "E"}, str(tmp_path / "absent"))
     assert not (tmp_path / "absent").exists()
-    assert not R.report_exception(SystemExit(143)) and not R.report_exception(KeyboardInterrupt())
+    assert not failure_report.report_exception(SystemExit(143)) and not failure_report.report_exception(KeyboardInterrupt())
     assert log.read_text() == ""
 
 
 def _run(args: list[str], log: Path, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 180):
-    full = {**os.environ, **FAST_START, C.ENV_TERMINATION_LOG: str(log),
+    full = {**os.environ, **FAST_START, constants.ENV_TERMINATION_LOG: str(log),
             "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), **(env or {})}
     return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=timeout)
 
@@ -180,6 +180,6 @@ def test_the_launcher_leaves_the_failing_ranks_cause(tmp_path, log, how, categor
     assert p.returncode == 1, p.stderr[-3000:]
     error = read(log)["error"]
     assert error["rank"] == 1, (error, p.stderr[-3000:])
-    assert len(log.read_bytes()) <= R.MAX_REPORT_BYTES
+    assert len(log.read_bytes()) <= failure_report.MAX_REPORT_BYTES
     cause = cause_of(as_pod(log.read_text()))
     assert cause.category == category and cause.rank == 1 and cause.text.startswith(says), cause

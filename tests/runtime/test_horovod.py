@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
 from phalanx_common.net import free_port
@@ -42,10 +42,10 @@ PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "com
 
 
 def pod_env(nodes: int = 2, procs: int = 1, rank: int = 0, port: int = 1) -> dict[str, str]:
-    return {C.ENV_HOROVOD_RENDEZVOUS_ADDR: "127.0.0.1", C.ENV_HOROVOD_RENDEZVOUS_PORT: str(port),
-            C.ENV_HOROVOD_HOSTNAME: f"j-node-{rank}", C.ENV_HOROVOD_CROSS_RANK: str(rank),
-            C.ENV_HOROVOD_CROSS_SIZE: str(nodes), C.ENV_HOROVOD_LOCAL_SIZE: str(procs),
-            C.ENV_HOROVOD_SIZE: str(nodes * procs), "PYTHONPATH": PYTHONPATH}
+    return {constants.ENV_HOROVOD_RENDEZVOUS_ADDR: "127.0.0.1", constants.ENV_HOROVOD_RENDEZVOUS_PORT: str(port),
+            constants.ENV_HOROVOD_HOSTNAME: f"j-node-{rank}", constants.ENV_HOROVOD_CROSS_RANK: str(rank),
+            constants.ENV_HOROVOD_CROSS_SIZE: str(nodes), constants.ENV_HOROVOD_LOCAL_SIZE: str(procs),
+            constants.ENV_HOROVOD_SIZE: str(nodes * procs), "PYTHONPATH": PYTHONPATH}
 
 
 # --- the launcher, without Horovod -----------------------------------------------------------
@@ -70,12 +70,12 @@ def test_each_process_gets_its_rank_and_the_pods_env(tmp_path):
     seen = {int(p.stem): json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert set(seen) == {2, 3}  # node 1 of 3, 2 processes each
     for rank, e in seen.items():
-        assert e[C.ENV_HOROVOD_LOCAL_RANK] == str(rank - 2) and e[C.ENV_HOROVOD_SIZE] == "6"
-        assert e[C.ENV_HOROVOD_CROSS_RANK] == "1" and e[C.ENV_HOROVOD_HOSTNAME] == "j-node-1"
+        assert e[constants.ENV_HOROVOD_LOCAL_RANK] == str(rank - 2) and e[constants.ENV_HOROVOD_SIZE] == "6"
+        assert e[constants.ENV_HOROVOD_CROSS_RANK] == "1" and e[constants.ENV_HOROVOD_HOSTNAME] == "j-node-1"
 
 
 def test_a_failing_process_stops_the_others_and_names_the_exit_code(monkeypatch):
-    monkeypatch.setenv(C.ENV_STOP_GRACE_SECONDS, "5")
+    monkeypatch.setenv(constants.ENV_STOP_GRACE_SECONDS, "5")
     env = {**os.environ, **pod_env(procs=2)}
     code = "import os, time, sys; sys.exit(3) if os.environ['HOROVOD_LOCAL_RANK'] == '1' else time.sleep(60)"
     t0 = time.monotonic()
@@ -86,7 +86,7 @@ def test_a_failing_process_stops_the_others_and_names_the_exit_code(monkeypatch)
 def test_sigterm_reaches_every_process(tmp_path):
     """The launcher as a pod runs it: waiting for the server, then P processes; SIGTERM → 143."""
     port = free_port()
-    env = {**os.environ, **pod_env(procs=2, rank=1, port=port), C.ENV_STOP_GRACE_SECONDS: "5"}
+    env = {**os.environ, **pod_env(procs=2, rank=1, port=port), constants.ENV_STOP_GRACE_SECONDS: "5"}
     launcher = subprocess.Popen([sys.executable, "-m", "phalanx_runtime.horovod_launch", "--", sys.executable, "-c",
                                  "import sys, time; sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(120)"],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -163,15 +163,15 @@ def horovod_job(python: str, out: Path, nodes: int, procs: int) -> TrainingJob:
 def local_pods(job: TrainingJob, port: int) -> list[tuple[list[str], dict[str, str]]]:
     """Each rendered pod's command and env (HOROVOD_* and the job's), the server moved to 127.0.0.1."""
     pods = sorted((c for c in render_children(job) if c["kind"] == "Pod"),
-                  key=lambda p: int(p["metadata"]["labels"][C.LABEL_NODE_RANK]))
+                  key=lambda p: int(p["metadata"]["labels"][constants.LABEL_NODE_RANK]))
     user = {e.name for e in job.spec.env}
     out = []
     for pod in pods:
         c = pod["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in c["env"] if e["name"].startswith("HOROVOD_") or e["name"] in user}
-        assert env[C.ENV_HOROVOD_RENDEZVOUS_ADDR] == "hvd-node-0.hvd"
-        assert env[C.ENV_HOROVOD_RENDEZVOUS_PORT] == str(C.HOROVOD_RENDEZVOUS_PORT)
-        env |= {C.ENV_HOROVOD_RENDEZVOUS_ADDR: "127.0.0.1", C.ENV_HOROVOD_RENDEZVOUS_PORT: str(port)}
+        assert env[constants.ENV_HOROVOD_RENDEZVOUS_ADDR] == "hvd-node-0.hvd"
+        assert env[constants.ENV_HOROVOD_RENDEZVOUS_PORT] == str(constants.HOROVOD_RENDEZVOUS_PORT)
+        env |= {constants.ENV_HOROVOD_RENDEZVOUS_ADDR: "127.0.0.1", constants.ENV_HOROVOD_RENDEZVOUS_PORT: str(port)}
         out.append((c["command"] + c.get("args", []), env))
     return out
 
@@ -221,8 +221,8 @@ def test_rendered_pods_train_with_distributed_optimizer_like_one_process(tmp_pat
     for rank, g in enumerate(got):
         assert (g["rank"], g["size"], g["local_rank"], g["local_size"]) == (rank, nodes * procs, rank % procs, procs)
         assert (g["cross_rank"], g["cross_size"]) == (rank // procs, nodes) and g["gloo"]
-        assert g["env"][C.ENV_HOROVOD_HOSTNAME] == f"hvd-node-{rank // procs}"
-        assert g["env"][C.ENV_HOROVOD_RANK] == str(rank) and g["replicas_equal"]
+        assert g["env"][constants.ENV_HOROVOD_HOSTNAME] == f"hvd-node-{rank // procs}"
+        assert g["env"][constants.ENV_HOROVOD_RANK] == str(rank) and g["replicas_equal"]
     ref = reference()
     import numpy as np
 
@@ -245,7 +245,7 @@ def test_phalanx_local_runs_a_horovod_job_like_its_pods(tmp_path):
     assert json.loads(p.stdout.strip().splitlines()[-1])["exit_codes"] == [0, 0]
     got = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [(g["rank"], g["size"], g["cross_rank"]) for g in got] == [(0, 2, 0), (1, 2, 1)]
-    assert got[1]["env"][C.ENV_HOROVOD_RENDEZVOUS_ADDR] == "127.0.0.1"
+    assert got[1]["env"][constants.ENV_HOROVOD_RENDEZVOUS_ADDR] == "127.0.0.1"
     import numpy as np
 
     dev = float(np.abs(np.array(got[0]["weights"]) - np.array(reference()["weights"])).max())

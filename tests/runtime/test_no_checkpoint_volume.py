@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import OperatorConfig
 from phalanx.render.job import render_children
 from phalanx.render.names import master_addr
@@ -54,7 +54,7 @@ if _log:
     sys.addaudithook(_hook)
 """
 JOB = {
-    "apiVersion": C.API_VERSION, "kind": C.KIND,
+    "apiVersion": constants.API_VERSION, "kind": constants.KIND,
     "metadata": {"name": "nockpt", "namespace": "team", "uid": "00000000-0000-0000-0000-0000000000aa"},
     "spec": {"image": "phalanx/runtime:test", "nodes": 1, "procsPerNode": 2, "model": {"preset": "debug"},
              "data": {"source": "corpus", "seqLen": 32},
@@ -74,35 +74,35 @@ def container_env(pod: dict, root: Path, port: int) -> dict[str, str]:
     """The container's env with the pod's paths under ``root`` and its rendezvous on this host."""
     rendered = pod["spec"]["containers"][0]["env"]
     addr = master_addr(JOB["metadata"]["name"])
-    old_port = next(e["value"] for e in rendered if e["name"] == C.ENV_MASTER_PORT)
+    old_port = next(e["value"] for e in rendered if e["name"] == constants.ENV_MASTER_PORT)
     env = {}
     for e in rendered:
         value = e.get("value")
         if value is None:  # fieldRefs: the pod's and node's names
-            value = pod["metadata"]["name"] if e["name"] == C.ENV_POD_NAME else "node"
-        value = value.replace(C.SCRATCH_MOUNT_PATH, str(root / "scratch")).replace(C.RUNTIME_CONFIG_DIR, str(root / "etc"))
+            value = pod["metadata"]["name"] if e["name"] == constants.ENV_POD_NAME else "node"
+        value = value.replace(constants.SCRATCH_MOUNT_PATH, str(root / "scratch")).replace(constants.RUNTIME_CONFIG_DIR, str(root / "etc"))
         value = value.replace(addr, "127.0.0.1")
         env[e["name"]] = str(port) if value == old_port else value.replace(f":{old_port}", f":{port}")
-    env.pop(C.ENV_PROGRESS_PORT)  # HTTP servers, no files; fixed ports may be taken on this host
-    env.pop(C.ENV_METRICS_PORT)
+    env.pop(constants.ENV_PROGRESS_PORT)  # HTTP servers, no files; fixed ports may be taken on this host
+    env.pop(constants.ENV_METRICS_PORT)
     return env
 
 
 def test_job_without_checkpoint_volume_trains_writing_only_its_scratch_dir(tmp_path):
     pod, config_map = rendered_pod(JOB)
     container = pod["spec"]["containers"][0]
-    assert not any(v["name"] == C.VOLUME_CHECKPOINT for v in pod["spec"]["volumes"])
-    assert C.ENV_CHECKPOINT_DIR not in {e["name"] for e in container["env"]}
+    assert not any(v["name"] == constants.VOLUME_CHECKPOINT for v in pod["spec"]["volumes"])
+    assert constants.ENV_CHECKPOINT_DIR not in {e["name"] for e in container["env"]}
 
     for d in ("scratch", "etc", "cwd", "hook"):
         (tmp_path / d).mkdir()
-    (tmp_path / "etc" / C.RUNTIME_CONFIG_FILE).write_text(config_map["data"][C.RUNTIME_CONFIG_KEY])
+    (tmp_path / "etc" / constants.RUNTIME_CONFIG_FILE).write_text(config_map["data"][constants.RUNTIME_CONFIG_KEY])
     (tmp_path / "hook" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     termination_log, audit = tmp_path / "termination-log", tmp_path / "writes.log"
     termination_log.touch()  # the kubelet's, writable
     env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path / "hook"), os.environ.get("PYTHONPATH")) if p),
-           C.ENV_TERMINATION_LOG: str(termination_log), AUDIT_LOG: str(audit),
+           constants.ENV_TERMINATION_LOG: str(termination_log), AUDIT_LOG: str(audit),
            **container_env(pod, tmp_path, free_port())}
     assert container["command"] == ["phalanx-runtime"] and "args" not in container
     run = subprocess.run([sys.executable, "-m", "phalanx_runtime.launch"], cwd=tmp_path / "cwd", env=env,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
 from tests.runtime.test_local_command import phalanx_local
@@ -70,7 +70,7 @@ def reference(tmp_path_factory) -> dict:
     """One worker (no TF_CONFIG) on the same global batches."""
     python = tf_python()
     out = tmp_path_factory.mktemp("tf-reference")
-    env = {k: v for k, v in os.environ.items() if k != C.ENV_TF_CONFIG}
+    env = {k: v for k, v in os.environ.items() if k != constants.ENV_TF_CONFIG}
     p = subprocess.run([python, str(SCRIPT)], env={**env, **script_env(out)}, capture_output=True, text=True,
                        timeout=240)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -80,8 +80,8 @@ def reference(tmp_path_factory) -> dict:
 def rendered_tf_configs(doc: dict) -> list[dict]:
     """TF_CONFIG of each pod the operator renders for ``doc``, in node-rank order."""
     pods = [c for c in render_children(TrainingJob.model_validate(doc)) if c["kind"] == "Pod"]
-    pods.sort(key=lambda p: int(p["metadata"]["labels"][C.LABEL_NODE_RANK]))
-    return [json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"] if e["name"] == C.ENV_TF_CONFIG))
+    pods.sort(key=lambda p: int(p["metadata"]["labels"][constants.LABEL_NODE_RANK]))
+    return [json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"] if e["name"] == constants.ENV_TF_CONFIG))
             for p in pods]
 
 

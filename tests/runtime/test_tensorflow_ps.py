@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import slot_of
 from phalanx.api.types import TrainingJob
 from phalanx.render.job import render_children
@@ -47,7 +47,7 @@ def rendered_tf_configs(doc: dict) -> dict[tuple[str, int], dict]:
     for pod in (c for c in render_children(TrainingJob.model_validate(doc)) if c["kind"] == "Pod"):
         slot = slot_of(pod)
         env = pod["spec"]["containers"][0]["env"]
-        out[(slot.role, slot.index)] = json.loads(next(e["value"] for e in env if e["name"] == C.ENV_TF_CONFIG))
+        out[(slot.role, slot.index)] = json.loads(next(e["value"] for e in env if e["name"] == constants.ENV_TF_CONFIG))
     return out
 
 

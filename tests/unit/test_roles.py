@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.policy import PolicyRules
 from phalanx.api.slots import Slot, slot_of, slots
 from phalanx.api.types import TrainingJob
@@ -25,7 +25,7 @@ from phalanx.render.job import render_children
 from phalanx.validate import validate_job
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-GPU = C.RESOURCE_GPU
+GPU = constants.RESOURCE_GPU
 
 
 def job_obj(**spec) -> dict:
@@ -114,9 +114,9 @@ def test_every_slot_gets_its_pod_name_hostname_labels_and_back():
     assert names == ["job-node-0-3", "job-node-1-3", "job-ps-0-3", "job-ps-1-3", "job-chief-0-3"]
     assert [p["spec"]["hostname"] for p in pods] == [n.rsplit("-", 1)[0] for n in names]
     assert [slot_of(p) for p in pods] == slots(job().spec)
-    assert pods[2]["metadata"]["labels"][C.LABEL_ROLE] == "ps" and C.LABEL_NODE_RANK not in pods[2]["metadata"]["labels"]
-    assert pods[1]["metadata"]["labels"][C.LABEL_NODE_RANK] == "1"
-    assert {p["metadata"]["labels"][C.LABEL_COMPONENT] for p in pods} == {C.COMPONENT_WORKER}  # one Service selects all
+    assert pods[2]["metadata"]["labels"][constants.LABEL_ROLE] == "ps" and constants.LABEL_NODE_RANK not in pods[2]["metadata"]["labels"]
+    assert pods[1]["metadata"]["labels"][constants.LABEL_NODE_RANK] == "1"
+    assert {p["metadata"]["labels"][constants.LABEL_COMPONENT] for p in pods} == {constants.COMPONENT_WORKER}  # one Service selects all
 
 
 def test_each_role_has_its_own_resources_command_and_env():
@@ -130,20 +130,20 @@ def test_each_role_has_its_own_resources_command_and_env():
 def test_role_pods_are_not_ranks_of_the_torch_world_but_know_their_role():
     pods = pods_of(job())
     worker, ps1 = env_of(pods[1]), env_of(pods[3])
-    assert worker[C.ENV_WORLD_SIZE] == "2" and worker[C.ENV_NODE_RANK] == "1" and worker[C.ENV_ROLE] == "worker"
-    assert C.ENV_WORLD_SIZE not in ps1 and C.ENV_NODE_RANK not in ps1 and ps1[C.ENV_MASTER_ADDR] == "job-node-0.job"
-    assert (ps1[C.ENV_ROLE], ps1[C.ENV_ROLE_INDEX], ps1[C.ENV_ROLE_REPLICAS]) == ("ps", "1", "2")
-    assert ps1[C.ENV_ROLES] == "worker=2,ps=2,chief=1" and ps1[C.ENV_SUBDOMAIN] == "job.team.svc"
+    assert worker[constants.ENV_WORLD_SIZE] == "2" and worker[constants.ENV_NODE_RANK] == "1" and worker[constants.ENV_ROLE] == "worker"
+    assert constants.ENV_WORLD_SIZE not in ps1 and constants.ENV_NODE_RANK not in ps1 and ps1[constants.ENV_MASTER_ADDR] == "job-node-0.job"
+    assert (ps1[constants.ENV_ROLE], ps1[constants.ENV_ROLE_INDEX], ps1[constants.ENV_ROLE_REPLICAS]) == ("ps", "1", "2")
+    assert ps1[constants.ENV_ROLES] == "worker=2,ps=2,chief=1" and ps1[constants.ENV_SUBDOMAIN] == "job.team.svc"
 
 
 def test_a_job_without_roles_renders_no_role_labels_or_env():
     pod = pods_of(job(roles=[]))[0]
-    assert C.LABEL_ROLE not in pod["metadata"]["labels"] and C.ENV_ROLE not in env_of(pod)
+    assert constants.LABEL_ROLE not in pod["metadata"]["labels"] and constants.ENV_ROLE not in env_of(pod)
 
 
 def test_tf_config_lists_every_task_type_and_leaves_the_evaluator_out():
     j = job(framework="tensorflow", resources={}, roles=[{"name": "chief"}, {"name": "ps", "replicas": 2}, {"name": "evaluator"}])
-    configs = [json.loads(env_of(p)[C.ENV_TF_CONFIG]) for p in pods_of(j)]
+    configs = [json.loads(env_of(p)[constants.ENV_TF_CONFIG]) for p in pods_of(j)]
     cluster = configs[0]["cluster"]
     assert sorted(cluster) == ["chief", "ps", "worker"]
     assert cluster["ps"][1].startswith("job-ps-1.job.team.svc:") and cluster["worker"][0].startswith("job-node-0.job.team.svc:")
@@ -237,7 +237,7 @@ class Sim:
                 pod["spec"]["nodeName"] = "n"
                 pod["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}
                 if code is not None:
-                    pod["status"]["containerStatuses"] = [{"name": C.CONTAINER_NAME, "state": {"terminated": {"exitCode": code}}}]
+                    pod["status"]["containerStatuses"] = [{"name": constants.CONTAINER_NAME, "state": {"terminated": {"exitCode": code}}}]
 
     @property
     def status(self):
@@ -328,7 +328,7 @@ def test_cluster_policy_counts_role_pods_and_checks_their_env():
 @pytest.mark.parametrize("backend, count", [
     ("volcano", lambda objs, pod: objs[0]["spec"]["minMember"]),
     ("coscheduling", lambda objs, pod: objs[0]["spec"]["minMember"]),
-    ("kueue", lambda objs, pod: int(pod.annotations[C.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT])),
+    ("kueue", lambda objs, pod: int(pod.annotations[constants.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT])),
     ("workload", lambda objs, pod: objs[0]["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"]),
 ])
 def test_every_gang_backend_waits_for_every_role_pod(backend, count):
@@ -379,8 +379,8 @@ def test_roles_with_host_network_are_refused():
 
 def test_pods_without_gpus_see_none_and_no_env_says_otherwise():
     pods = pods_of(job(roles=[{"name": "ps"}, {"name": "eval", "resources": {"gpus": 1}}]))
-    assert env_of(pods[2])[C.ENV_NVIDIA_VISIBLE_DEVICES] == C.NVIDIA_NO_DEVICES
-    assert C.ENV_NVIDIA_VISIBLE_DEVICES not in env_of(pods[0]) and C.ENV_NVIDIA_VISIBLE_DEVICES not in env_of(pods[3])
+    assert env_of(pods[2])[constants.ENV_NVIDIA_VISIBLE_DEVICES] == constants.NVIDIA_NO_DEVICES
+    assert constants.ENV_NVIDIA_VISIBLE_DEVICES not in env_of(pods[0]) and constants.ENV_NVIDIA_VISIBLE_DEVICES not in env_of(pods[3])
     # the job's or a role's env comes after the operator's "void": NVIDIA_* there would win (every GPU of the node)
     all_gpus = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     assert any(p.startswith("spec.roles[0].env[0].name: NVIDIA_*") for p in problems(roles=[{"name": "ps", "env": all_gpus}]))

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchem
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from phalanx.api import patterns as P
+from phalanx.api import patterns
 from phalanx.api.rules import Rule, add_cel
 
 # Free-form Kubernetes content. No API field uses it: volume and env sources carry Kubernetes'
@@ -18,7 +18,7 @@ KubeObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-pr
 
 QUANTITY_SCHEMA = {
     "x-kubernetes-int-or-string": True,
-    "pattern": P.QUANTITY,
+    "pattern": patterns.QUANTITY,
     "maxLength": 64,
     "x-kubernetes-validations": [{
         "rule": "type(self) != int || self >= 0",
@@ -30,9 +30,9 @@ QUANTITY_SCHEMA = {
 def _quantity(value: Any) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if isinstance(value, str) and len(value) <= 64 and re.fullmatch(P.QUANTITY, value):
+    if isinstance(value, str) and len(value) <= 64 and re.fullmatch(patterns.QUANTITY, value):
         return value
-    raise PydanticCustomError("quantity", "'{value}' must be " + P.DESCRIPTIONS[P.QUANTITY], {"value": value})
+    raise PydanticCustomError("quantity", "'{value}' must be " + patterns.DESCRIPTIONS[patterns.QUANTITY], {"value": value})
 
 
 # A non-negative resource quantity: an integer or a Kubernetes quantity string.

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.policy import ClusterPolicy
 from phalanx.api.types import Model, Quantity
 
@@ -64,7 +64,7 @@ class NetworkProfile(Model):
         EFA adapter by default on EFA. The gang planner counts them; the pod renderer adds them."""
         rdma = self.rdma_resource
         if rdma is None and self.fabric == Fabric.EFA:
-            rdma = C.RESOURCE_EFA
+            rdma = constants.RESOURCE_EFA
         return {rdma: self.rdma_count} if rdma else {}
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.types import MAX_JOB_NAME, TrainingJobSpec, TrainingJobStatus
 
 _DROP = {"title", "$defs", "discriminator"}
@@ -107,13 +107,13 @@ def _pattern_as_cel(schema: dict[str, Any]) -> None:
     """A known format becomes a CEL rule with words (the API server's own pattern error shows
     only the regex). Same regex, same verdict; `kubectl apply` then says what is expected."""
     pattern = schema.get("pattern")
-    if pattern not in P.DESCRIPTIONS:
+    if pattern not in patterns.DESCRIPTIONS:
         return
     schema.pop("pattern")
     match = f"self.matches(r'{pattern}')"
     rule = f"type(self) != string || {match}" if schema.get("x-kubernetes-int-or-string") else match
     rules = schema.setdefault("x-kubernetes-validations", [])
-    rules.insert(0, {"rule": rule, "message": f"must be {P.DESCRIPTIONS[pattern]}"})
+    rules.insert(0, {"rule": rule, "message": f"must be {patterns.DESCRIPTIONS[pattern]}"})
 
 
 def _default_nested_objects(model: type[BaseModel], schema: dict[str, Any]) -> None:
@@ -178,8 +178,8 @@ def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
 
 # metadata.name (the only metadata CEL may read) becomes Service names and pod hostnames.
 NAME_RULES = [
-    {"rule": f"self.metadata.name.matches(r'{P.JOB_NAME}')",
-     "message": f"metadata.name must be {P.DESCRIPTIONS[P.JOB_NAME]}"},
+    {"rule": f"self.metadata.name.matches(r'{patterns.JOB_NAME}')",
+     "message": f"metadata.name must be {patterns.DESCRIPTIONS[patterns.JOB_NAME]}"},
     {"rule": f"size(self.metadata.name) <= {MAX_JOB_NAME}",
      "message": f"metadata.name: at most {MAX_JOB_NAME} characters (pod hostnames '<name>-node-<rank>' must fit a DNS label)"},
 ]
@@ -188,8 +188,8 @@ NAME_RULES = [
 def build_crd() -> dict[str, Any]:
     spec_schema = openapi_schema(TrainingJobSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
-    names = {"kind": C.KIND, "plural": C.PLURAL, "singular": C.SINGULAR, "shortNames": C.SHORT_NAMES}
-    return custom_resource_definition(C.CRD_NAME, names, spec_schema, TrainingJobStatus, NAME_RULES, PRINTER_COLUMNS)
+    names = {"kind": constants.KIND, "plural": constants.PLURAL, "singular": constants.SINGULAR, "shortNames": constants.SHORT_NAMES}
+    return custom_resource_definition(constants.CRD_NAME, names, spec_schema, TrainingJobStatus, NAME_RULES, PRINTER_COLUMNS)
 
 
 def custom_resource_definition(name: str, names: dict[str, Any], spec_schema: dict[str, Any],
@@ -215,9 +215,9 @@ def custom_resource_definition(name: str, names: dict[str, Any], spec_schema: di
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": name, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
+        "metadata": {"name": name, "labels": {constants.LABEL_MANAGED_BY: constants.MANAGED_BY}},
         "spec": {
-            "group": C.GROUP,
+            "group": constants.GROUP,
             "scope": "Namespaced",
             "names": {
                 "kind": kind,
@@ -225,11 +225,11 @@ def custom_resource_definition(name: str, names: dict[str, Any], spec_schema: di
                 "plural": names["plural"],
                 "singular": names["singular"],
                 "shortNames": names["shortNames"],
-                "categories": C.CATEGORIES,
+                "categories": constants.CATEGORIES,
             },
             "versions": [
                 {
-                    "name": C.VERSION,
+                    "name": constants.VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

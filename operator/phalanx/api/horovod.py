@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.rules import Rule, full_replica_rules, parallelism_default, script_framework_rules
 
 FRAMEWORK = "horovod"
@@ -31,7 +31,7 @@ def _default(field: str, attr: str, default: Any, cel_default: str, why: str = _
                                field, attr, default, cel_default, why)
 
 
-_PER_PROCESS = (C.ENV_HOROVOD_RANK, C.ENV_HOROVOD_LOCAL_RANK)
+_PER_PROCESS = (constants.ENV_HOROVOD_RANK, constants.ENV_HOROVOD_LOCAL_RANK)
 
 
 def _env(name: str) -> Rule:
@@ -57,7 +57,7 @@ HOROVOD_RULES = (
          _hvd(lambda s: not s.roles), ".roles"),
     Rule(_HVD + "self.network.hostNetwork == false",
          f"framework horovod: spec.network.hostNetwork is not supported (pod 0's Horovod rendezvous server "
-         f"listens on the fixed port {C.HOROVOD_RENDEZVOUS_PORT}, which the host's other jobs could hold)",
+         f"listens on the fixed port {constants.HOROVOD_RENDEZVOUS_PORT}, which the host's other jobs could hold)",
          _hvd(lambda s: not s.network.host_network), ".network.hostNetwork"),
-    *(_env(name) for name in C.HOROVOD_RENDERED_ENV),
+    *(_env(name) for name in constants.HOROVOD_RENDERED_ENV),
 )

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, create_model
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.base import Model, bounded_str
 from phalanx.api.kubeschemas import kube_object
 from phalanx.api.rules import Rule
@@ -27,9 +27,9 @@ VOLUME_SOURCES = (
 # Sources whose data lives on one node (or in one pod): never shared by a gang.
 PER_NODE_SOURCES = ("emptyDir", "ephemeral", "hostPath", "configMap", "secret", "downwardAPI",
                     "projected", "gitRepo", "image")
-RESERVED_VOLUMES = (C.VOLUME_CHECKPOINT, C.VOLUME_CONFIG, C.SHM_VOLUME_NAME, C.TOPO_FILE_VOLUME_NAME,
-                    C.VOLUME_SCRATCH)
-RESERVED_MOUNT_PATHS = (C.SHM_MOUNT_PATH, C.RUNTIME_CONFIG_DIR, C.PHALANX_MOUNT_ROOT)
+RESERVED_VOLUMES = (constants.VOLUME_CHECKPOINT, constants.VOLUME_CONFIG, constants.SHM_VOLUME_NAME, constants.TOPO_FILE_VOLUME_NAME,
+                    constants.VOLUME_SCRATCH)
+RESERVED_MOUNT_PATHS = (constants.SHM_MOUNT_PATH, constants.RUNTIME_CONFIG_DIR, constants.PHALANX_MOUNT_ROOT)
 
 
 def _cel_list(items: tuple[str, ...]) -> str:
@@ -66,7 +66,7 @@ class VolumeSource(_VolumeSourceBase):
 
 
 class Volume(VolumeSource):
-    name: str = bounded_str(P.DNS_LABEL, P.MAX_DNS_LABEL, description="Volume name (DNS label).")
+    name: str = bounded_str(patterns.DNS_LABEL, patterns.MAX_DNS_LABEL, description="Volume name (DNS label).")
 
     checks = (
         _one_source_rule(),
@@ -88,8 +88,8 @@ RESERVED_PATH_RULE = Rule(
 
 
 class VolumeMount(Model):
-    name: str = bounded_str(P.DNS_LABEL, P.MAX_DNS_LABEL, description="A volume of spec.volumes.")
-    mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024)
+    name: str = bounded_str(patterns.DNS_LABEL, patterns.MAX_DNS_LABEL, description="A volume of spec.volumes.")
+    mount_path: str = bounded_str(patterns.ABSOLUTE_PATH, 1024)
     read_only: bool | None = None
     sub_path: str | None = bounded_str(None, 1024, default=None)
     sub_path_expr: str | None = bounded_str(None, 1024, default=None)
@@ -121,38 +121,38 @@ class EnvVarSource(Model):
 
 def device_grant_env(name: str) -> bool:
     """The container runtime reads ``name`` to pick the devices it injects (constants.py)."""
-    return name.startswith(C.ENV_DEVICE_GRANT_PREFIXES) or name in C.ENV_DEVICE_GRANT_NAMES
+    return name.startswith(constants.ENV_DEVICE_GRANT_PREFIXES) or name in constants.ENV_DEVICE_GRANT_NAMES
 
 
 DEVICE_ENV_MESSAGE = (
-    f"{', '.join(p + '*' for p in C.ENV_DEVICE_GRANT_PREFIXES)} and {', '.join(C.ENV_DEVICE_GRANT_NAMES)} tell the "
+    f"{', '.join(p + '*' for p in constants.ENV_DEVICE_GRANT_PREFIXES)} and {', '.join(constants.ENV_DEVICE_GRANT_NAMES)} tell the "
     "node's container runtime which devices to give the container; only the device plugin sets them "
     "(request devices in resources)")
 RENDEZVOUS_ENV_MESSAGE = (
-    f"{', '.join(C.RENDEZVOUS_ENV)} are the rendezvous variables the operator sets on every pod and cannot be overridden")
+    f"{', '.join(constants.RENDEZVOUS_ENV)} are the rendezvous variables the operator sets on every pod and cannot be overridden")
 
 
 def reserved_env(name: str) -> bool:
     """A device-grant or rendezvous variable: EnvVar's rules, for env given as a map (ncclEnv)."""
-    return device_grant_env(name) or name in C.RENDEZVOUS_ENV
+    return device_grant_env(name) or name in constants.RENDEZVOUS_ENV
 
 
 class EnvVar(Model):
-    name: str = bounded_str(P.ENV_NAME, 256)
+    name: str = bounded_str(patterns.ENV_NAME, 256)
     value: str | None = bounded_str(None, 32768, default=None)
     value_from: EnvVarSource | None = None
 
     checks = (
         Rule("!has(self.value) || !has(self.valueFrom)", "set value or valueFrom, not both",
              lambda e: e.value is None or e.value_from is None, ".valueFrom"),
-        Rule(f"!self.name.startsWith('{C.ENV_RESERVED_PREFIX}')",
-             f"{C.ENV_RESERVED_PREFIX}* variables are set by the operator and cannot be overridden",
-             lambda e: not e.name.startswith(C.ENV_RESERVED_PREFIX), ".name"),
-        Rule(" && ".join([f"!self.name.startsWith('{p}')" for p in C.ENV_DEVICE_GRANT_PREFIXES]
-                         + [f"!(self.name in {_cel_list(C.ENV_DEVICE_GRANT_NAMES)})"]),
+        Rule(f"!self.name.startsWith('{constants.ENV_RESERVED_PREFIX}')",
+             f"{constants.ENV_RESERVED_PREFIX}* variables are set by the operator and cannot be overridden",
+             lambda e: not e.name.startswith(constants.ENV_RESERVED_PREFIX), ".name"),
+        Rule(" && ".join([f"!self.name.startsWith('{p}')" for p in constants.ENV_DEVICE_GRANT_PREFIXES]
+                         + [f"!(self.name in {_cel_list(constants.ENV_DEVICE_GRANT_NAMES)})"]),
              DEVICE_ENV_MESSAGE, lambda e: not device_grant_env(e.name), ".name"),
-        Rule(f"!(self.name in {_cel_list(C.RENDEZVOUS_ENV)})", RENDEZVOUS_ENV_MESSAGE,
-             lambda e: e.name not in C.RENDEZVOUS_ENV, ".name"),
+        Rule(f"!(self.name in {_cel_list(constants.RENDEZVOUS_ENV)})", RENDEZVOUS_ENV_MESSAGE,
+             lambda e: e.name not in constants.RENDEZVOUS_ENV, ".name"),
     )
 
     def to_kube(self) -> dict:
@@ -160,9 +160,9 @@ class EnvVar(Model):
 
 
 class Toleration(Model):
-    key: str | None = bounded_str(P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME, default=None)
+    key: str | None = bounded_str(patterns.QUALIFIED_NAME, patterns.MAX_QUALIFIED_NAME, default=None)
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = bounded_str(P.LABEL_VALUE, P.MAX_LABEL_VALUE, default=None)
+    value: str | None = bounded_str(patterns.LABEL_VALUE, patterns.MAX_LABEL_VALUE, default=None)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(None, ge=-(1 << 31), le=(1 << 31) - 1)
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import yaml
 
-from phalanx import constants as C
-from phalanx import safejson
+from phalanx import constants, safejson
 from phalanx.api.config import OperatorConfig
 
 
@@ -72,7 +71,7 @@ def is_job_attempt(doc: Any) -> bool:
     """A TrainingJob, or a document meant as one (our API group, another kind)."""
     if not isinstance(doc, dict):
         return False
-    return doc.get("kind") == C.KIND or str(doc.get("apiVersion", "")).split("/")[0] == C.GROUP
+    return doc.get("kind") == constants.KIND or str(doc.get("apiVersion", "")).split("/")[0] == constants.GROUP
 
 
 def read_jobs(path: str) -> list[dict[str, Any]]:
@@ -82,7 +81,7 @@ def read_jobs(path: str) -> list[dict[str, Any]]:
     if not jobs:
         kinds = sorted({str(d.get("kind")) for d in docs if isinstance(d, dict)})
         found = f"found kind {', '.join(kinds)}" if kinds else "found no Kubernetes object"
-        raise InputError(f"{path}: no TrainingJob: {found}; expected apiVersion: {C.API_VERSION}, kind: {C.KIND}")
+        raise InputError(f"{path}: no TrainingJob: {found}; expected apiVersion: {constants.API_VERSION}, kind: {constants.KIND}")
     return jobs
 
 

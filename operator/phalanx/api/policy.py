@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.base import Model
 from phalanx.api.types import GangBackend
 
@@ -49,8 +49,8 @@ SAFE_PROJECTED_SOURCES = ["configMap", "downwardAPI", "clusterTrustBundle"]
 SAFE_BACKENDS = [GangBackend.NATIVE, GangBackend.KUEUE, GangBackend.WORKLOAD]
 # The schedulerName a backend sets on the pods when the job names none (backends/volcano.py,
 # backends/coscheduling.py; tests/unit/phalanx/policy/test_cluster.py renders each backend to keep this true).
-BACKEND_SCHEDULER_NAMES = {GangBackend.VOLCANO: C.VOLCANO_SCHEDULER_NAME,
-                           GangBackend.COSCHEDULING: C.COSCHEDULING_SCHEDULER_NAME}
+BACKEND_SCHEDULER_NAMES = {GangBackend.VOLCANO: constants.VOLCANO_SCHEDULER_NAME,
+                           GangBackend.COSCHEDULING: constants.COSCHEDULING_SCHEDULER_NAME}
 # Kubernetes reserves the prefix for its own classes (system-node-critical, system-cluster-critical):
 # above every workload, preempting anything.
 SYSTEM_PRIORITY_PREFIX = "system-"

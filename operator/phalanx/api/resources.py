@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.base import Model, Quantity, keys_match
 from phalanx.api.rules import Rule
 
@@ -24,7 +24,7 @@ class Resources(Model):
     checks = (
         Rule(None,
              "extra resource names are extended resources (domain/name), hugepages-<size> or ephemeral-storage",
-             lambda r: keys_match(r.extra, P.RESOURCE_NAME, P.MAX_QUALIFIED_NAME), ".extra"),
-        Rule(f"!has(self.extra) || !('{C.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{C.RESOURCE_GPU}']",
-             lambda r: C.RESOURCE_GPU not in r.extra, ".extra"),
+             lambda r: keys_match(r.extra, patterns.RESOURCE_NAME, patterns.MAX_QUALIFIED_NAME), ".extra"),
+        Rule(f"!has(self.extra) || !('{constants.RESOURCE_GPU}' in self.extra)", f"set GPUs with resources.gpus, not extra['{constants.RESOURCE_GPU}']",
+             lambda r: constants.RESOURCE_GPU not in r.extra, ".extra"),
     )

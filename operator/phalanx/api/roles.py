@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.base import Model, unique_by
 from phalanx.api.kubetypes import EnvVar
 from phalanx.api.resources import Resources
@@ -23,7 +23,7 @@ from phalanx.api.rules import Rule
 # 10 for the role and 5 digits of index it stays a DNS label (63).
 MAX_ROLE_NAME = 10
 ROLE_NAME = r"^[a-z][a-z0-9]*$"  # no '-': "<job>-<role>-<index>-<attempt>" parses one way only
-RESERVED_ROLE_NAMES = (C.ROLE_WORKER, "node")  # the workers' role, and their hostnames' infix
+RESERVED_ROLE_NAMES = (constants.ROLE_WORKER, "node")  # the workers' role, and their hostnames' infix
 MAX_ROLES = 8
 MAX_ROLE_REPLICAS = 1024
 
@@ -82,5 +82,5 @@ ROLE_RULES = (
          "(has(self.roles) && self.roles.exists(r, r.name == n)))",
          "spec.successPolicy.roles names worker or a role of spec.roles",
          lambda s: s.success_policy is None
-         or set(s.success_policy.roles) <= {C.ROLE_WORKER} | {r.name for r in s.roles}, ".successPolicy.roles"),
+         or set(s.success_policy.roles) <= {constants.ROLE_WORKER} | {r.name for r in s.roles}, ".successPolicy.roles"),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.roles import Role
 from phalanx.api.types import Resources, TrainingJobSpec
 
@@ -24,14 +24,14 @@ class Slot:
 
     @property
     def is_worker(self) -> bool:
-        return self.role == C.ROLE_WORKER
+        return self.role == constants.ROLE_WORKER
 
     def __str__(self) -> str:
         return f"node-rank {self.index}" if self.is_worker else f"{self.role} {self.index}"
 
 
 def worker(rank: int) -> Slot:
-    return Slot(C.ROLE_WORKER, rank)
+    return Slot(constants.ROLE_WORKER, rank)
 
 
 def slots(spec: TrainingJobSpec) -> list[Slot]:
@@ -44,7 +44,7 @@ def slots(spec: TrainingJobSpec) -> list[Slot]:
 
 def role_counts(spec: TrainingJobSpec) -> dict[str, int]:
     """Replicas per role, workers first (the order of ``slots``)."""
-    return {C.ROLE_WORKER: spec.nodes, **{r.name: r.replicas for r in spec.roles}}
+    return {constants.ROLE_WORKER: spec.nodes, **{r.name: r.replicas for r in spec.roles}}
 
 
 def worker_hostname(job: str, rank: int) -> str:
@@ -71,9 +71,9 @@ def slot_pod_name(job: str, slot: Slot, attempt: int) -> str:
 
 def slot_labels(spec: TrainingJobSpec, slot: Slot) -> dict[str, str]:
     """A worker of a job without roles keeps only its node-rank label (its pods do not change)."""
-    labels = {C.LABEL_NODE_RANK: str(slot.index)} if slot.is_worker else {}
+    labels = {constants.LABEL_NODE_RANK: str(slot.index)} if slot.is_worker else {}
     if spec.roles:
-        labels |= {C.LABEL_ROLE: slot.role, C.LABEL_ROLE_INDEX: str(slot.index)}
+        labels |= {constants.LABEL_ROLE: slot.role, constants.LABEL_ROLE_INDEX: str(slot.index)}
     return labels
 
 
@@ -81,10 +81,10 @@ def slot_of(pod: dict[str, Any]) -> Slot | None:
     """The slot a pod's labels name (None for a pod without them)."""
     labels = pod.get("metadata", {}).get("labels") or {}
     try:
-        if C.LABEL_ROLE in labels:
-            return Slot(labels[C.LABEL_ROLE], int(labels[C.LABEL_ROLE_INDEX]))
-        if C.LABEL_NODE_RANK in labels:
-            return worker(int(labels[C.LABEL_NODE_RANK]))
+        if constants.LABEL_ROLE in labels:
+            return Slot(labels[constants.LABEL_ROLE], int(labels[constants.LABEL_ROLE_INDEX]))
+        if constants.LABEL_NODE_RANK in labels:
+            return worker(int(labels[constants.LABEL_NODE_RANK]))
     except (KeyError, ValueError):
         return None
     return None

@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.base import Model, unique_by
 from phalanx.api.crd import custom_resource_definition, openapi_schema, unchanged_checks
 from phalanx.api.rules import Rule
@@ -225,8 +225,8 @@ class TrainingSweep(BaseModel):
     """The whole object, as read from YAML or the API server."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
-    api_version: str = Field(C.API_VERSION, alias="apiVersion")
-    kind: str = C.SWEEP_KIND
+    api_version: str = Field(constants.API_VERSION, alias="apiVersion")
+    kind: str = constants.SWEEP_KIND
     metadata: ObjectMeta
     spec: TrainingSweepSpec
     status: TrainingSweepStatus | None = None
@@ -251,8 +251,8 @@ MUTABLE_FIELDS = ("maxParallel",)
 UNCOMPARABLE_FIELDS = ("trials",)
 
 NAME_RULES = [
-    {"rule": f"self.metadata.name.matches(r'{P.JOB_NAME}')",
-     "message": f"metadata.name must be {P.DESCRIPTIONS[P.JOB_NAME]}"},
+    {"rule": f"self.metadata.name.matches(r'{patterns.JOB_NAME}')",
+     "message": f"metadata.name must be {patterns.DESCRIPTIONS[patterns.JOB_NAME]}"},
     {"rule": f"size(self.metadata.name) <= {MAX_SWEEP_NAME}",
      "message": f"metadata.name: at most {MAX_SWEEP_NAME} characters (trials are named '<sweep>-<index>' and must fit a TrainingJob name)"},
 ]
@@ -268,8 +268,8 @@ def immutability_rule(spec_schema: dict[str, Any]) -> dict[str, str]:
 def build_sweep_crd() -> dict[str, Any]:
     spec_schema = openapi_schema(TrainingSweepSpec)
     spec_schema.setdefault("x-kubernetes-validations", []).append(immutability_rule(spec_schema))
-    names = {"kind": C.SWEEP_KIND, "plural": C.SWEEP_PLURAL, "singular": C.SWEEP_SINGULAR, "shortNames": C.SWEEP_SHORT_NAMES}
-    return custom_resource_definition(C.SWEEP_CRD_NAME, names, spec_schema, TrainingSweepStatus, NAME_RULES, PRINTER_COLUMNS)
+    names = {"kind": constants.SWEEP_KIND, "plural": constants.SWEEP_PLURAL, "singular": constants.SWEEP_SINGULAR, "shortNames": constants.SWEEP_SHORT_NAMES}
+    return custom_resource_definition(constants.SWEEP_CRD_NAME, names, spec_schema, TrainingSweepStatus, NAME_RULES, PRINTER_COLUMNS)
 
 
 def sweep_crd_yaml() -> str:
@@ -285,8 +285,8 @@ def sweep_reference() -> str:
     lines = [
         "# TrainingSweep API reference (phalanx.dev/v1alpha1)",
         "",
-        f"Short name `{C.SWEEP_SHORT_NAMES[0]}`. A sweep's trials are TrainingJobs named `<sweep>-<index>`, "
-        f"owned by the sweep (labels `{C.LABEL_SWEEP}`, `{C.LABEL_TRIAL}`). Guide: [sweep.md](sweep.md).",
+        f"Short name `{constants.SWEEP_SHORT_NAMES[0]}`. A sweep's trials are TrainingJobs named `<sweep>-<index>`, "
+        f"owned by the sweep (labels `{constants.LABEL_SWEEP}`, `{constants.LABEL_TRIAL}`). Guide: [sweep.md](sweep.md).",
         "",
         "Rules (API server CEL and operator alike; the template is held to every TrainingJob rule, and "
         "every generated trial is checked as a TrainingJob before anything is created):",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.rules import Rule, full_replica_rules, parallelism_default, script_framework_rules
 
 FRAMEWORK = "tensorflow"
@@ -43,9 +43,9 @@ TENSORFLOW_RULES = (
          "framework tensorflow: spec.elastic is not supported (TF_CONFIG lists spec.nodes workers; "
          "MultiWorkerMirroredStrategy cannot change its cluster)",
          _tf(lambda s: s.elastic is None), ".elastic"),
-    Rule(_TF + f"!has(self.env) || !self.env.exists(e, e.name == '{C.ENV_TF_CONFIG}')",
-         f"framework tensorflow: spec.env must not set {C.ENV_TF_CONFIG} (the operator renders it per pod)",
-         _tf(lambda s: all(e.name != C.ENV_TF_CONFIG for e in s.env)), ".env"),
+    Rule(_TF + f"!has(self.env) || !self.env.exists(e, e.name == '{constants.ENV_TF_CONFIG}')",
+         f"framework tensorflow: spec.env must not set {constants.ENV_TF_CONFIG} (the operator renders it per pod)",
+         _tf(lambda s: all(e.name != constants.ENV_TF_CONFIG for e in s.env)), ".env"),
 )
 
 
@@ -63,9 +63,9 @@ TENSORFLOW_ROLE_RULES = (
          lambda s: s.framework != "tensorflow" or all(r.replicas == 1 for r in s.roles if r.name in ("chief", "evaluator")),
          ".roles"),
     Rule("!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
-         f"self.roles.all(r, !has(r.env) || !r.env.exists(e, e.name == '{C.ENV_TF_CONFIG}'))",
-         f"framework tensorflow: spec.roles[].env must not set {C.ENV_TF_CONFIG} (the operator renders it per pod)",
-         lambda s: s.framework != "tensorflow" or all(e.name != C.ENV_TF_CONFIG for r in s.roles for e in r.env), ".roles"),
+         f"self.roles.all(r, !has(r.env) || !r.env.exists(e, e.name == '{constants.ENV_TF_CONFIG}'))",
+         f"framework tensorflow: spec.roles[].env must not set {constants.ENV_TF_CONFIG} (the operator renders it per pod)",
+         lambda s: s.framework != "tensorflow" or all(e.name != constants.ENV_TF_CONFIG for r in s.roles for e in r.env), ".roles"),
     Rule("!has(self.framework) || self.framework != 'tensorflow' || !has(self.roles) || "
          "!self.roles.exists(r, r.name == 'ps') || self.roles.exists(r, r.name == 'chief')",
          "framework tensorflow: a ps role needs a chief role (ParameterServerStrategy's coordinator)",
@@ -80,4 +80,4 @@ def deciding_roles(spec) -> tuple[str, ...] | None:
     if spec.framework != FRAMEWORK:
         return None
     names = [r.name for r in spec.roles]
-    return (C.TF_TASK_CHIEF,) if C.TF_TASK_CHIEF in names else (C.ROLE_WORKER,)
+    return (constants.TF_TASK_CHIEF,) if constants.TF_TASK_CHIEF in names else (constants.ROLE_WORKER,)

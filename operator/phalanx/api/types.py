@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.base import KubeObject, Model, Quantity, bounded_str, keys_match, unique_by
 from phalanx.api.deepspeed import DEEPSPEED_RULES
 from phalanx.api.horovod import HOROVOD_RULES
@@ -253,7 +253,7 @@ class CheckpointSpec(Model):
         None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}. "
                           "Without it the job saves no checkpoints, and the other fields must keep their defaults."
     )
-    mount_path: str = bounded_str(P.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"])
+    mount_path: str = bounded_str(patterns.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"])
     interval_steps: int = Field(_CKPT_DEFAULT["interval_steps"], ge=0, le=1 << 31,
                                 description="Save every N steps; 0 saves only at the end.")
     keep_last: int = Field(_CKPT_DEFAULT["keep_last"], ge=1, le=1000)
@@ -269,9 +269,9 @@ class CheckpointSpec(Model):
 
 
 class TopologySpec(Model):
-    required: str | None = bounded_str(P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME, default=None,
+    required: str | None = bounded_str(patterns.QUALIFIED_NAME, patterns.MAX_QUALIFIED_NAME, default=None,
                                        description="All pods inside one domain of this level (label key or level name).")
-    preferred: str | None = bounded_str(P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME, default=None,
+    preferred: str | None = bounded_str(patterns.QUALIFIED_NAME, patterns.MAX_QUALIFIED_NAME, default=None,
                                         description="Best effort: as few domains of this level as possible.")
 
 
@@ -280,24 +280,24 @@ class SchedulingSpec(Model):
     gang_timeout_seconds: int = Field(600, ge=0, le=1 << 31, description="How long a gang may wait for placement; 0 = forever.")
     on_gang_timeout: GangTimeoutPolicy = Field(GangTimeoutPolicy.WAIT)
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    priority_class_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None)
-    queue: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None,
+    priority_class_name: str | None = bounded_str(patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default=None)
+    queue: str | None = bounded_str(patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default=None,
                                     description="Queue (Kueue LocalQueue / Volcano queue).")
-    scheduler_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None,
+    scheduler_name: str | None = bounded_str(patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default=None,
                                              description="Override the pods' schedulerName.")
 
 
 class NetworkSpec(Model):
-    profile: str = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default="default",
+    profile: str = bounded_str(patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default="default",
                                description="Cluster network profile (operator config).")
     nccl_env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=128,
                                      description="NCCL/torch env overrides (debug variables allowed here).")
     host_network: bool = Field(False, description="Run pods on the host network (RDMA without CNI).")
 
     checks = (
-        Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {C.ENV_RESERVED_PREFIX}*)",
-             lambda n: keys_match(n.nccl_env, P.C_IDENTIFIER, 256)
-             and not any(k.startswith(C.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
+        Rule(None, f"ncclEnv keys are environment variable names (letters, digits, '_'; not {constants.ENV_RESERVED_PREFIX}*)",
+             lambda n: keys_match(n.nccl_env, patterns.C_IDENTIFIER, 256)
+             and not any(k.startswith(constants.ENV_RESERVED_PREFIX) for k in n.nccl_env), ".ncclEnv"),
         # added to the trainer's env where nothing set the name yet: reserved as in spec.env
         Rule(None, "ncclEnv keys must not be device-grant (NVIDIA_*, AMD_VISIBLE_DEVICES, ...) or rendezvous "
              "(MASTER_ADDR, WORLD_SIZE, ...) variables: the rules of spec.env apply",
@@ -421,7 +421,7 @@ SPEC_RULES = (
          lambda s: s.checkpoint.volume is None or all(m.mount_path != s.checkpoint.mount_path for m in s.volume_mounts),
          ".volumeMounts"),
     Rule(None, "nodeSelector keys must be label keys ([prefix/]name, name at most 63 characters)",
-         lambda s: keys_match(s.node_selector, P.QUALIFIED_NAME, P.MAX_QUALIFIED_NAME),
+         lambda s: keys_match(s.node_selector, patterns.QUALIFIED_NAME, patterns.MAX_QUALIFIED_NAME),
          ".nodeSelector"),
 )
 
@@ -463,7 +463,7 @@ PARAMETER_SERVER_RULES = (
 
 
 class TrainingJobSpec(Model):
-    image: str = bounded_str(P.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
+    image: str = bounded_str(patterns.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, min_length=1, max_length=64, description="User entrypoint mode: replaces the runtime's command.")
@@ -492,9 +492,9 @@ class TrainingJobSpec(Model):
     env: list[EnvVar] = Field(default_factory=list, max_length=256, description="core/v1 EnvVar list added to the trainer.",
                               json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    node_selector: dict[str, Annotated[str, bounded_str(P.LABEL_VALUE, P.MAX_LABEL_VALUE)]] = Field(
+    node_selector: dict[str, Annotated[str, bounded_str(patterns.LABEL_VALUE, patterns.MAX_LABEL_VALUE)]] = Field(
         default_factory=dict, max_length=64)
-    service_account_name: str | None = bounded_str(P.DNS_SUBDOMAIN, P.MAX_DNS_SUBDOMAIN, default=None)
+    service_account_name: str | None = bounded_str(patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default=None)
     volumes: list[Volume] = Field(default_factory=list, max_length=64, description="Extra core/v1 Volumes.",
                                   json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     volume_mounts: list[VolumeMount] = Field(
@@ -557,7 +557,7 @@ class TrainingJobSpec(Model):
         workers: an evaluator never decides); else every role."""
         if self.success_policy is not None:
             return tuple(self.success_policy.roles)
-        return deciding_roles(self) or (C.ROLE_WORKER, *(r.name for r in self.roles))
+        return deciding_roles(self) or (constants.ROLE_WORKER, *(r.name for r in self.roles))
 
     @property
     def uses_runtime(self) -> bool:
@@ -608,7 +608,7 @@ class FailureStatus(Model):
     reason: str = Field(..., description="'exited', or the pod's reason (Evicted, NodeLost, PodLost, Hang, ...).")
     # a str, not the enum: a status written by an operator that knows more categories still reads
     category: str = Field(..., description="What kind of failure it was.",
-                          json_schema_extra={"enum": [c.value for c in C.FailureCategory]})
+                          json_schema_extra={"enum": [c.value for c in constants.FailureCategory]})
     message: str = Field("", description="The error's last line(s), from the container's termination message.")
     time: str | None = None
 
@@ -670,5 +670,5 @@ class TrainingJob(BaseModel):
         ownerReference without one is invalid."""
         if not self.metadata.uid:
             return []
-        return [{"apiVersion": C.API_VERSION, "kind": C.KIND, "name": self.metadata.name, "uid": self.metadata.uid,
+        return [{"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": self.metadata.name, "uid": self.metadata.uid,
                  "controller": True, "blockOwnerDeletion": True}]

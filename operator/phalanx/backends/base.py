@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import GangBackend
 from phalanx.gang.inventory import format_amount
 from phalanx.gang.planner import GangRequest
@@ -59,7 +59,7 @@ def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name or job.metadata.name,
         "namespace": job.metadata.namespace,
-        "labels": {C.LABEL_JOB_NAME: job.metadata.name, C.LABEL_MANAGED_BY: C.MANAGED_BY},
+        "labels": {constants.LABEL_JOB_NAME: job.metadata.name, constants.LABEL_MANAGED_BY: constants.MANAGED_BY},
     }
     owners = job.owner_references()
     if owners:
@@ -70,7 +70,7 @@ def object_meta(job: Any, name: str | None = None) -> dict[str, Any]:
 def pod_requests(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Per-pod requests in canonical units (as the planner sees them), without the pods slot."""
     req = dict(GangRequest.from_spec(spec, "", extra_requests=extra).requests)
-    req.pop(C.RESOURCE_PODS, None)
+    req.pop(constants.RESOURCE_PODS, None)
     return req
 
 
@@ -80,7 +80,7 @@ def min_resources(spec: Any, extra: Mapping[str, Any] | None = None) -> dict[str
     total: dict[str, int] = {}
     for part in (gang, *gang.roles):
         for k, v in part.requests.items():
-            if k != C.RESOURCE_PODS:
+            if k != constants.RESOURCE_PODS:
                 total[k] = total.get(k, 0) + v * part.count
     return {k: format_amount(k, v) for k, v in total.items()}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import GangBackend
 from phalanx.backends.base import Backend, BackendRender, PodMutation, min_resources, object_meta
 
@@ -16,7 +16,7 @@ def render(
     job: Any,
     *,
     extra_requests: Mapping[str, Any] | None = None,
-    scheduler_name: str = C.COSCHEDULING_SCHEDULER_NAME,
+    scheduler_name: str = constants.COSCHEDULING_SCHEDULER_NAME,
     **_: Any,
 ) -> BackendRender:
     spec = job.spec
@@ -24,12 +24,12 @@ def render(
     pg_spec: dict[str, Any] = {"minMember": spec.gang_size, "minResources": min_resources(spec, extra_requests)}
     if sched.gang_timeout_seconds > 0:
         pg_spec["scheduleTimeoutSeconds"] = sched.gang_timeout_seconds
-    pg = {"apiVersion": C.COSCHEDULING_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job),
+    pg = {"apiVersion": constants.COSCHEDULING_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job),
           "spec": pg_spec}
     mutation = PodMutation(
-        labels={C.LABEL_COSCHEDULING_POD_GROUP: job.metadata.name},
+        labels={constants.LABEL_COSCHEDULING_POD_GROUP: job.metadata.name},
         scheduler_name=sched.scheduler_name or scheduler_name,
-        remove_gates=[C.GANG_SCHEDULING_GATE],
+        remove_gates=[constants.GANG_SCHEDULING_GATE],
     )
     return BackendRender(objects=[pg], pod=mutation)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import TopologyLevel
 from phalanx.api.types import GangBackend
 from phalanx.backends.base import Backend, BackendRender, PodMutation, level_label
@@ -43,23 +43,23 @@ def render(
     errors = []
     if not sched.queue:
         errors.append("scheduling.queue: backend kueue needs a LocalQueue name")
-    labels = {C.LABEL_KUEUE_POD_GROUP_NAME: group_name or job.metadata.name}
+    labels = {constants.LABEL_KUEUE_POD_GROUP_NAME: group_name or job.metadata.name}
     if sched.queue:
-        labels[C.LABEL_KUEUE_QUEUE_NAME] = sched.queue
-    annotations = {C.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT: str(spec.gang_size)}
+        labels[constants.LABEL_KUEUE_QUEUE_NAME] = sched.queue
+    annotations = {constants.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT: str(spec.gang_size)}
     if sched.topology.required:
-        annotations[C.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = level_label(sched.topology.required, levels)
+        annotations[constants.ANNOTATION_KUEUE_REQUIRED_TOPOLOGY] = level_label(sched.topology.required, levels)
     elif sched.topology.preferred:
-        annotations[C.ANNOTATION_KUEUE_PREFERRED_TOPOLOGY] = level_label(sched.topology.preferred, levels)
+        annotations[constants.ANNOTATION_KUEUE_PREFERRED_TOPOLOGY] = level_label(sched.topology.preferred, levels)
     mutation = PodMutation(labels=labels, annotations=annotations,
-                           scheduler_name=sched.scheduler_name, remove_gates=[C.GANG_SCHEDULING_GATE])
+                           scheduler_name=sched.scheduler_name, remove_gates=[constants.GANG_SCHEDULING_GATE])
     return BackendRender(objects=[], pod=mutation, errors=errors)
 
 
 def workload_name(pods: Sequence[Mapping[str, Any]], job_name: str) -> str:
     """The Workload Kueue makes for the gang: named after the pod group (label on the pods)."""
     for pod in pods:
-        group = (pod.get("metadata", {}).get("labels") or {}).get(C.LABEL_KUEUE_POD_GROUP_NAME)
+        group = (pod.get("metadata", {}).get("labels") or {}).get(constants.LABEL_KUEUE_POD_GROUP_NAME)
         if group:
             return group
     return job_name
@@ -98,7 +98,7 @@ def _is(conds: Mapping[str, Mapping[str, Any]], type_: str, status: str = "True"
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == C.KUEUE_ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+    return any(g.get("name") == constants.KUEUE_ADMISSION_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
 def _stopped_by_kueue(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -156,7 +156,7 @@ def admission(workload: Mapping[str, Any] | None, pods: Sequence[Mapping[str, An
                              f"Kueue stopped the gang: {stopped.get('message') or ''}".rstrip(": "), evicted=True)
         if any(_gated(p) for p in pods):
             return Admission("Unknown", KueueReason.WAITING,
-                             f"pods held by the {C.KUEUE_ADMISSION_GATE} gate; Kueue has not made a Workload for the pod group yet")
+                             f"pods held by the {constants.KUEUE_ADMISSION_GATE} gate; Kueue has not made a Workload for the pod group yet")
         return None
     conds = _conditions(workload)
     name = (workload.get("metadata") or {}).get("name", "")

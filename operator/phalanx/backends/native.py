@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import GangBackend
 from phalanx.backends.base import Backend, BackendRender, PodMutation
 
 
 def render(job: Any, **_: Any) -> BackendRender:
-    return BackendRender(objects=[], pod=PodMutation(add_gates=[C.GANG_SCHEDULING_GATE]))
+    return BackendRender(objects=[], pod=PodMutation(add_gates=[constants.GANG_SCHEDULING_GATE]))
 
 
 class Native(Backend):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import TopologyLevel
 from phalanx.api.types import GangBackend
 from phalanx.backends.base import Backend, BackendRender, PodMutation, min_resources, object_meta
@@ -46,11 +46,11 @@ def render(
             errors.append(f"scheduling.topology: level {level!r} is not a configured topology level")
         else:
             pg_spec["networkTopology"] = {"mode": mode, "highestTierAllowed": tier}
-    pg = {"apiVersion": C.VOLCANO_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job), "spec": pg_spec}
+    pg = {"apiVersion": constants.VOLCANO_API_VERSION, "kind": "PodGroup", "metadata": object_meta(job), "spec": pg_spec}
     mutation = PodMutation(
-        annotations={C.ANNOTATION_VOLCANO_GROUP_NAME: name},
-        scheduler_name=sched.scheduler_name or C.VOLCANO_SCHEDULER_NAME,
-        remove_gates=[C.GANG_SCHEDULING_GATE],
+        annotations={constants.ANNOTATION_VOLCANO_GROUP_NAME: name},
+        scheduler_name=sched.scheduler_name or constants.VOLCANO_SCHEDULER_NAME,
+        remove_gates=[constants.GANG_SCHEDULING_GATE],
     )
     return BackendRender(objects=[pg], pod=mutation, errors=errors)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import GangBackend
 from phalanx.backends.base import Backend, BackendRender, PodMutation, level_label, object_meta
 from phalanx.constants import WorkloadReason
@@ -82,19 +82,19 @@ def render(job: Any, *, api_version: str | None = None, workload_api_versions: S
         raise ValueError(f"unsupported Workload API version {version!r}; known: {', '.join(API_VERSIONS)}")
     spec = job.spec
     name = job.metadata.name
-    group = C.WORKLOAD_POD_GROUP_NAME
+    group = constants.WORKLOAD_POD_GROUP_NAME
     gang = {"gang": {"minCount": spec.gang_size}}
-    controller_ref = {"apiGroup": C.GROUP, "kind": C.KIND, "name": name}
+    controller_ref = {"apiGroup": constants.GROUP, "kind": constants.KIND, "name": name}
     sched = spec.scheduling
     topology, errors = topology_constraints(sched, levels)
     if version == "v1alpha1":
         if topology:
             errors.append("scheduling.topology.required: the cluster's Workload API (scheduling.k8s.io/v1alpha1) "
                           "has no topology constraints; they need v1alpha2 (Kubernetes 1.36)")
-        wl = {"apiVersion": f"{C.WORKLOAD_API_GROUP}/v1alpha1", "kind": "Workload", "metadata": object_meta(job),
+        wl = {"apiVersion": f"{constants.WORKLOAD_API_GROUP}/v1alpha1", "kind": "Workload", "metadata": object_meta(job),
               "spec": {"controllerRef": controller_ref, "podGroups": [{"name": group, "policy": gang}]}}
         mutation = PodMutation(spec_fields={"workloadRef": {"name": name, "podGroup": group}},
-                               scheduler_name=sched.scheduler_name, remove_gates=[C.GANG_SCHEDULING_GATE])
+                               scheduler_name=sched.scheduler_name, remove_gates=[constants.GANG_SCHEDULING_GATE])
         return BackendRender(objects=[wl], pod=mutation, errors=errors)
     template: dict[str, Any] = {"name": group, "schedulingPolicy": gang}
     pg_spec: dict[str, Any] = {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": group}},
@@ -102,18 +102,18 @@ def render(job: Any, *, api_version: str | None = None, workload_api_versions: S
     if topology:
         template["schedulingConstraints"] = {"topology": topology}
         pg_spec["schedulingConstraints"] = {"topology": topology}
-    wl = {"apiVersion": f"{C.WORKLOAD_API_GROUP}/v1alpha2", "kind": "Workload", "metadata": object_meta(job),
+    wl = {"apiVersion": f"{constants.WORKLOAD_API_GROUP}/v1alpha2", "kind": "Workload", "metadata": object_meta(job),
           "spec": {"controllerRef": controller_ref, "podGroupTemplates": [template]}}
-    pg = {"apiVersion": f"{C.WORKLOAD_API_GROUP}/v1alpha2", "kind": "PodGroup",
+    pg = {"apiVersion": f"{constants.WORKLOAD_API_GROUP}/v1alpha2", "kind": "PodGroup",
           "metadata": object_meta(job, pod_group_name(name)), "spec": pg_spec}
     mutation = PodMutation(spec_fields={"schedulingGroup": {"podGroupName": pod_group_name(name)}},
-                           scheduler_name=sched.scheduler_name, remove_gates=[C.GANG_SCHEDULING_GATE])
+                           scheduler_name=sched.scheduler_name, remove_gates=[constants.GANG_SCHEDULING_GATE])
     return BackendRender(objects=[wl, pg], pod=mutation, errors=errors)
 
 
 def pod_group_name(job_name: str) -> str:
     """The v1alpha2 PodGroup of a job (one gang: one group)."""
-    return f"{job_name}-{C.WORKLOAD_POD_GROUP_NAME}"
+    return f"{job_name}-{constants.WORKLOAD_POD_GROUP_NAME}"
 
 
 def schedulable(pod_group: Mapping[str, Any] | None) -> Schedulable:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.deepspeed import DEEPSPEED_RULES
 from phalanx.api.types import Framework, GradCompression, Precision, TrainingJobSpec
 from phalanx.frameworks.base import FrameworkPlugin
@@ -72,11 +72,11 @@ class DeepSpeed(FrameworkPlugin):
     rules = DEEPSPEED_RULES
 
     def job_env(self, spec: TrainingJobSpec) -> list[dict[str, Any]]:
-        return [{"name": C.ENV_DEEPSPEED_CONFIG, "value": f"{C.RUNTIME_CONFIG_DIR}/{C.DEEPSPEED_CONFIG_FILE}"}]
+        return [{"name": constants.ENV_DEEPSPEED_CONFIG, "value": f"{constants.RUNTIME_CONFIG_DIR}/{constants.DEEPSPEED_CONFIG_FILE}"}]
 
     def config_files(self, spec: TrainingJobSpec) -> dict[str, str]:
         """Mounted next to config.json; $PHALANX_DEEPSPEED_CONFIG names it."""
-        return {C.DEEPSPEED_CONFIG_FILE: json.dumps(deepspeed_config(spec), indent=2, sort_keys=True)}
+        return {constants.DEEPSPEED_CONFIG_FILE: json.dumps(deepspeed_config(spec), indent=2, sort_keys=True)}
 
 
 PLUGIN = DeepSpeed()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.horovod import HOROVOD_RULES
 from phalanx.api.slots import Slot, master_addr, slot_hostname
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
@@ -41,10 +41,10 @@ def uses_horovod(spec: TrainingJobSpec) -> bool:
 def horovod_ranks(spec: TrainingJobSpec, pod_rank: int) -> dict[str, int]:
     """The pod's place among the Horovod hosts; its process's rank too when it has one process."""
     nodes, procs = spec.nodes, spec.procs_per_node
-    ranks = {C.ENV_HOROVOD_SIZE: nodes * procs, C.ENV_HOROVOD_LOCAL_SIZE: procs,
-             C.ENV_HOROVOD_CROSS_RANK: pod_rank, C.ENV_HOROVOD_CROSS_SIZE: nodes}
+    ranks = {constants.ENV_HOROVOD_SIZE: nodes * procs, constants.ENV_HOROVOD_LOCAL_SIZE: procs,
+             constants.ENV_HOROVOD_CROSS_RANK: pod_rank, constants.ENV_HOROVOD_CROSS_SIZE: nodes}
     if procs == 1:
-        ranks |= {C.ENV_HOROVOD_RANK: pod_rank, C.ENV_HOROVOD_LOCAL_RANK: 0}
+        ranks |= {constants.ENV_HOROVOD_RANK: pod_rank, constants.ENV_HOROVOD_LOCAL_RANK: 0}
     return ranks
 
 
@@ -55,12 +55,12 @@ def horovod_env(job: TrainingJob, slot: Slot) -> list[dict[str, Any]]:
         return []
     name = job.metadata.name
     env = {
-        C.ENV_HOROVOD_RENDEZVOUS_ADDR: master_addr(name),
-        C.ENV_HOROVOD_RENDEZVOUS_PORT: C.HOROVOD_RENDEZVOUS_PORT,
-        C.ENV_HOROVOD_CONTROLLER: C.HOROVOD_GLOO,
-        C.ENV_HOROVOD_CPU_OPERATIONS: C.HOROVOD_GLOO,
-        C.ENV_HOROVOD_GLOO_TIMEOUT: C.HOROVOD_GLOO_TIMEOUT_SECONDS,
-        C.ENV_HOROVOD_HOSTNAME: slot_hostname(name, slot),
+        constants.ENV_HOROVOD_RENDEZVOUS_ADDR: master_addr(name),
+        constants.ENV_HOROVOD_RENDEZVOUS_PORT: constants.HOROVOD_RENDEZVOUS_PORT,
+        constants.ENV_HOROVOD_CONTROLLER: constants.HOROVOD_GLOO,
+        constants.ENV_HOROVOD_CPU_OPERATIONS: constants.HOROVOD_GLOO,
+        constants.ENV_HOROVOD_GLOO_TIMEOUT: constants.HOROVOD_GLOO_TIMEOUT_SECONDS,
+        constants.ENV_HOROVOD_HOSTNAME: slot_hostname(name, slot),
         **horovod_ranks(job.spec, slot.index),
     }
     return [{"name": k, "value": str(v)} for k, v in env.items()]
@@ -70,15 +70,15 @@ def horovod_port(job: TrainingJob) -> list[dict[str, Any]]:
     """The container port of pod 0's rendezvous server (declared by every pod of a horovod job)."""
     if not uses_horovod(job.spec):
         return []
-    return [{"name": C.PORT_NAME_HOROVOD, "containerPort": C.HOROVOD_RENDEZVOUS_PORT, "protocol": "TCP"}]
+    return [{"name": constants.PORT_NAME_HOROVOD, "containerPort": constants.HOROVOD_RENDEZVOUS_PORT, "protocol": "TCP"}]
 
 
 def horovod_service_port(job: TrainingJob) -> list[dict[str, Any]]:
     """The headless Service's entry for the rendezvous server (horovod jobs only)."""
     if not uses_horovod(job.spec):
         return []
-    port = C.HOROVOD_RENDEZVOUS_PORT
-    return [{"name": C.PORT_NAME_HOROVOD, "port": port, "targetPort": port, "protocol": "TCP"}]
+    port = constants.HOROVOD_RENDEZVOUS_PORT
+    return [{"name": constants.PORT_NAME_HOROVOD, "port": port, "targetPort": port, "protocol": "TCP"}]
 
 
 class Horovod(FrameworkPlugin):

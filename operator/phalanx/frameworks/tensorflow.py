@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import Slot, service_name, slot_hostname, slots, worker
 from phalanx.api.tensorflow import TENSORFLOW_ROLE_RULES, TENSORFLOW_RULES
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
@@ -50,20 +50,20 @@ def tf_cluster(job: TrainingJob, address: Callable[[Slot], str]) -> dict[str, li
     The evaluator is left out, as TensorFlow expects: it only reads checkpoints."""
     cluster: dict[str, list[str]] = {}
     for slot in slots(job.spec):
-        if slot.role != C.TF_TASK_EVALUATOR:
+        if slot.role != constants.TF_TASK_EVALUATOR:
             cluster.setdefault(slot.role, []).append(address(slot))
     return cluster
 
 
-def tf_config(cluster: dict[str, list[str]], index: int, task_type: str = C.TF_TASK_WORKER) -> dict[str, Any]:
+def tf_config(cluster: dict[str, list[str]], index: int, task_type: str = constants.TF_TASK_WORKER) -> dict[str, Any]:
     """The TF_CONFIG of task ``task_type``/``index`` of ``cluster`` (task type → addresses)."""
-    size = len(cluster.get(task_type, [])) if task_type != C.TF_TASK_EVALUATOR else 1
+    size = len(cluster.get(task_type, [])) if task_type != constants.TF_TASK_EVALUATOR else 1
     if not 0 <= index < size:
         raise ValueError(f"{task_type} index {index} outside a cluster of {size} {task_type} tasks")
     return {"cluster": {k: list(v) for k, v in cluster.items()}, "task": {"type": task_type, "index": index}}
 
 
-def tf_config_json(cluster: dict[str, list[str]], index: int, task_type: str = C.TF_TASK_WORKER) -> str:
+def tf_config_json(cluster: dict[str, list[str]], index: int, task_type: str = constants.TF_TASK_WORKER) -> str:
     return json.dumps(tf_config(cluster, index, task_type), separators=(",", ":"))
 
 
@@ -73,7 +73,7 @@ def tf_env(job: TrainingJob, slot: Slot | int, port: int) -> list[dict[str, str]
         return []
     slot = worker(slot) if isinstance(slot, int) else slot
     cluster = tf_cluster(job, lambda s: task_address(job, s, port))
-    return [{"name": C.ENV_TF_CONFIG, "value": tf_config_json(cluster, slot.index, slot.role)}]
+    return [{"name": constants.ENV_TF_CONFIG, "value": tf_config_json(cluster, slot.index, slot.role)}]
 
 
 class TensorFlow(FrameworkPlugin):

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.kubetypes import VOLUME_SOURCES
 from phalanx.api.policy import (
     BACKEND_SCHEDULER_NAMES,
@@ -68,7 +68,7 @@ def _implied_scheduler(backend: str) -> str:
 
 # Derived variables, after the entry's values: what the job is, and the policy's sets.
 DERIVED = [
-    ("isSweep", f"object.kind == '{C.SWEEP_KIND}'"),
+    ("isSweep", f"object.kind == '{constants.SWEEP_KIND}'"),
     ("spec", "variables.isSweep ? object.spec.template.spec : object.spec"),
     ("at", "variables.isSweep ? 'spec.template.spec.' : 'spec.'"),
     ("params", "variables.isSweep && has(object.spec.parameters) ? object.spec.parameters : []"),
@@ -159,13 +159,13 @@ def _volume_validations(field: str, each: Callable[[str], str]) -> list[dict[str
 
 # Not a policy rule but EnvVar's (api/kubetypes.py), for the env the CRD gives as a map: CEL there
 # cannot afford a map's unbounded keys, an admission policy's budget is per request.
-NCCL_ENV_MESSAGE = (f"{', '.join(p + '*' for p in C.ENV_DEVICE_GRANT_PREFIXES)}, {', '.join(C.ENV_DEVICE_GRANT_NAMES)} "
-                    f"(device grants) and {', '.join(C.RENDEZVOUS_ENV)} (rendezvous) are not the job's to set, as in spec.env")
+NCCL_ENV_MESSAGE = (f"{', '.join(p + '*' for p in constants.ENV_DEVICE_GRANT_PREFIXES)}, {', '.join(constants.ENV_DEVICE_GRANT_NAMES)} "
+                    f"(device grants) and {', '.join(constants.RENDEZVOUS_ENV)} (rendezvous) are not the job's to set, as in spec.env")
 
 
 def _not_reserved_env(k: str) -> str:
-    device = [f"!{k}.startsWith('{p}')" for p in C.ENV_DEVICE_GRANT_PREFIXES]
-    return " && ".join([*device, f"!({k} in {_lit(list(C.ENV_DEVICE_GRANT_NAMES + C.RENDEZVOUS_ENV))})"])
+    device = [f"!{k}.startsWith('{p}')" for p in constants.ENV_DEVICE_GRANT_PREFIXES]
+    return " && ".join([*device, f"!({k} in {_lit(list(constants.ENV_DEVICE_GRANT_NAMES + constants.RENDEZVOUS_ENV))})"])
 
 
 def _job_validations() -> list[dict[str, str]]:
@@ -252,11 +252,11 @@ def admission_policy(name: str = POLICY_NAME, rules: PolicyRules | None = None) 
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY}},
+        "metadata": {"name": name, "labels": {constants.LABEL_MANAGED_BY: constants.MANAGED_BY}},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{
-                "apiGroups": [C.GROUP], "apiVersions": [C.VERSION], "resources": [C.PLURAL, C.SWEEP_PLURAL],
+                "apiGroups": [constants.GROUP], "apiVersions": [constants.VERSION], "resources": [constants.PLURAL, constants.SWEEP_PLURAL],
                 "operations": ["CREATE", "UPDATE"]}]},
             "matchConditions": MATCH_CONDITIONS,
             "variables": policy_variables(rules or PolicyRules()) + derived_variables(),

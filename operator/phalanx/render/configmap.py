@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import TrainingJob
 from phalanx.frameworks import plugin_for
 from phalanx.render.names import config_map_name, metadata
@@ -15,19 +15,19 @@ from phalanx.render.names import config_map_name, metadata
 def runtime_config(job: TrainingJob) -> dict[str, Any]:
     """What the runtime sees: the validated spec with every default filled in."""
     return {
-        "apiVersion": C.API_VERSION,
-        "kind": C.KIND,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
         "metadata": {"name": job.metadata.name, "namespace": job.metadata.namespace},
         "spec": job.spec.model_dump(by_alias=True, mode="json", exclude_none=True),
     }
 
 
 def build_config_map(job: TrainingJob) -> dict[str, Any]:
-    data = {C.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)}
+    data = {constants.RUNTIME_CONFIG_KEY: json.dumps(runtime_config(job), indent=2, sort_keys=True)}
     data |= plugin_for(job.spec).config_files(job.spec)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(job, config_map_name(job.metadata.name), C.COMPONENT_CONFIG),
+        "metadata": metadata(job, config_map_name(job.metadata.name), constants.COMPONENT_CONFIG),
         "data": data,
     }

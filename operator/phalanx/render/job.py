@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import OperatorConfig
 from phalanx.api.slots import Slot, slots
 from phalanx.api.types import TrainingJob
@@ -43,5 +43,5 @@ def render_children(
     children = [*backend.objects, build_service(job, wiring.master_port), build_config_map(job), *pods, *policy]
     digest = spec_hash(job.spec.model_dump(by_alias=True, mode="json"))
     for child in children:
-        child["metadata"].setdefault("annotations", {})[C.ANNOTATION_SPEC_HASH] = digest
+        child["metadata"].setdefault("annotations", {})[constants.ANNOTATION_SPEC_HASH] = digest
     return children

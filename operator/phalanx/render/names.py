@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import master_addr as master_addr  # re-exported with the children's names
 from phalanx.api.slots import service_name as service_name
 from phalanx.api.slots import worker_hostname
@@ -27,9 +27,9 @@ def hostname(job: str, rank: int) -> str:
 
 def base_labels(job: TrainingJob, component: str) -> dict[str, str]:
     return {
-        C.LABEL_JOB_NAME: job.metadata.name,
-        C.LABEL_COMPONENT: component,
-        C.LABEL_MANAGED_BY: C.MANAGED_BY,
+        constants.LABEL_JOB_NAME: job.metadata.name,
+        constants.LABEL_COMPONENT: component,
+        constants.LABEL_MANAGED_BY: constants.MANAGED_BY,
     }
 
 

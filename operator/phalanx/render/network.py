@@ -18,7 +18,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import Fabric, NetworkProfile
 
 # Variables worth a warning when a job sets them (debug or tuning knobs that hurt when left on in production: NCCL's own docs say so).
@@ -40,16 +40,16 @@ class NetworkWiring:
     host_network: bool = False
     dns_policy: str | None = None
     shm_size: str | None = None  # profile default; spec.shmSize wins (pod renderer)
-    master_port: int = C.DEFAULT_MASTER_PORT
-    progress_port: int = C.PROGRESS_PORT
-    metrics_port: int = C.METRICS_PORT
+    master_port: int = constants.DEFAULT_MASTER_PORT
+    progress_port: int = constants.PROGRESS_PORT
+    metrics_port: int = constants.METRICS_PORT
     warnings: list[str] = field(default_factory=list)  # worth an Event
 
     def env_dict(self) -> dict[str, str]:
         return {e["name"]: e["value"] for e in self.env}
 
 
-def host_ports(job_key: str, port_range: tuple[int, int] = C.HOST_NETWORK_PORT_RANGE) -> tuple[int, int, int]:
+def host_ports(job_key: str, port_range: tuple[int, int] = constants.HOST_NETWORK_PORT_RANGE) -> tuple[int, int, int]:
     """Three consecutive host ports (rendezvous, progress, metrics) for a hostNetwork job, from a
     stable hash of its key ('namespace/name') inside ``port_range`` (inclusive)."""
     lo, hi = port_range
@@ -72,7 +72,7 @@ def render_network(
     profile: NetworkProfile,
     *,
     job_key: str | None = None,
-    port_range: tuple[int, int] = C.HOST_NETWORK_PORT_RANGE,
+    port_range: tuple[int, int] = constants.HOST_NETWORK_PORT_RANGE,
 ) -> NetworkWiring:
     """Everything the job's worker pods need for ``profile``'s fabric.
 
@@ -90,7 +90,7 @@ def render_network(
 
     w.resources = profile.extra_resources()
     if profile.multus_networks:
-        w.annotations[C.ANNOTATION_MULTUS_NETWORKS] = profile.multus_networks
+        w.annotations[constants.ANNOTATION_MULTUS_NETWORKS] = profile.multus_networks
     if profile.ipc_lock:
         w.capabilities_add.append("IPC_LOCK")
     if profile.shm_size is not None:
@@ -98,7 +98,7 @@ def render_network(
 
     if spec.network.host_network and profile.allow_host_network:
         w.host_network = True
-        w.dns_policy = C.DNS_POLICY_HOST_NETWORK
+        w.dns_policy = constants.DNS_POLICY_HOST_NETWORK
         key = job_key or hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
         w.master_port, w.progress_port, w.metrics_port = host_ports(key, port_range)
 
@@ -141,13 +141,13 @@ def _topo_file(profile: NetworkProfile, w: NetworkWiring, env: dict[str, str]) -
     env["NCCL_TOPO_FILE"] = tf.path
     fname = posixpath.basename(tf.path)
     if tf.host_path:
-        w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
+        w.volumes.append({"name": constants.TOPO_FILE_VOLUME_NAME,
                           "hostPath": {"path": tf.host_path, "type": "File"}})
-        w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path, "readOnly": True})
+        w.volume_mounts.append({"name": constants.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path, "readOnly": True})
     elif tf.config_map:
-        w.volumes.append({"name": C.TOPO_FILE_VOLUME_NAME,
+        w.volumes.append({"name": constants.TOPO_FILE_VOLUME_NAME,
                           "configMap": {"name": tf.config_map, "items": [{"key": fname, "path": fname}]}})
-        w.volume_mounts.append({"name": C.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path,
+        w.volume_mounts.append({"name": constants.TOPO_FILE_VOLUME_NAME, "mountPath": tf.path,
                                 "subPath": fname, "readOnly": True})
     # Neither: the file is in the image (e.g. a cloud's base image); only the env is set.
 
@@ -160,7 +160,7 @@ def _watchdog_env(profile: NetworkProfile) -> dict[str, str]:
         "TORCH_NCCL_ENABLE_MONITORING": "1" if wd.enable_monitoring else "0",
         "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(wd.heartbeat_timeout_seconds),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1" if wd.dump_on_timeout else "0",
-        C.ENV_PG_TIMEOUT_SECONDS: str(wd.pg_timeout_seconds),
+        constants.ENV_PG_TIMEOUT_SECONDS: str(wd.pg_timeout_seconds),
     }
 
 
@@ -181,21 +181,21 @@ def _job_overrides(spec: Any, w: NetworkWiring, env: dict[str, str]) -> None:
 # Merge into a pod
 
 _PORT_ENV = {
-    C.ENV_MASTER_PORT: "master_port",
-    C.ENV_PET_MASTER_PORT: "master_port",
-    C.ENV_PROGRESS_PORT: "progress_port",
-    C.ENV_METRICS_PORT: "metrics_port",
+    constants.ENV_MASTER_PORT: "master_port",
+    constants.ENV_PET_MASTER_PORT: "master_port",
+    constants.ENV_PROGRESS_PORT: "progress_port",
+    constants.ENV_METRICS_PORT: "metrics_port",
 }
-_PORT_NAMES = {C.PORT_NAME_RENDEZVOUS: "master_port", C.PORT_NAME_PROGRESS: "progress_port", C.PORT_NAME_METRICS: "metrics_port"}
+_PORT_NAMES = {constants.PORT_NAME_RENDEZVOUS: "master_port", constants.PORT_NAME_PROGRESS: "progress_port", constants.PORT_NAME_METRICS: "metrics_port"}
 
 
 def _trainer(pod_spec: dict[str, Any]) -> dict[str, Any]:
     containers = pod_spec.setdefault("containers", [])
     for c in containers:
-        if c.get("name") == C.CONTAINER_NAME:
+        if c.get("name") == constants.CONTAINER_NAME:
             return c
     if not containers:
-        containers.append({"name": C.CONTAINER_NAME})
+        containers.append({"name": constants.CONTAINER_NAME})
     return containers[0]
 
 
@@ -226,7 +226,7 @@ def merge_network(pod: dict[str, Any], wiring: NetworkWiring) -> dict[str, Any]:
             attr = _PORT_ENV.get(e.get("name"))
             if attr and "value" in e:
                 e["value"] = str(getattr(wiring, attr))
-            elif e.get("name") == C.ENV_PET_RDZV_ENDPOINT and "value" in e:
+            elif e.get("name") == constants.ENV_PET_RDZV_ENDPOINT and "value" in e:
                 host = e["value"].rsplit(":", 1)[0]
                 e["value"] = f"{host}:{wiring.master_port}"
         for p in c.get("ports") or []:
@@ -245,7 +245,7 @@ def merge_network(pod: dict[str, Any], wiring: NetworkWiring) -> dict[str, Any]:
     if wiring.annotations:
         ann = meta.setdefault("annotations", {})
         for k, v in wiring.annotations.items():
-            if k == C.ANNOTATION_MULTUS_NETWORKS and ann.get(k) and v not in ann[k]:
+            if k == constants.ANNOTATION_MULTUS_NETWORKS and ann.get(k) and v not in ann[k]:
                 ann[k] = f"{ann[k]},{v}"
             else:
                 ann.setdefault(k, v)
@@ -269,13 +269,13 @@ def merge_network(pod: dict[str, Any], wiring: NetworkWiring) -> dict[str, Any]:
         c.pop("volumeMounts")
 
     if wiring.shm_size:
-        shm_mount = next((m for m in c.get("volumeMounts", []) if m.get("mountPath") == C.SHM_MOUNT_PATH), None)
+        shm_mount = next((m for m in c.get("volumeMounts", []) if m.get("mountPath") == constants.SHM_MOUNT_PATH), None)
         if shm_mount is None:
             spec.setdefault("volumes", []).append(
-                {"name": C.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": wiring.shm_size}})
-            c.setdefault("volumeMounts", []).append({"name": C.SHM_VOLUME_NAME, "mountPath": C.SHM_MOUNT_PATH})
+                {"name": constants.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": wiring.shm_size}})
+            c.setdefault("volumeMounts", []).append({"name": constants.SHM_VOLUME_NAME, "mountPath": constants.SHM_MOUNT_PATH})
 
     if wiring.host_network:
         spec["hostNetwork"] = True
-        spec["dnsPolicy"] = wiring.dns_policy or C.DNS_POLICY_HOST_NETWORK
+        spec["dnsPolicy"] = wiring.dns_policy or constants.DNS_POLICY_HOST_NETWORK
     return pod

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import NetworkPolicyConfig
 from phalanx.api.types import TrainingJob
 from phalanx.render.names import metadata, network_policy_name
@@ -22,19 +22,19 @@ def _peer(namespace_labels: dict[str, str] | None, pod_labels: dict[str, str] | 
 
 
 def build_network_policy(job: TrainingJob, config: NetworkPolicyConfig) -> dict[str, Any]:
-    gang = {"matchLabels": {C.LABEL_JOB_NAME: job.metadata.name}}
+    gang = {"matchLabels": {constants.LABEL_JOB_NAME: job.metadata.name}}
     operator = _peer(config.operator_namespace_labels, config.operator_pod_labels)
     scraper = _peer(config.scraper_namespace_labels, config.scraper_pod_labels)
-    ports = {name: {"protocol": "TCP", "port": name} for name in (C.PORT_NAME_PROGRESS, C.PORT_NAME_METRICS)}
+    ports = {name: {"protocol": "TCP", "port": name} for name in (constants.PORT_NAME_PROGRESS, constants.PORT_NAME_METRICS)}
     ingress = [
         {"from": [{"podSelector": gang}]},
-        {"from": [operator], "ports": [ports[C.PORT_NAME_PROGRESS], ports[C.PORT_NAME_METRICS]]},
+        {"from": [operator], "ports": [ports[constants.PORT_NAME_PROGRESS], ports[constants.PORT_NAME_METRICS]]},
     ]
     if config.scraper_namespace_labels is not None or config.scraper_pod_labels is not None:
-        ingress.append({"from": [scraper], "ports": [ports[C.PORT_NAME_METRICS]]})
+        ingress.append({"from": [scraper], "ports": [ports[constants.PORT_NAME_METRICS]]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata(job, network_policy_name(job.metadata.name), C.COMPONENT_NETWORK),
+        "metadata": metadata(job, network_policy_name(job.metadata.name), constants.COMPONENT_NETWORK),
         "spec": {"podSelector": gang, "policyTypes": ["Ingress"], "ingress": ingress},
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import (
     Slot,
     role_counts,
@@ -36,18 +36,18 @@ def _rank_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> li
     spec, name = job.spec, job.metadata.name
     addr = master_addr(name)
     return [
-        _env(C.ENV_WORLD_SIZE, spec.world_size),
-        _env(C.ENV_NNODES, spec.nodes),
-        _env(C.ENV_NODE_RANK, rank),
-        _env(C.ENV_NPROC_PER_NODE, spec.procs_per_node),
-        _env(C.ENV_PET_MASTER_ADDR, addr),
-        _env(C.ENV_PET_MASTER_PORT, master_port),
-        _env(C.ENV_PET_NNODES, spec.nodes),
-        _env(C.ENV_PET_NODE_RANK, rank),
-        _env(C.ENV_PET_NPROC_PER_NODE, spec.procs_per_node),
-        _env(C.ENV_PET_RDZV_ENDPOINT, f"{addr}:{master_port}"),
-        _env(C.ENV_PET_RDZV_ID, f"{job.metadata.namespace}-{name}-{attempt}"),
-        _env(C.ENV_PET_MAX_RESTARTS, 0),  # the operator restarts the whole gang
+        _env(constants.ENV_WORLD_SIZE, spec.world_size),
+        _env(constants.ENV_NNODES, spec.nodes),
+        _env(constants.ENV_NODE_RANK, rank),
+        _env(constants.ENV_NPROC_PER_NODE, spec.procs_per_node),
+        _env(constants.ENV_PET_MASTER_ADDR, addr),
+        _env(constants.ENV_PET_MASTER_PORT, master_port),
+        _env(constants.ENV_PET_NNODES, spec.nodes),
+        _env(constants.ENV_PET_NODE_RANK, rank),
+        _env(constants.ENV_PET_NPROC_PER_NODE, spec.procs_per_node),
+        _env(constants.ENV_PET_RDZV_ENDPOINT, f"{addr}:{master_port}"),
+        _env(constants.ENV_PET_RDZV_ID, f"{job.metadata.namespace}-{name}-{attempt}"),
+        _env(constants.ENV_PET_MAX_RESTARTS, 0),  # the operator restarts the whole gang
     ]
 
 
@@ -58,24 +58,24 @@ def _checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
     ckpt = job.spec.checkpoint
     if ckpt.volume is None:
         return []
-    return [_env(C.ENV_CHECKPOINT_DIR, f"{ckpt.mount_path.rstrip('/')}/{job.metadata.namespace}/{job.metadata.name}")]
+    return [_env(constants.ENV_CHECKPOINT_DIR, f"{ckpt.mount_path.rstrip('/')}/{job.metadata.namespace}/{job.metadata.name}")]
 
 
 def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
     """What every pod of the gang gets: the job, its attempt, config and checkpoint paths."""
     spec, name = job.spec, job.metadata.name
     return [
-        _env(C.ENV_PYTHONUNBUFFERED, 1),
-        _env(C.ENV_CONFIG_PATH, f"{C.RUNTIME_CONFIG_DIR}/{C.RUNTIME_CONFIG_FILE}"),
-        _env(C.ENV_JOB_NAME, name),
-        _env(C.ENV_NAMESPACE, job.metadata.namespace),
-        _env(C.ENV_RESTART_ATTEMPT, attempt),
-        _env(C.ENV_JOB_UID, job.metadata.uid or ""),  # recorded in checkpoints (provenance)
+        _env(constants.ENV_PYTHONUNBUFFERED, 1),
+        _env(constants.ENV_CONFIG_PATH, f"{constants.RUNTIME_CONFIG_DIR}/{constants.RUNTIME_CONFIG_FILE}"),
+        _env(constants.ENV_JOB_NAME, name),
+        _env(constants.ENV_NAMESPACE, job.metadata.namespace),
+        _env(constants.ENV_RESTART_ATTEMPT, attempt),
+        _env(constants.ENV_JOB_UID, job.metadata.uid or ""),  # recorded in checkpoints (provenance)
     ] + _checkpoint_env(job) + [
-        _env(C.ENV_PROGRESS_PORT, C.PROGRESS_PORT),
-        _env(C.ENV_METRICS_PORT, C.METRICS_PORT),
-        {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": C.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        _env(constants.ENV_PROGRESS_PORT, constants.PROGRESS_PORT),
+        _env(constants.ENV_METRICS_PORT, constants.METRICS_PORT),
+        {"name": constants.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": constants.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ] + plugin_for(spec).job_env(spec)
 
 
@@ -87,11 +87,11 @@ def role_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
         return []
     counts = role_counts(spec)
     return [
-        _env(C.ENV_ROLE, slot.role),
-        _env(C.ENV_ROLE_INDEX, slot.index),
-        _env(C.ENV_ROLE_REPLICAS, counts[slot.role]),
-        _env(C.ENV_ROLES, ",".join(f"{role}={n}" for role, n in counts.items())),
-        _env(C.ENV_SUBDOMAIN, f"{service_name(job.metadata.name)}.{job.metadata.namespace}.svc"),
+        _env(constants.ENV_ROLE, slot.role),
+        _env(constants.ENV_ROLE_INDEX, slot.index),
+        _env(constants.ENV_ROLE_REPLICAS, counts[slot.role]),
+        _env(constants.ENV_ROLES, ",".join(f"{role}={n}" for role, n in counts.items())),
+        _env(constants.ENV_SUBDOMAIN, f"{service_name(job.metadata.name)}.{job.metadata.namespace}.svc"),
     ]
 
 
@@ -101,7 +101,7 @@ def rendezvous_env(job: TrainingJob, slot: Slot | int, attempt: int, master_port
     slot = worker(slot) if isinstance(slot, int) else slot
     addr = master_addr(job.metadata.name)
     ranked = _rank_env(job, slot.index, attempt, master_port) if slot.is_worker else []
-    return ([_env(C.ENV_MASTER_ADDR, addr), _env(C.ENV_MASTER_PORT, master_port)] + ranked + _job_env(job, attempt)
+    return ([_env(constants.ENV_MASTER_ADDR, addr), _env(constants.ENV_MASTER_PORT, master_port)] + ranked + _job_env(job, attempt)
             + role_env(job, slot) + plugin_for(job.spec).slot_env(job, slot, master_port))
 
 
@@ -111,7 +111,7 @@ def gpu_visibility_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
     res = slot_resources(job.spec, slot)
     if res.gpus or any(k.startswith("nvidia.com/") for k in res.extra):
         return []
-    return [_env(C.ENV_NVIDIA_VISIBLE_DEVICES, C.NVIDIA_NO_DEVICES)]
+    return [_env(constants.ENV_NVIDIA_VISIBLE_DEVICES, constants.NVIDIA_NO_DEVICES)]
 
 
 def build_resources(job: TrainingJob, slot: Slot | None = None) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def build_resources(job: TrainingJob, slot: Slot | None = None) -> dict[str, Any
     if res.memory is not None:
         amounts["memory"] = str(res.memory)
     if res.gpus:
-        amounts[C.RESOURCE_GPU] = str(res.gpus)
+        amounts[constants.RESOURCE_GPU] = str(res.gpus)
     amounts.update({k: str(v) for k, v in res.extra.items()})
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
@@ -131,8 +131,8 @@ def build_resources(job: TrainingJob, slot: Slot | None = None) -> dict[str, Any
 # Pod Security "restricted": non-root with a fixed uid (the runtime image's user), no privilege
 # escalation, no capabilities (a network profile may add IPC_LOCK), the runtime's seccomp profile.
 POD_SECURITY_CONTEXT = {
-    "runAsNonRoot": True, "runAsUser": C.RUNTIME_UID, "runAsGroup": C.RUNTIME_GID,
-    "fsGroup": C.RUNTIME_GID, "fsGroupChangePolicy": "OnRootMismatch",
+    "runAsNonRoot": True, "runAsUser": constants.RUNTIME_UID, "runAsGroup": constants.RUNTIME_GID,
+    "fsGroup": constants.RUNTIME_GID, "fsGroupChangePolicy": "OnRootMismatch",
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -141,7 +141,7 @@ CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities":
 def scratch_env() -> list[dict[str, str]]:
     """HOME, caches and TMPDIR on the writable scratch emptyDir (the image may be read-only to
     this uid); the job's own env, which comes after, may point them elsewhere."""
-    home = C.SCRATCH_MOUNT_PATH
+    home = constants.SCRATCH_MOUNT_PATH
     return [_env("HOME", home), _env("TMPDIR", home), _env("XDG_CACHE_HOME", f"{home}/.cache"),
             _env("TRITON_CACHE_DIR", f"{home}/.cache/triton"),
             _env("TORCHINDUCTOR_CACHE_DIR", f"{home}/.cache/torchinductor")]
@@ -150,18 +150,18 @@ def scratch_env() -> list[dict[str, str]]:
 def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     spec = job.spec
     volumes = [
-        {"name": C.VOLUME_CONFIG, "configMap": {"name": config_map_name(job.metadata.name)}},
-        {"name": C.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
-        {"name": C.VOLUME_SCRATCH, "emptyDir": {}},
+        {"name": constants.VOLUME_CONFIG, "configMap": {"name": config_map_name(job.metadata.name)}},
+        {"name": constants.SHM_VOLUME_NAME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+        {"name": constants.VOLUME_SCRATCH, "emptyDir": {}},
     ]
     mounts = [
-        {"name": C.VOLUME_CONFIG, "mountPath": C.RUNTIME_CONFIG_DIR, "readOnly": True},
-        {"name": C.SHM_VOLUME_NAME, "mountPath": C.SHM_MOUNT_PATH},
-        {"name": C.VOLUME_SCRATCH, "mountPath": C.SCRATCH_MOUNT_PATH},
+        {"name": constants.VOLUME_CONFIG, "mountPath": constants.RUNTIME_CONFIG_DIR, "readOnly": True},
+        {"name": constants.SHM_VOLUME_NAME, "mountPath": constants.SHM_MOUNT_PATH},
+        {"name": constants.VOLUME_SCRATCH, "mountPath": constants.SCRATCH_MOUNT_PATH},
     ]
     if spec.checkpoint.volume is not None:
-        volumes.append({"name": C.VOLUME_CHECKPOINT, **spec.checkpoint.volume.to_kube()})
-        mounts.append({"name": C.VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
+        volumes.append({"name": constants.VOLUME_CHECKPOINT, **spec.checkpoint.volume.to_kube()})
+        mounts.append({"name": constants.VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
     volumes += [v.to_kube() for v in spec.volumes]
     mounts += [m.model_dump(by_alias=True, mode="json", exclude_none=True) for m in spec.volume_mounts]
     return volumes, mounts
@@ -172,7 +172,7 @@ def build_pod(
     rank: Slot | int,
     attempt: int,
     wiring: NetworkWiring,
-    default_shm_size: str = C.DEFAULT_SHM_SIZE,
+    default_shm_size: str = constants.DEFAULT_SHM_SIZE,
     gated: bool = True,
 ) -> dict[str, Any]:
     """The pod of slot ``rank`` (a node-rank, or a role's pod). ``wiring`` is the job's network
@@ -185,7 +185,7 @@ def build_pod(
     shm_size = str(spec.shm_size or wiring.shm_size or default_shm_size)
     volumes, mounts = _volumes(job, shm_size)
     container: dict[str, Any] = {
-        "name": C.CONTAINER_NAME,
+        "name": constants.CONTAINER_NAME,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": command or list(RUNTIME_COMMAND),
@@ -194,13 +194,13 @@ def build_pod(
         + ([e.to_kube() for e in role.env] if role is not None else []),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "ports": [
-            {"name": C.PORT_NAME_RENDEZVOUS, "containerPort": master_port, "protocol": "TCP"},
-            {"name": C.PORT_NAME_PROGRESS, "containerPort": C.PROGRESS_PORT, "protocol": "TCP"},
-            {"name": C.PORT_NAME_METRICS, "containerPort": C.METRICS_PORT, "protocol": "TCP"},
+            {"name": constants.PORT_NAME_RENDEZVOUS, "containerPort": master_port, "protocol": "TCP"},
+            {"name": constants.PORT_NAME_PROGRESS, "containerPort": constants.PROGRESS_PORT, "protocol": "TCP"},
+            {"name": constants.PORT_NAME_METRICS, "containerPort": constants.METRICS_PORT, "protocol": "TCP"},
         ] + plugin_for(spec).container_ports(job),
         "volumeMounts": mounts,
         # a failed program that wrote no termination message gets its log's last lines as one
-        "terminationMessagePolicy": C.TERMINATION_MESSAGE_POLICY,
+        "terminationMessagePolicy": constants.TERMINATION_MESSAGE_POLICY,
     }
     if args:
         container["args"] = args
@@ -220,7 +220,7 @@ def build_pod(
         "automountServiceAccountToken": bool(spec.service_account_name),
     }
     if gated:
-        pod_spec["schedulingGates"] = [{"name": C.GANG_SCHEDULING_GATE}]
+        pod_spec["schedulingGates"] = [{"name": constants.GANG_SCHEDULING_GATE}]
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
@@ -234,8 +234,8 @@ def build_pod(
     meta = metadata(
         job,
         slot_pod_name(name, slot, attempt),
-        C.COMPONENT_WORKER,  # every pod of the gang: the headless Service and the gang's NetworkPolicy select it
-        **slot_labels(spec, slot), **{C.LABEL_RESTART_ATTEMPT: str(attempt)},
+        constants.COMPONENT_WORKER,  # every pod of the gang: the headless Service and the gang's NetworkPolicy select it
+        **slot_labels(spec, slot), **{constants.LABEL_RESTART_ATTEMPT: str(attempt)},
     )
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
     return merge_network(pod, wiring)  # built here: nothing else holds it

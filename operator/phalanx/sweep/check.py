@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from phalanx import constants as C
-from phalanx.api import patterns as P
+from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.config import OperatorConfig
 from phalanx.api.rules import broken_rules
 from phalanx.api.sweep import MAX_SWEEP_NAME, MAX_TRIALS, OPERATOR_RULES, TrainingSweep
@@ -41,15 +41,15 @@ class Expansion:
 
 
 def _identity(obj: dict[str, Any]) -> list[Problem]:
-    problems = type_problems(obj, C.SWEEP_KIND)
+    problems = type_problems(obj, constants.SWEEP_KIND)
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "is required (trials are named after the sweep; generateName is not supported)"))
     elif len(name) > MAX_SWEEP_NAME:
         problems.append(Problem("metadata.name", f"{len(name)} characters; at most {MAX_SWEEP_NAME} (trials are named '<sweep>-<index>')"))
-    elif not re.fullmatch(P.JOB_NAME, name):
-        problems.append(Problem("metadata.name", f"must be {P.DESCRIPTIONS[P.JOB_NAME]}"))
+    elif not re.fullmatch(patterns.JOB_NAME, name):
+        problems.append(Problem("metadata.name", f"must be {patterns.DESCRIPTIONS[patterns.JOB_NAME]}"))
     if not isinstance(obj.get("spec"), dict):
         problems.append(Problem("spec", "is required (a mapping)"))
     return problems
@@ -140,10 +140,10 @@ def check_sweep(obj: Any, config: OperatorConfig | None = None,
 def trial_object(sweep: TrainingSweep, trial: Trial) -> dict[str, Any]:
     """The trial's TrainingJob (without the owner reference; see decide.trial_manifest)."""
     return {
-        "apiVersion": C.API_VERSION,
-        "kind": C.KIND,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
         "metadata": {"name": trial.name, "namespace": sweep.metadata.namespace,
-                     "labels": {C.LABEL_SWEEP: sweep.metadata.name, C.LABEL_TRIAL: str(trial.index)}},
+                     "labels": {constants.LABEL_SWEEP: sweep.metadata.name, constants.LABEL_TRIAL: str(trial.index)}},
         "spec": trial.spec,
     }
 

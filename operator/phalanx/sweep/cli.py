@@ -8,17 +8,17 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from phalanx import constants as C
+from phalanx import constants
 
 if TYPE_CHECKING:
     from phalanx.api.config import OperatorConfig
     from phalanx.sweep.check import Expansion
 
-SWEEP_PREFIXES = ("tsw/", "trainingsweep/", "trainingsweeps/", f"{C.SWEEP_CRD_NAME}/")
+SWEEP_PREFIXES = ("tsw/", "trainingsweep/", "trainingsweeps/", f"{constants.SWEEP_CRD_NAME}/")
 
 
 def is_sweep(doc: Any) -> bool:
-    return isinstance(doc, dict) and doc.get("kind") == C.SWEEP_KIND
+    return isinstance(doc, dict) and doc.get("kind") == constants.SWEEP_KIND
 
 
 def _docs(path: str) -> list[Any]:

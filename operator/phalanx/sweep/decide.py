@@ -20,14 +20,14 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import OperatorConfig
 from phalanx.api.sweep import SweepPhase, TrainingSweep, TrainingSweepSpec, TrialStatus
-from phalanx.constants import SweepReason as R
+from phalanx.constants import SweepReason
 from phalanx.lifecycle.resume import keeps_checkpoints
 from phalanx.render.names import spec_hash
 from phalanx.sweep import earlystop
-from phalanx.sweep import status as S
+from phalanx.sweep import status as sweep_status
 from phalanx.sweep.check import Expansion, check_sweep, trial_object
 from phalanx.sweep.params import Trial
 
@@ -41,14 +41,14 @@ class SweepPlan:
 
 
 def owner_reference(sweep: TrainingSweep) -> dict[str, Any]:
-    return {"apiVersion": C.API_VERSION, "kind": C.SWEEP_KIND, "name": sweep.metadata.name,
+    return {"apiVersion": constants.API_VERSION, "kind": constants.SWEEP_KIND, "name": sweep.metadata.name,
             "uid": sweep.metadata.uid or "", "controller": True, "blockOwnerDeletion": True}
 
 
 def trial_manifest(sweep: TrainingSweep, trial: Trial) -> dict[str, Any]:
     """The trial's TrainingJob, owned by the sweep (deleting the sweep deletes its trials)."""
     obj = trial_object(sweep, trial)
-    obj["metadata"]["annotations"] = {C.ANNOTATION_TRIAL_PARAMETERS: json.dumps(trial.parameters, sort_keys=True)}
+    obj["metadata"]["annotations"] = {constants.ANNOTATION_TRIAL_PARAMETERS: json.dumps(trial.parameters, sort_keys=True)}
     obj["metadata"]["ownerReferences"] = [owner_reference(sweep)]
     return obj
 
@@ -63,7 +63,7 @@ class SweepPass:
     """One reconcile pass of a sweep: its inputs, the status being decided, the plan being built."""
 
     trials: dict[str, dict[str, Any]]  # its TrainingJobs, by name
-    st: S.SweepStatusView
+    st: sweep_status.SweepStatusView
     expansion: Expansion
     plan: SweepPlan = field(default_factory=SweepPlan)
     records: list[TrialStatus] = field(default_factory=list)  # one a trial, in order
@@ -97,10 +97,10 @@ class SweepPass:
         """Bad input: the sweep fails with exactly what is wrong; nothing is created or stopped."""
         st = self.st
         if st.s.phase != SweepPhase.FAILED or st.s.message != message:
-            st.cond(C.COND_VALID, False, R.INVALID_SPEC, message)
-            st.cond(C.COND_FAILED, True, R.INVALID_SPEC, message)
-            st.cond(C.COND_RUNNING, False, R.INVALID_SPEC, "")
-            st.event(R.INVALID_SPEC, message, warning=True)
+            st.cond(constants.COND_VALID, False, SweepReason.INVALID_SPEC, message)
+            st.cond(constants.COND_FAILED, True, SweepReason.INVALID_SPEC, message)
+            st.cond(constants.COND_RUNNING, False, SweepReason.INVALID_SPEC, "")
+            st.event(SweepReason.INVALID_SPEC, message, warning=True)
             st.s.phase = SweepPhase.FAILED
             st.s.message = message
             st.s.completion_time = st.s.completion_time or st.now
@@ -117,7 +117,7 @@ def decide(obj: dict[str, Any], trials: dict[str, dict[str, Any]], now: datetime
     Runs ``PHASES`` in order over one ``SweepPass``: each phase either has the final word (it
     returns the plan, from ``ctx.done()``) or updates the pass and returns None to hand on."""
     meta = obj.get("metadata") or {}
-    st = S.SweepStatusView(obj.get("status"), meta.get("generation"), now)
+    st = sweep_status.SweepStatusView(obj.get("status"), meta.get("generation"), now)
     if expansion is None:
         expansion = check_sweep(obj, config, namespace_labels)
     ctx = SweepPass(trials=trials, st=st, expansion=expansion)
@@ -146,7 +146,7 @@ def refuse_changed_spec(ctx: SweepPass) -> SweepPlan | None:
         return ctx.refuse("the spec changed after the sweep started; only maxParallel may change "
                           "(create a new sweep to try other parameters or trials)")
     st.s.spec_hash = digest
-    st.cond(C.COND_VALID, True, R.VALIDATED, f"{len(ctx.expansion.trials)} trials")
+    st.cond(constants.COND_VALID, True, SweepReason.VALIDATED, f"{len(ctx.expansion.trials)} trials")
     return None
 
 
@@ -167,17 +167,17 @@ def observe_trials(ctx: SweepPass) -> None:
     """Each trial's TrainingJob: phase, progress, milestones."""
     for rec in ctx.records:
         job = ctx.trials.get(rec.name)
-        if rec.phase in S.FINISHED:
+        if rec.phase in sweep_status.FINISHED:
             # Final. A stopped trial resumed by hand (spec.suspend: false) runs on its own.
-            if job is not None and rec.phase == S.STOPPED and ctx.ours(job):
-                S.record_progress(rec, job.get("status") or {}, ctx.spec.objective.metric, [])  # the step it saved at
+            if job is not None and rec.phase == sweep_status.STOPPED and ctx.ours(job):
+                sweep_status.record_progress(rec, job.get("status") or {}, ctx.spec.objective.metric, [])  # the step it saved at
         elif job is None:
-            if rec.phase != S.WAITING:
+            if rec.phase != sweep_status.WAITING:
                 ctx.recreate.append(rec)  # created before, gone now (or not yet in our view)
         elif not ctx.ours(job):
-            rec.phase, rec.reason = S.CONFLICT, R.TRIAL_NAME_TAKEN
+            rec.phase, rec.reason = sweep_status.CONFLICT, SweepReason.TRIAL_NAME_TAKEN
             rec.message = f"a TrainingJob named {rec.name} exists that this sweep does not own; it is left alone"
-            ctx.st.event(R.TRIAL_NAME_TAKEN, rec.message, warning=True)
+            ctx.st.event(SweepReason.TRIAL_NAME_TAKEN, rec.message, warning=True)
         else:
             _observe(ctx, rec, job)
 
@@ -188,19 +188,19 @@ def _observe(ctx: SweepPass, rec: TrialStatus, job: dict[str, Any]) -> None:
     before = rec.phase
     status = job.get("status") or {}
     steps = earlystop.milestones(ctx.spec.early_stopping, ctx.by_name[rec.name].spec.get("training", {}).get("steps", 0))
-    ctx.reached[rec.name] = S.record_progress(rec, status, metric, steps)
-    rec.phase = S.trial_phase(rec, job)
+    ctx.reached[rec.name] = sweep_status.record_progress(rec, status, metric, steps)
+    rec.phase = sweep_status.trial_phase(rec, job)
     if rec.phase == before:
         return
-    if rec.phase == S.SUCCEEDED:
+    if rec.phase == sweep_status.SUCCEEDED:
         value = "no value reported" if rec.value is None else f"{metric} {rec.value:.6g}"
-        st.event(R.TRIAL_SUCCEEDED, f"{rec.name} succeeded: {value}")
-    elif rec.phase == S.FAILED:
-        rec.reason, rec.message = R.TRIAL_FAILED, status.get("message")
-        st.event(R.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
-    elif rec.phase == S.STOPPED:
+        st.event(SweepReason.TRIAL_SUCCEEDED, f"{rec.name} succeeded: {value}")
+    elif rec.phase == sweep_status.FAILED:
+        rec.reason, rec.message = SweepReason.TRIAL_FAILED, status.get("message")
+        st.event(SweepReason.TRIAL_FAILED, f"{rec.name} failed: {status.get('message') or 'see the TrainingJob'}", warning=True)
+    elif rec.phase == sweep_status.STOPPED:
         kept = "checkpoint kept" if keeps_checkpoints(ctx.by_name[rec.name].spec) else "no checkpoint volume"
-        st.event(rec.reason or R.EARLY_STOPPED, f"{rec.name} stopped at step {rec.step}; {kept}")
+        st.event(rec.reason or SweepReason.EARLY_STOPPED, f"{rec.name} stopped at step {rec.step}; {kept}")
 
 
 def stop_early(ctx: SweepPass) -> None:
@@ -210,18 +210,18 @@ def stop_early(ctx: SweepPass) -> None:
     values = {r.name: {m.step: m.value for m in r.milestones} for r in ctx.records}
     for rec in ctx.records:
         job = ctx.trials.get(rec.name)
-        if job is None or rec.phase != "Running" or rec.reason in S.STOP_REASONS:
+        if job is None or rec.phase != "Running" or rec.reason in sweep_status.STOP_REASONS:
             continue
-        if S.condition_status(job, C.COND_LOSS_NOT_FINITE) == "True":
-            rec.reason, rec.message = R.TRIAL_DIVERGED, "the trial reported a NaN or infinite loss"
+        if sweep_status.condition_status(job, constants.COND_LOSS_NOT_FINITE) == "True":
+            rec.reason, rec.message = SweepReason.TRIAL_DIVERGED, "the trial reported a NaN or infinite loss"
         else:
             why = earlystop.verdict(rule, ctx.spec.objective.goal, rec.name, ctx.reached.get(rec.name, []), values)
             if why is None:
                 continue
-            rec.reason, rec.message = R.EARLY_STOPPED, f"{rule.rule} rule, {metric} {why}"
-        rec.phase = S.STOPPING
+            rec.reason, rec.message = SweepReason.EARLY_STOPPED, f"{rule.rule} rule, {metric} {why}"
+        rec.phase = sweep_status.STOPPING
         ctx.st.event(rec.reason, f"stopping {rec.name}: {rec.message}")
-    ctx.plan.suspend = [r.name for r in ctx.records if r.reason in S.STOP_REASONS and r.phase == S.STOPPING
+    ctx.plan.suspend = [r.name for r in ctx.records if r.reason in sweep_status.STOP_REASONS and r.phase == sweep_status.STOPPING
                         and not ((ctx.trials.get(r.name) or {}).get("spec") or {}).get("suspend")]
 
 
@@ -229,25 +229,25 @@ def launch(ctx: SweepPass) -> None:
     """Trials gone are created again; new ones up to maxParallel unfinished trials, none while a
     trial's gang waits for capacity."""
     trials, by_name = ctx.trials, ctx.by_name
-    ctx.active = [r for r in ctx.records if r.phase not in S.FINISHED and r.phase != S.WAITING]
+    ctx.active = [r for r in ctx.records if r.phase not in sweep_status.FINISHED and r.phase != sweep_status.WAITING]
     ctx.blocked = next((f"{r.name} is placed (Schedulable=False: waiting for capacity)" for r in ctx.active
-                        if r.name in trials and S.condition_status(trials[r.name], C.COND_SCHEDULABLE) == "False"), None)
+                        if r.name in trials and sweep_status.condition_status(trials[r.name], constants.COND_SCHEDULABLE) == "False"), None)
     for rec in ctx.recreate:
         ctx.plan.create.append(trial_manifest(ctx.sweep, by_name[rec.name]))
     free = ctx.spec.max_parallel - len(ctx.active)
     if ctx.blocked is not None or free <= 0:
         return
-    for rec in [r for r in ctx.records if r.phase == S.WAITING][:free]:
+    for rec in [r for r in ctx.records if r.phase == sweep_status.WAITING][:free]:
         rec.phase = "Pending"
         ctx.plan.create.append(trial_manifest(ctx.sweep, by_name[rec.name]))
         values_text = ", ".join(f"{k}={v}" for k, v in rec.parameters.items())
-        ctx.st.event(R.TRIAL_CREATED, f"created {rec.name}" + (f" ({values_text})" if values_text else ""))
+        ctx.st.event(SweepReason.TRIAL_CREATED, f"created {rec.name}" + (f" ({values_text})" if values_text else ""))
         ctx.active.append(rec)
 
 
 def summarize(ctx: SweepPass) -> SweepPlan:
     """Counts, best trial, phase, conditions."""
-    S.summarize(ctx.st, ctx.spec.objective.metric, ctx.spec.objective.goal, len(ctx.active), ctx.blocked)
+    sweep_status.summarize(ctx.st, ctx.spec.objective.metric, ctx.spec.objective.goal, len(ctx.active), ctx.blocked)
     return ctx.done()
 
 
@@ -266,12 +266,12 @@ PHASES: tuple[SweepPhaseStep, ...] = (
 def refused(status: dict[str, Any] | None, name: str, message: str, now: datetime) -> dict[str, Any]:
     """The status after the API server refused to create trial ``name`` for good (invalid or
     forbidden by admission): the trial is Failed with the server's words; the sweep goes on."""
-    st = S.SweepStatusView(status, None, now)
+    st = sweep_status.SweepStatusView(status, None, now)
     for rec in st.s.trials:
         if rec.name == name:
-            rec.phase, rec.reason, rec.message = S.FAILED, R.CREATE_REJECTED, message
-    st.s.failed_trials = sum(r.phase in (S.FAILED, S.CONFLICT) for r in st.s.trials)
-    st.s.finished_trials = sum(r.phase in S.FINISHED for r in st.s.trials)
+            rec.phase, rec.reason, rec.message = sweep_status.FAILED, SweepReason.CREATE_REJECTED, message
+    st.s.failed_trials = sum(r.phase in (sweep_status.FAILED, sweep_status.CONFLICT) for r in st.s.trials)
+    st.s.finished_trials = sum(r.phase in sweep_status.FINISHED for r in st.s.trials)
     st.s.progress = f"{st.s.finished_trials}/{st.s.total_trials}"
     st.s.observed_generation = (status or {}).get("observedGeneration")
     return st.s.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.sweep.loop import run_sweep
 
 
@@ -28,22 +28,22 @@ def _slim_trial(body: kopf.Body) -> dict[str, Any]:
         "status": {**{k: status[k] for k in keep if k in status},
                    "conditions": [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason")}
                                   for c in status.get("conditions") or []
-                                  if c.get("type") in (C.COND_SCHEDULABLE, C.COND_LOSS_NOT_FINITE)]},
+                                  if c.get("type") in (constants.COND_SCHEDULABLE, constants.COND_LOSS_NOT_FINITE)]},
     }
 
 
-@kopf.index(C.GROUP, C.VERSION, C.PLURAL, labels={C.LABEL_SWEEP: kopf.PRESENT})
+@kopf.index(constants.GROUP, constants.VERSION, constants.PLURAL, labels={constants.LABEL_SWEEP: kopf.PRESENT})
 def sweep_trials(namespace: str, labels: dict[str, str], body: kopf.Body, **_: Any) -> dict:
-    return {(namespace, labels[C.LABEL_SWEEP]): _slim_trial(body)}
+    return {(namespace, labels[constants.LABEL_SWEEP]): _slim_trial(body)}
 
 
-@kopf.on.event(C.GROUP, C.VERSION, C.PLURAL, labels={C.LABEL_SWEEP: kopf.PRESENT})
+@kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL, labels={constants.LABEL_SWEEP: kopf.PRESENT})
 def trial_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
     """Wake the sweep's loop; no entry is made for a sweep without one (trials outlive sweeps)."""
-    memo.sweep_wakeups.wake((namespace, labels[C.LABEL_SWEEP]))
+    memo.sweep_wakeups.wake((namespace, labels[constants.LABEL_SWEEP]))
 
 
-@kopf.daemon(C.GROUP, C.VERSION, C.SWEEP_PLURAL, cancellation_timeout=10.0)
+@kopf.daemon(constants.GROUP, constants.VERSION, constants.SWEEP_PLURAL, cancellation_timeout=10.0)
 async def sweep_loop(name: str, namespace: str, body: kopf.Body, stopped: kopf.DaemonStopped,
                      sweep_trials: kopf.Index, memo: kopf.Memo, **kwargs: Any) -> None:
     await run_sweep(memo, namespace, name, body, stopped, sweep_trials, kwargs.get("namespace_labels"))

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import OperatorConfig
 from phalanx.sweep.check import check_sweep
 from phalanx.sweep.decide import decide
@@ -67,7 +67,7 @@ class LocalTrial:
         if self.proc is None:
             return
         status = self.job["status"]
-        last = _last_record(self.dir / C.METRICS_LOG_FILE)
+        last = _last_record(self.dir / constants.METRICS_LOG_FILE)
         if last:
             status.update({k: v for k, v in (("step", last.get("step")), ("loss", last.get("loss")),
                                               ("tokensPerSecond", last.get("tokens_per_s"))) if v is not None})
@@ -182,7 +182,7 @@ def _interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
-def _stop_all(trials: dict[str, LocalTrial], grace: float = C.LOCAL_STOP_GRACE_SECONDS + 2 * C.STOP_ESCALATION_SECONDS) -> None:
+def _stop_all(trials: dict[str, LocalTrial], grace: float = constants.LOCAL_STOP_GRACE_SECONDS + 2 * constants.STOP_ESCALATION_SECONDS) -> None:
     running = [t for t in trials.values() if t.proc is not None and t.proc.poll() is None]
     for t in running:
         _signal(t.proc, signal.SIGTERM)

@@ -15,7 +15,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.controlloop import await_status, await_until, back_off, resync, run_while_leading
 from phalanx.kube import Kube, api_message
 from phalanx.sweep.check import Expansion, check_sweep
@@ -118,12 +118,12 @@ async def execute(kube: Kube, namespace: str, name: str, obj: dict[str, Any], pl
                 raise
             message = api_message(exc)
             status = refused(status or obj.get("status"), job["metadata"]["name"], message, datetime.now(UTC))
-            kopf.event(body, type="Warning", reason=C.SweepReason.CREATE_REJECTED,
+            kopf.event(body, type="Warning", reason=constants.SweepReason.CREATE_REJECTED,
                        message=f"{job['metadata']['name']}: {message}")
     for trial in plan.suspend:
         await kube.suspend_job(namespace, trial)
     if status is not None:
-        await kube.patch_status(namespace, name, status, obj.get("status"), plural=C.SWEEP_PLURAL)
+        await kube.patch_status(namespace, name, status, obj.get("status"), plural=constants.SWEEP_PLURAL)
     for type_, reason, message in plan.events:
         kopf.event(body, type=type_, reason=reason, message=message)
     if status is not None:

@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.sweep import (
     BestTrial,
     Metric,
@@ -16,7 +16,7 @@ from phalanx.api.sweep import (
     TrainingSweepStatus,
     TrialStatus,
 )
-from phalanx.constants import SweepReason as R
+from phalanx.constants import SweepReason
 from phalanx.lifecycle.conditions import set_condition
 from phalanx.lifecycle.status import iso
 from phalanx.sweep.earlystop import better
@@ -27,7 +27,7 @@ STOPPED = "Stopped"  # early-stopped: suspended, checkpoint kept
 CONFLICT = "Conflict"  # a TrainingJob of its name exists that the sweep does not own
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 FINISHED = frozenset({SUCCEEDED, FAILED, STOPPED, CONFLICT})
-STOP_REASONS = frozenset({R.EARLY_STOPPED, R.TRIAL_DIVERGED})
+STOP_REASONS = frozenset({SweepReason.EARLY_STOPPED, SweepReason.TRIAL_DIVERGED})
 
 
 class SweepStatusView:
@@ -136,11 +136,11 @@ def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked:
     s.progress = f"{s.finished_trials}/{s.total_trials}"
     best = best_trial(recs, goal)
     if best is not None and (s.best_trial is None or s.best_trial.name != best.name):
-        st.event(R.NEW_BEST, f"best trial so far {describe(best, metric)}")
+        st.event(SweepReason.NEW_BEST, f"best trial so far {describe(best, metric)}")
     s.best_trial = best
     if s.finished_trials == s.total_trials:
         ok = best is not None
-        reason = R.SWEEP_COMPLETE if ok else R.NO_TRIAL_SUCCEEDED
+        reason = SweepReason.SWEEP_COMPLETE if ok else SweepReason.NO_TRIAL_SUCCEEDED
         counts = f"{s.succeeded_trials} succeeded, {s.stopped_trials} stopped early, {s.failed_trials} failed"
         message = f"{counts}; best {describe(best, metric)}" if best else f"no trial succeeded ({counts})"
         phase = SweepPhase.SUCCEEDED if ok else SweepPhase.FAILED
@@ -149,9 +149,9 @@ def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked:
         s.phase = phase
         s.message = message
         s.completion_time = s.completion_time or st.now
-        st.cond(C.COND_RUNNING, False, reason, "")
-        st.cond(C.COND_SUCCEEDED, ok, reason, message)
-        st.cond(C.COND_FAILED, not ok, reason, message)
+        st.cond(constants.COND_RUNNING, False, reason, "")
+        st.cond(constants.COND_SUCCEEDED, ok, reason, message)
+        st.cond(constants.COND_FAILED, not ok, reason, message)
         return
     started = any(r.phase != WAITING for r in recs)
     s.phase = SweepPhase.RUNNING if started else SweepPhase.PENDING
@@ -161,4 +161,4 @@ def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked:
     if blocked:
         message += f"; no new trial until {blocked}"
     s.message = message
-    st.cond(C.COND_RUNNING, started, R.WAITING_FOR_CAPACITY if blocked else R.TRIALS_RUNNING, message)
+    st.cond(constants.COND_RUNNING, started, SweepReason.WAITING_FOR_CAPACITY if blocked else SweepReason.TRIALS_RUNNING, message)

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.sweep.local import trial_line
 
 FINISHED = {"Succeeded": 0, "Failed": 1}
@@ -31,7 +31,7 @@ def watch_sweep(api: Any, name: str, namespace: str, timeout: float, out: TextIO
     deadline = time.monotonic() + timeout
     last_line, last_trials = None, {}
     while time.monotonic() < deadline:
-        obj = api.get_namespaced_custom_object(C.GROUP, C.VERSION, namespace, C.SWEEP_PLURAL, name)
+        obj = api.get_namespaced_custom_object(constants.GROUP, constants.VERSION, namespace, constants.SWEEP_PLURAL, name)
         status = obj.get("status") or {}
         stamp = time.strftime("%H:%M:%S")
         line = sweep_line(status)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import docstables as D
-from phalanx import reasons as R
+from phalanx import docstables, reasons
 from phalanx.api.crd import PRINTER_COLUMNS
 from phalanx.api.sweep import PRINTER_COLUMNS as SWEEP_PRINTER_COLUMNS
 from phalanx.cli import build_parser, main
 from phalanx.constants import KueueReason, NodeExclusion, Reason, UnschedulableReason
 
-SOURCES = D.Sources(build_parser())
+SOURCES = docstables.Sources(build_parser())
 
 
 def doc(*names: str, body: str = "stale") -> str:
@@ -23,20 +22,20 @@ def doc(*names: str, body: str = "stale") -> str:
 
 
 def test_fill_rewrites_every_block_and_nothing_else():
-    text, changed = D.fill(doc("reasons", "cli"), SOURCES)
+    text, changed = docstables.fill(doc("reasons", "cli"), SOURCES)
     assert changed == ["reasons", "cli"]
     assert text.startswith("# Title\n\nProse `<!-- generated: cli -->`") and text.endswith("\n\nAfter.\n")
     assert "stale" not in text and "| `phalanx render JOB.yaml" in text and "| `InvalidSpec` |" in text
-    assert D.fill(text, SOURCES) == (text, [])  # idempotent
+    assert docstables.fill(text, SOURCES) == (text, [])  # idempotent
 
 
 def test_check_names_the_file_and_the_block_that_drifted(tmp_path):
     path = tmp_path / "README.md"
-    path.write_text(D.fill(doc("conditions", "printer-columns"), SOURCES)[0])
-    assert D.update([path], SOURCES, check=True, out=lambda _: None) == 0
+    path.write_text(docstables.fill(doc("conditions", "printer-columns"), SOURCES)[0])
+    assert docstables.update([path], SOURCES, check=True, out=lambda _: None) == 0
     path.write_text(path.read_text().replace("| `Valid` |", "| `Valid` (edited) |"))
     before, lines = path.read_text(), []
-    assert D.update([path], SOURCES, check=True, out=lines.append) == 1
+    assert docstables.update([path], SOURCES, check=True, out=lines.append) == 1
     assert path.read_text() == before  # check mode writes nothing
     assert lines[0] == f"{path}: generated block 'conditions' differs from the code (run make crds)"
     assert len(lines) == 2 and "(edited)" in lines[1]  # then the diff
@@ -61,14 +60,14 @@ def test_the_cli_fills_and_checks(tmp_path, capsys):
     ("<!-- generated: cli -->\n<!-- generated: rbac -->\n<!-- end generated -->\n", "opens inside block cli"),
 ])
 def test_malformed_markers_are_refused_naming_the_line(text, words):
-    with pytest.raises(D.DocsTableError, match=words) as exc:
-        D.fill(text, SOURCES, "doc.md")
+    with pytest.raises(docstables.DocsTableError, match=words) as exc:
+        docstables.fill(text, SOURCES, "doc.md")
     assert str(exc.value).startswith("doc.md:")
 
 
 def test_every_known_block_renders():
-    for name in D.BLOCKS:
-        text, changed = D.fill(doc(name), SOURCES)
+    for name in docstables.BLOCKS:
+        text, changed = docstables.fill(doc(name), SOURCES)
         assert changed == [name] and text.count("\n| ") >= 3, name
 
 
@@ -81,34 +80,34 @@ def _rows(block: str) -> dict[str, list[str]]:
 
 
 def test_the_reasons_table_has_every_reason_with_its_group_and_fix():
-    block = D.reasons_block(R.TABLES, "job", D.PASS_THROUGH)
-    for enum, _, source in R.TABLES:
+    block = docstables.reasons_block(reasons.TABLES, "job", docstables.PASS_THROUGH)
+    for enum, _, source in reasons.TABLES:
         for member in enum:
             assert f"| `{member.value}` | {source} |" in block, member
     waiting, failed = block.split("**Failed**")[0], block.split("**Failed**")[1].split("**Other**")[0]
     assert "| `Insufficient` | native planner | `Schedulable=False` |" in waiting
     assert "| `GangTimeout` | operator | `Failed=True`, `Event` |" in failed and "`Insufficient`" not in failed
-    assert R.REASONS[Reason.GANG_TIMEOUT].fix in failed
+    assert reasons.REASONS[Reason.GANG_TIMEOUT].fix in failed
 
 
 def test_a_reason_without_an_entry_fails_the_table(monkeypatch):
-    monkeypatch.delitem(R.UNSCHEDULABLE, UnschedulableReason.QUEUED)
-    with pytest.raises(D.DocsTableError, match="UnschedulableReason.QUEUED has no entry"):
-        D.reasons_block(R.TABLES, "job")
+    monkeypatch.delitem(reasons.UNSCHEDULABLE, UnschedulableReason.QUEUED)
+    with pytest.raises(docstables.DocsTableError, match="UnschedulableReason.QUEUED has no entry"):
+        docstables.reasons_block(reasons.TABLES, "job")
 
 
 def test_conditions_list_the_reasons_found_on_them():
-    rows = _rows(D.conditions_block(R.CONDITIONS, R.TABLES))
-    assert set(rows) == {"condition"} | {f"`{t}`" for t in R.CONDITIONS}
+    rows = _rows(docstables.conditions_block(reasons.CONDITIONS, reasons.TABLES))
+    assert set(rows) == {"condition"} | {f"`{t}`" for t in reasons.CONDITIONS}
     assert f"`{KueueReason.DEACTIVATED.value}`" in rows["`Suspended`"][4]
     assert "`Insufficient`" in rows["`Schedulable`"][4] and "`Insufficient`" not in rows["`Failed`"][4]
 
 
 def test_the_node_exclusions_table_has_every_exclusion_with_its_fix():
-    block = D.node_exclusions_block()
+    block = docstables.node_exclusions_block()
     rows = _rows(block)
     assert set(rows) == {"excluded"} | {f"`{m.value.format(resource='RESOURCE', level='LEVEL')}`" for m in NodeExclusion}
-    for member, doc in R.NODE_EXCLUSIONS.items():
+    for member, doc in reasons.NODE_EXCLUSIONS.items():
         assert rows[f"`{member.value.format(resource='RESOURCE', level='LEVEL')}`"][1:] == [doc.meaning, doc.fix]
     assert "{" not in block  # every placeholder is filled
 
@@ -116,7 +115,7 @@ def test_the_node_exclusions_table_has_every_exclusion_with_its_fix():
 # --- printer columns, CLI, RBAC ------------------------------------------------------------------
 
 def test_printer_columns_come_from_both_crds():
-    block = D.printer_columns_block()
+    block = docstables.printer_columns_block()
     tj, tsw = block.split("`kubectl get tsw`")
     assert "`kubectl get tj`" in tj
     for columns, part in ((PRINTER_COLUMNS, tj), (SWEEP_PRINTER_COLUMNS, tsw)):
@@ -136,21 +135,21 @@ def test_the_cli_table_is_the_parsers_help():
     group.add_argument("-n", action="append", metavar="NS")
     group.add_argument("-A", action="store_true")
     sub.add_parser("stop", help="only a help line")
-    rows = _rows(D.cli_block(parser))
+    rows = _rows(docstables.cli_block(parser))
     assert rows["`tool go FILE.yaml --nodes N [-n NS … \\| -A]`"][1] == "Longer words."
     assert rows["`tool stop`"][1] == "only a help line"
 
 
 def test_every_phalanx_command_is_in_the_cli_table():
-    block = D.cli_block(build_parser())
+    block = docstables.cli_block(build_parser())
     for command in ("render", "validate", "crd", "plan", "local", "watch", "plot", "operator"):
         assert f"| `phalanx {command}" in block
     assert "[--docs-tables FILE …] [--check]" in block
 
 
 def test_every_rbac_rule_of_the_chart_is_a_row_with_its_reason():
-    lines = D.RBAC_TEMPLATE.read_text().splitlines()
-    rules = D.rbac_rules(D.RBAC_TEMPLATE)
+    lines = docstables.RBAC_TEMPLATE.read_text().splitlines()
+    rules = docstables.rbac_rules(docstables.RBAC_TEMPLATE)
     assert len(rules) == sum(line.lstrip().startswith("- apiGroups:") for line in lines) > 10
     assert all(r.why and r.scope for r in rules)
     lease = [r for r in rules if "leases" in r.resources]
@@ -162,27 +161,27 @@ def test_every_rbac_rule_of_the_chart_is_a_row_with_its_reason():
 
 def test_a_rule_without_its_reason_fails(tmp_path):
     chart = tmp_path / "rbac.yaml"
-    text = D.RBAC_TEMPLATE.read_text()
+    text = docstables.RBAC_TEMPLATE.read_text()
     chart.write_text(text.replace('- apiGroups: [""]\n  resources: ["nodes"]',
                                   '- apiGroups: [""]\n  resources: ["secrets"]\n  verbs: ["get"]\n'
                                   '- apiGroups: [""]\n  resources: ["nodes"]'))
-    with pytest.raises(D.DocsTableError, match=r"rbac.yaml:\d+: an RBAC rule without a `# why:` comment"):
-        D.rbac_block(chart)
+    with pytest.raises(docstables.DocsTableError, match=r"rbac.yaml:\d+: an RBAC rule without a `# why:` comment"):
+        docstables.rbac_block(chart)
 
 
 def test_a_changed_rule_changes_the_table(tmp_path):
     chart = tmp_path / "rbac.yaml"
-    chart.write_text(D.RBAC_TEMPLATE.read_text().replace('resources: ["nodes"]\n  verbs: ["list", "watch"]',
+    chart.write_text(docstables.RBAC_TEMPLATE.read_text().replace('resources: ["nodes"]\n  verbs: ["list", "watch"]',
                                                          'resources: ["nodes"]\n  verbs: ["get", "list", "watch"]'))
     text = doc("rbac")
-    filled, _ = D.fill(text, SOURCES)
-    assert D.fill(filled, D.Sources(SOURCES.parser, Path(chart)))[1] == ["rbac"]
+    filled, _ = docstables.fill(text, SOURCES)
+    assert docstables.fill(filled, docstables.Sources(SOURCES.parser, Path(chart)))[1] == ["rbac"]
 
 
 def test_the_code_map_lists_every_module_by_its_docstring(tmp_path):
-    block = D.modules_block(D.REPO)
+    block = docstables.modules_block(docstables.REPO)
     listed = {line.split("`")[1] for line in block.splitlines()[2:]}
-    on_disk = {str(p.relative_to(D.REPO)) for pkg in D.PACKAGE_DIRS for p in (D.REPO / pkg).rglob("*.py")
+    on_disk = {str(p.relative_to(docstables.REPO)) for pkg in docstables.PACKAGE_DIRS for p in (docstables.REPO / pkg).rglob("*.py")
                if "__pycache__" not in p.parts}
     assert listed == on_disk and "operator/phalanx/docstables.py" in listed
     assert "| `operator/phalanx/docstables.py` | Tables in the Markdown docs that are generated from the code, so they cannot drift. |" in block
@@ -190,7 +189,7 @@ def test_the_code_map_lists_every_module_by_its_docstring(tmp_path):
     package.mkdir(parents=True)
     (package / "ok.py").write_text('"""Does one thing, e.g. this. And more."""\n')
     (package / "bare.py").write_text("x = 1\n")
-    with pytest.raises(D.DocsTableError, match=r"bare\.py: the module has no docstring"):
-        D.modules_block(tmp_path)
+    with pytest.raises(docstables.DocsTableError, match=r"bare\.py: the module has no docstring"):
+        docstables.modules_block(tmp_path)
     (package / "bare.py").unlink()
-    assert "| `operator/phalanx/ok.py` | Does one thing, e.g. this. |" in D.modules_block(tmp_path)
+    assert "| `operator/phalanx/ok.py` | Does one thing, e.g. this. |" in docstables.modules_block(tmp_path)

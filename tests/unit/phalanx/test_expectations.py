@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.decision import Plan
 from phalanx.expectations import expectations_met, expects_anything
 
 
 def pod(name, gated=False, deleting=False):
     meta = {"name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
-    return {"metadata": meta, "spec": {"schedulingGates": [{"name": C.GANG_SCHEDULING_GATE}] if gated else []}}
+    return {"metadata": meta, "spec": {"schedulingGates": [{"name": constants.GANG_SCHEDULING_GATE}] if gated else []}}
 
 
 def created(*names):

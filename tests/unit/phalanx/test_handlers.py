@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import web
 
-from phalanx import constants as C
-from phalanx import expectations, gangstep, handlers, jobloop, offloop, startup
+from phalanx import constants, expectations, gangstep, handlers, jobloop, offloop, startup
 from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed
@@ -27,7 +26,7 @@ GPU = "nvidia.com/gpu"
 
 
 def job(name="huge", nodes=2048, status=None):
-    return {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": "TrainingJob",
+    return {"apiVersion": f"{constants.GROUP}/{constants.VERSION}", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1,
                          "creationTimestamp": "2026-11-30T00:00:00Z"},
             "spec": {"image": "phalanx/runtime:dev", "nodes": nodes, "procsPerNode": 8,
@@ -203,7 +202,7 @@ def test_pod_events_of_a_job_without_a_loop_make_no_entry():
     reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
 
     def event(type_, ns, job, name):
-        reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {C.LABEL_JOB_NAME: job}}}))
+        reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {constants.LABEL_JOB_NAME: job}}}))
 
     for i in range(100):  # pods of deleted jobs terminating, GC'd
         event("ADDED", "ns", f"old-{i}", f"old-{i}-0")
@@ -257,7 +256,7 @@ def test_the_next_pass_waits_until_released_pods_show_ungated():
     release them again (a 422 per pod, and a booking of nodes the gang already holds)."""
     from phalanx.decision import Plan
 
-    gated = {"metadata": {"name": "p-0"}, "spec": {"schedulingGates": [{"name": C.GANG_SCHEDULING_GATE}]}}
+    gated = {"metadata": {"name": "p-0"}, "spec": {"schedulingGates": [{"name": constants.GANG_SCHEDULING_GATE}]}}
     index = {("default", "j"): [gated]}
     plan = Plan(release=["p-0"])
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.kube import Kube, Outcome, api_message, expected_outcome
 from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS
@@ -216,7 +216,7 @@ def _run_call(call, status):
     return asyncio.run(main())
 
 
-TRIAL = {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND, "metadata": {"name": "s-0", "namespace": "ns"}}
+TRIAL = {"apiVersion": f"{constants.GROUP}/{constants.VERSION}", "kind": constants.KIND, "metadata": {"name": "s-0", "namespace": "ns"}}
 CALLS = {
     "delete_pod": lambda kube: kube.delete_pod("ns", "p"),
     "force_delete_pod": lambda kube: kube.force_delete_pod("ns", "p"),
@@ -261,14 +261,14 @@ def test_the_sweeps_calls_go_through_the_gate_and_are_counted():
         await kube.create_job("ns", TRIAL)
         await kube.suspend_job("ns", "s-0")
         await kube.patch_status("ns", "sweep", {"phase": "Running"}, {"phase": "Pending", "message": "m"},
-                                plural=C.SWEEP_PLURAL)
+                                plural=constants.SWEEP_PLURAL)
 
     _, seen = _run_call(calls, 200)
     assert [name for name, _, _ in seen] == ["create_namespaced_custom_object", "patch_namespaced_custom_object",
                                              "patch_namespaced_custom_object_status"]
-    assert seen[0][1] == (C.GROUP, C.VERSION, "ns", C.PLURAL, TRIAL)
-    assert seen[1][1] == (C.GROUP, C.VERSION, "ns", C.PLURAL, "s-0", {"spec": {"suspend": True}})
-    assert seen[2][1] == (C.GROUP, C.VERSION, "ns", C.SWEEP_PLURAL, "sweep",
+    assert seen[0][1] == (constants.GROUP, constants.VERSION, "ns", constants.PLURAL, TRIAL)
+    assert seen[1][1] == (constants.GROUP, constants.VERSION, "ns", constants.PLURAL, "s-0", {"spec": {"suspend": True}})
+    assert seen[2][1] == (constants.GROUP, constants.VERSION, "ns", constants.SWEEP_PLURAL, "sweep",
                           {"status": {"phase": "Running", "message": None}})  # a key gone is removed
     assert API_REQUESTS.labels("create")._value.get() == before["create"] + 1
     assert API_REQUESTS.labels("patch")._value.get() == before["patch"] + 2

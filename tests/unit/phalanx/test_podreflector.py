@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.gang.admission import admit
 from phalanx.podreflector import Expired, JobPods, apply_event, index_jobs, pod_entry, watch_event
 
@@ -63,7 +63,7 @@ def test_events_add_modify_delete_and_report_freed_capacity():
 
 def job_pod(name, job, ns="ns"):
     p = pod(name, ns=ns)
-    p["metadata"]["labels"] = {C.LABEL_JOB_NAME: job}
+    p["metadata"]["labels"] = {constants.LABEL_JOB_NAME: job}
     return pod_entry(p)
 
 

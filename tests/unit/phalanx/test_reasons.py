@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import constants as C
-from phalanx import reasons as R
+from phalanx import constants, reasons
 
 PACKAGE = Path(__file__).resolve().parents[3] / "operator" / "phalanx"
-ALL_TABLES = R.TABLES + R.SWEEP_TABLES
+ALL_TABLES = reasons.TABLES + reasons.SWEEP_TABLES
 
 
 @pytest.mark.parametrize(("enum", "docs", "source"), ALL_TABLES, ids=[t[0].__name__ for t in ALL_TABLES])
@@ -23,7 +22,7 @@ def test_every_reason_has_its_meaning_and_fix(enum, docs, source):
                          f"(meaning, what to do, where it appears) for: {', '.join(missing)}")
     for member in enum:
         doc = docs[member]
-        assert doc.group in R.GROUPS and doc.meaning and doc.on, f"{enum.__name__}.{member.name}: {doc}"
+        assert doc.group in reasons.GROUPS and doc.meaning and doc.on, f"{enum.__name__}.{member.name}: {doc}"
 
 
 def test_each_table_holds_only_its_own_enum():
@@ -32,18 +31,18 @@ def test_each_table_holds_only_its_own_enum():
 
 
 def test_where_a_reason_appears_names_a_real_condition_status_or_an_event():
-    types = set(R.condition_types())
+    types = set(reasons.condition_types())
     for enum, docs, _ in ALL_TABLES:
         for member, doc in docs.items():
             for where in doc.on:
                 cond, _, status = where.partition("=")
-                assert where in (R.EVENT, R.TRIAL) or (cond in types and status in ("", "True", "False", "Unknown")), \
+                assert where in (reasons.EVENT, reasons.TRIAL) or (cond in types and status in ("", "True", "False", "Unknown")), \
                     f"{enum.__name__}.{member.name}: {where}"
 
 
 def test_every_condition_type_is_explained():
-    assert set(R.CONDITIONS) == set(R.condition_types())
-    assert set(R.SWEEP_CONDITIONS) <= set(R.condition_types())
+    assert set(reasons.CONDITIONS) == set(reasons.condition_types())
+    assert set(reasons.SWEEP_CONDITIONS) <= set(reasons.condition_types())
 
 
 # --- what the code does with each reason, read from its calls -----------------------------------
@@ -51,7 +50,7 @@ def test_every_condition_type_is_explained():
 def _aliases(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
     """{local name: enum name} of the reason enums a module imports; local names of constants
     (the module) and of ConditionType."""
-    enums, consts = {}, {"C"}
+    enums, consts = {}, {"constants"}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "phalanx.constants":
             enums |= {a.asname or a.name: a.name for a in node.names if a.name in ("Reason", "SweepReason")}
@@ -68,11 +67,11 @@ def _member(node: ast.AST, enums: dict[str, str]) -> str | None:
 
 
 def _cond_type(node: ast.AST, consts: set[str]) -> str | None:
-    """The condition type of ``C.COND_X`` or ``ConditionType.X``."""
+    """The condition type of ``constants.COND_X`` or ``ConditionType.X``."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in consts:
         if node.attr.startswith("COND_"):
-            return getattr(C, node.attr, None)
-        return C.ConditionType[node.attr].value if node.attr in C.ConditionType.__members__ else None
+            return getattr(constants, node.attr, None)
+        return constants.ConditionType[node.attr].value if node.attr in constants.ConditionType.__members__ else None
     return None
 
 
@@ -91,13 +90,13 @@ def _uses(call: ast.Call, enums: dict[str, str], consts: set[str]) -> list[tuple
         status = _status(args[1])
         return [(m, f"{t}={status}" if status else t)]
     if name == "finish" and len(args) >= 2 and (m := _member(args[1], enums)):
-        return [(m, f"{C.COND_FAILED if getattr(args[0], 'attr', '') == 'FAILED' else C.COND_SUCCEEDED}=True"), (m, R.EVENT)]
+        return [(m, f"{constants.COND_FAILED if getattr(args[0], 'attr', '') == 'FAILED' else constants.COND_SUCCEEDED}=True"), (m, reasons.EVENT)]
     if name in ("phase", "event") and args:
         found = [_member(a, enums) for a in args[:2]]
         found += [_member(k.value, enums) for k in call.keywords if k.arg == "reason"]
-        return [(m, R.EVENT) for m in found if m]
+        return [(m, reasons.EVENT) for m in found if m]
     if name == "append" and args and isinstance(args[0], ast.Tuple) and len(args[0].elts) == 3:
-        return [(m, R.EVENT) for m in [_member(args[0].elts[1], enums)] if m]
+        return [(m, reasons.EVENT) for m in [_member(args[0].elts[1], enums)] if m]
     return []
 
 
@@ -122,18 +121,18 @@ def _declared(where: str, on: tuple[str, ...]) -> bool:
 def test_the_tables_say_where_the_code_puts_each_reason():
     uses = _code_uses()
     assert len(uses) > 20, "the walk found too few calls: it no longer reads the code"
-    tables = {"Reason": R.REASONS, "SweepReason": R.SWEEP_REASONS}
+    tables = {"Reason": reasons.REASONS, "SweepReason": reasons.SWEEP_REASONS}
     wrong = []
     for member, places in sorted(uses.items()):
         enum, _, name = member.partition(".")
-        on = tables[enum][getattr(getattr(C, enum), name)].on
+        on = tables[enum][getattr(getattr(constants, enum), name)].on
         wrong += [f"{member}: the code sets it on {where}; reasons.py says {', '.join(on)}"
                   for where in sorted(places) if not _declared(where, on)]
     assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize("code", [
-    "from phalanx.constants import Reason\nview.cond(C.COND_SUSPENDED, True, Reason.HANG, '')\n",
+    "from phalanx.constants import Reason\nview.cond(constants.COND_SUSPENDED, True, Reason.HANG, '')\n",
     "from phalanx.constants import ConditionType, Reason\nview.cond(ConditionType.SUSPENDED, True, Reason.HANG, '')\n",
 ])
 def test_the_walk_sees_a_condition_a_table_leaves_out(code):
@@ -141,17 +140,17 @@ def test_the_walk_sees_a_condition_a_table_leaves_out(code):
     enums, consts = _aliases(tree)
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     (use,) = _uses(call, enums, consts)
-    assert use == ("Reason.HANG", "Suspended=True") and not _declared(use[1], R.REASONS[C.Reason.HANG].on)
+    assert use == ("Reason.HANG", "Suspended=True") and not _declared(use[1], reasons.REASONS[constants.Reason.HANG].on)
 
 
 def test_the_condition_types_keep_their_wire_values_and_old_names():
-    assert [str(t) for t in C.ConditionType] == [
+    assert [str(t) for t in constants.ConditionType] == [
         "Valid", "Created", "Schedulable", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Reconciled",
         "LossNotFinite", "ResumedFromPredecessor"]
-    for member in C.ConditionType:
-        assert getattr(C, f"COND_{member.name}") is member
+    for member in constants.ConditionType:
+        assert getattr(constants, f"COND_{member.name}") is member
 
 
 def test_every_node_exclusion_has_its_meaning_and_fix():
-    assert set(R.NODE_EXCLUSIONS) == set(C.NodeExclusion)
-    assert all(doc.meaning and doc.fix for doc in R.NODE_EXCLUSIONS.values())
+    assert set(reasons.NODE_EXCLUSIONS) == set(constants.NodeExclusion)
+    assert all(doc.meaning and doc.fix for doc in reasons.NODE_EXCLUSIONS.values())

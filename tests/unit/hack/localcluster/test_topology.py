@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import topology as T
+from localcluster import topology
 from localcluster.binaries import default_bin_dir
 
 REPO = Path(__file__).resolve().parents[4]
@@ -20,37 +20,37 @@ TOPO_DIR = REPO / "hack" / "cluster" / "topologies"
     [("small-4", 4, 1, 1, 2), ("fattree-64", 64, 2, 8, 16), ("fattree3-1024", 1024, 4, 32, 128)],
 )
 def test_shipped_topologies(name, nodes, blocks, subblocks, racks):
-    topo = T.load_topology(name)
-    ms = T.node_manifests(topo)
+    topo = topology.load_topology(name)
+    ms = topology.node_manifests(topo)
     assert len(ms) == nodes == topo.node_count
     names = [m["metadata"]["name"] for m in ms]
     assert len(set(names)) == nodes
     labels = [m["metadata"]["labels"] for m in ms]
-    assert len({lb[T.LABEL_BLOCK] for lb in labels}) == blocks
-    assert len({lb[T.LABEL_SUBBLOCK] for lb in labels}) == subblocks
-    assert len({lb[T.LABEL_RACK] for lb in labels}) == racks
+    assert len({lb[topology.LABEL_BLOCK] for lb in labels}) == blocks
+    assert len({lb[topology.LABEL_SUBBLOCK] for lb in labels}) == subblocks
+    assert len({lb[topology.LABEL_RACK] for lb in labels}) == racks
     # clique = rack in every shipped topology
-    assert len({lb[T.LABEL_GPU_CLIQUE] for lb in labels}) == racks
+    assert len({lb[topology.LABEL_GPU_CLIQUE] for lb in labels}) == racks
     for m in ms:
         lb = m["metadata"]["labels"]
-        assert lb[T.LABEL_HOSTNAME] == m["metadata"]["name"]
-        assert lb[T.LABEL_GPU_COUNT] == "8"
-        assert m["metadata"]["annotations"][T.KWOK_ANNOTATION] == "fake"
-        assert m["status"]["capacity"][T.RESOURCE_GPU] == "8"
+        assert lb[topology.LABEL_HOSTNAME] == m["metadata"]["name"]
+        assert lb[topology.LABEL_GPU_COUNT] == "8"
+        assert m["metadata"]["annotations"][topology.KWOK_ANNOTATION] == "fake"
+        assert m["status"]["capacity"][topology.RESOURCE_GPU] == "8"
         assert m["status"]["allocatable"] == m["status"]["capacity"]
         # rack/subblock labels are globally unique paths (nest inside their parents)
-        assert lb[T.LABEL_RACK].startswith(lb[T.LABEL_SUBBLOCK] + "-")
-        assert lb[T.LABEL_SUBBLOCK].startswith(lb[T.LABEL_BLOCK] + "-")
+        assert lb[topology.LABEL_RACK].startswith(lb[topology.LABEL_SUBBLOCK] + "-")
+        assert lb[topology.LABEL_SUBBLOCK].startswith(lb[topology.LABEL_BLOCK] + "-")
 
 
 def test_load_by_path_and_name_agree():
-    assert T.load_topology(TOPO_DIR / "small-4.yaml") == T.load_topology("small-4")
-    assert T.load_topology("small-4.yaml") == T.load_topology("small-4")
+    assert topology.load_topology(TOPO_DIR / "small-4.yaml") == topology.load_topology("small-4")
+    assert topology.load_topology("small-4.yaml") == topology.load_topology("small-4")
 
 
 def test_small4_exact_names_and_cliques():
-    ms = T.node_manifests(T.load_topology("small-4"))
-    got = [(m["metadata"]["name"], m["metadata"]["labels"][T.LABEL_GPU_CLIQUE]) for m in ms]
+    ms = topology.node_manifests(topology.load_topology("small-4"))
+    got = [(m["metadata"]["name"], m["metadata"]["labels"][topology.LABEL_GPU_CLIQUE]) for m in ms]
     assert got == [
         ("gpu-b0-s0-r0-n0", "small-4.0"),
         ("gpu-b0-s0-r0-n1", "small-4.0"),
@@ -61,12 +61,12 @@ def test_small4_exact_names_and_cliques():
 
 def test_clique_level_block_and_node():
     doc = {"name": "t", "layout": {"block": 2, "rack": 3, "node": 2}, "cliqueLevel": "block"}
-    ms = T.node_manifests(T.parse_topology(doc))
-    c = Counter(m["metadata"]["labels"][T.LABEL_GPU_CLIQUE] for m in ms)
+    ms = topology.node_manifests(topology.parse_topology(doc))
+    c = Counter(m["metadata"]["labels"][topology.LABEL_GPU_CLIQUE] for m in ms)
     assert c == {"t.0": 6, "t.1": 6}
     doc["cliqueLevel"] = "node"
-    ms = T.node_manifests(T.parse_topology(doc))
-    assert len({m["metadata"]["labels"][T.LABEL_GPU_CLIQUE] for m in ms}) == 12
+    ms = topology.node_manifests(topology.parse_topology(doc))
+    assert len({m["metadata"]["labels"][topology.LABEL_GPU_CLIQUE] for m in ms}) == 12
 
 
 def test_missing_levels_default_to_one_and_overrides():
@@ -82,18 +82,18 @@ def test_missing_levels_default_to_one_and_overrides():
             "taints": [{"key": "pool", "value": "cpu", "effect": "NoSchedule"}],
         },
     }
-    ms = T.node_manifests(T.parse_topology(doc))
+    ms = topology.node_manifests(topology.parse_topology(doc))
     assert [m["metadata"]["name"] for m in ms] == ["cpu-b0-s0-r0-n0", "cpu-b0-s0-r0-n1", "cpu-b0-s0-r0-n2"]
     m = ms[0]
-    assert T.RESOURCE_GPU not in m["status"]["capacity"]
-    assert T.LABEL_GPU_CLIQUE not in m["metadata"]["labels"]
+    assert topology.RESOURCE_GPU not in m["status"]["capacity"]
+    assert topology.LABEL_GPU_CLIQUE not in m["metadata"]["labels"]
     assert m["status"]["capacity"]["cpu"] == "16"
     assert m["metadata"]["labels"]["pool"] == "cpu"
     assert m["spec"]["taints"] == [{"key": "pool", "value": "cpu", "effect": "NoSchedule"}]
 
 
 def test_manifests_are_plain_yaml_serialisable():
-    ms = T.node_manifests(T.load_topology("small-4"))
+    ms = topology.node_manifests(topology.load_topology("small-4"))
     assert yaml.safe_load(yaml.safe_dump(ms)) == ms
 
 
@@ -113,13 +113,13 @@ def test_manifests_are_plain_yaml_serialisable():
     ],
 )
 def test_invalid(doc, msg):
-    with pytest.raises(T.TopologyError, match=msg):
-        T.parse_topology(doc)
+    with pytest.raises(topology.TopologyError, match=msg):
+        topology.parse_topology(doc)
 
 
 def test_unknown_topology_name():
-    with pytest.raises(T.TopologyError, match="not found"):
-        T.load_topology("no-such-topology")
+    with pytest.raises(topology.TopologyError, match="not found"):
+        topology.load_topology("no-such-topology")
 
 
 def test_bin_dir_is_build_sh_cache_dir(monkeypatch):

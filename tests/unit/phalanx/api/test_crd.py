@@ -90,12 +90,12 @@ def _all_rules(node, out):
 def test_every_cel_rule_has_a_python_twin():
     """No CEL rule without the same rule in `phalanx validate`: a Rule object (one definition,
     both forms), a format (the same regex as the pydantic field's), or the fixed few below."""
-    from phalanx.api import patterns as P
+    from phalanx.api import patterns
     from phalanx.api.base import QUANTITY_SCHEMA, all_rules
     from phalanx.api.crd import NAME_RULES
 
     twins = {r.cel for r in all_rules() if r.cel}
-    formats = {f"must be {d}" for d in P.DESCRIPTIONS.values()}
+    formats = {f"must be {d}" for d in patterns.DESCRIPTIONS.values()}
     fixed = {r["rule"] for r in NAME_RULES + QUANTITY_SCHEMA["x-kubernetes-validations"]}
     rules = _all_rules(build_crd(), [])
     assert len(rules) > 40

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import NetworkPolicyConfig, NetworkProfile, OperatorConfig
 from phalanx.api.crd import build_crd
 from phalanx.api.horovod import HOROVOD_RULES
@@ -37,7 +37,7 @@ def job(name: str = "hvd", namespace: str = "ml", **over) -> TrainingJob:
 
 def pods(j: TrainingJob, config: OperatorConfig | None = None) -> list[dict]:
     out = [c for c in render_children(j, config) if c["kind"] == "Pod"]
-    return sorted(out, key=lambda p: int(p["metadata"]["labels"][C.LABEL_NODE_RANK]))
+    return sorted(out, key=lambda p: int(p["metadata"]["labels"][constants.LABEL_NODE_RANK]))
 
 
 def env_of(pod: dict) -> dict[str, str]:
@@ -71,7 +71,7 @@ def test_one_process_per_pod_gets_every_variable_with_its_rank():
 def test_several_processes_per_pod_leave_rank_and_local_rank_to_the_launcher():
     for rank, pod in enumerate(pods(job(nodes=2, procsPerNode=4))):
         env = hvd_env(pod)
-        assert C.ENV_HOROVOD_RANK not in env and C.ENV_HOROVOD_LOCAL_RANK not in env
+        assert constants.ENV_HOROVOD_RANK not in env and constants.ENV_HOROVOD_LOCAL_RANK not in env
         assert (env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_SIZE"]) == ("8", "4")
         assert (env["HOROVOD_CROSS_RANK"], env["HOROVOD_CROSS_SIZE"]) == (str(rank), "2")
         assert env["HOROVOD_HOSTNAME"] == f"hvd-node-{rank}"
@@ -81,8 +81,8 @@ def test_server_address_is_worker_0_through_the_headless_service_and_hostname_th
     ps = pods(job(nodes=2))
     for pod in ps:
         env = env_of(pod)
-        assert env[C.ENV_HOROVOD_RENDEZVOUS_ADDR] == env[C.ENV_MASTER_ADDR] == f"{ps[0]['spec']['hostname']}.hvd"
-        assert env[C.ENV_HOROVOD_HOSTNAME] == pod["spec"]["hostname"]
+        assert env[constants.ENV_HOROVOD_RENDEZVOUS_ADDR] == env[constants.ENV_MASTER_ADDR] == f"{ps[0]['spec']['hostname']}.hvd"
+        assert env[constants.ENV_HOROVOD_HOSTNAME] == pod["spec"]["hostname"]
         assert pod["spec"]["subdomain"] == "hvd"
 
 
@@ -92,15 +92,15 @@ def test_the_horovod_port_is_declared_published_and_apart_from_the_torch_rendezv
     assert {"name": "horovod", "port": 29502, "targetPort": 29502, "protocol": "TCP"} in service["spec"]["ports"]
     for pod in (c for c in children if c["kind"] == "Pod"):
         ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
-        assert ports[C.PORT_NAME_HOROVOD] == C.HOROVOD_RENDEZVOUS_PORT == 29502
+        assert ports[constants.PORT_NAME_HOROVOD] == constants.HOROVOD_RENDEZVOUS_PORT == 29502
         assert len(set(ports.values())) == len(ports)  # distinct from rendezvous, progress, metrics
-        assert env_of(pod)[C.ENV_HOROVOD_RENDEZVOUS_PORT] == str(ports[C.PORT_NAME_HOROVOD])
+        assert env_of(pod)[constants.ENV_HOROVOD_RENDEZVOUS_PORT] == str(ports[constants.PORT_NAME_HOROVOD])
 
 
 def test_the_network_policy_admits_the_gang_on_every_port():
     """The server's port and gloo's ephemeral pair ports: the gang's own rule names no port."""
     policy = build_network_policy(job(), NetworkPolicyConfig())
-    gang = [r for r in policy["spec"]["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {C.LABEL_JOB_NAME: "hvd"}}}]]
+    gang = [r for r in policy["spec"]["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {constants.LABEL_JOB_NAME: "hvd"}}}]]
     assert gang and all("ports" not in r for r in gang)
 
 
@@ -126,7 +126,7 @@ def test_built_in_jobs_and_role_pods_get_no_horovod_env():
 def test_the_users_env_comes_after_the_horovod_env():
     pod = pods(job(env=[{"name": "HOROVOD_FUSION_THRESHOLD", "value": "0"}]))[0]
     names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
-    assert names.index(C.ENV_HOROVOD_CROSS_SIZE) < names.index("HOROVOD_FUSION_THRESHOLD")
+    assert names.index(constants.ENV_HOROVOD_CROSS_SIZE) < names.index("HOROVOD_FUSION_THRESHOLD")
 
 
 # --- what the launcher reads back ---------------------------------------------------------------
@@ -139,20 +139,20 @@ def test_the_launcher_reads_the_rendered_env(nodes, procs):
     assert launched[0].serves and not any(p.serves for p in launched[1:])
     assert launched[0].hosts() == hosts  # the server's plan names the pods as HOROVOD_HOSTNAME does
     assert [p.timeout for p in launched] == [600.0] * nodes
-    ranks = [(int(e[C.ENV_HOROVOD_RANK]), int(e[C.ENV_HOROVOD_LOCAL_RANK]))
+    ranks = [(int(e[constants.ENV_HOROVOD_RANK]), int(e[constants.ENV_HOROVOD_LOCAL_RANK]))
              for p in launched for e in (p.process_env(local) for local in range(procs))]
     assert ranks == [(r, r % procs) for r in range(nodes * procs)]
     if procs == 1:  # the rendered rank is the process's
-        assert [hvd_env(p)[C.ENV_HOROVOD_RANK] for p in ps] == [str(r) for r in range(nodes)]
+        assert [hvd_env(p)[constants.ENV_HOROVOD_RANK] for p in ps] == [str(r) for r in range(nodes)]
 
 
 @pytest.mark.parametrize("edit, message", [
-    ({C.ENV_HOROVOD_RENDEZVOUS_ADDR: None}, "HOROVOD_GLOO_RENDEZVOUS_ADDR is not set"),
-    ({C.ENV_HOROVOD_CROSS_RANK: "x"}, "is not an integer"),
-    ({C.ENV_HOROVOD_CROSS_RANK: "2"}, "outside HOROVOD_CROSS_SIZE"),
-    ({C.ENV_HOROVOD_SIZE: "3"}, "HOROVOD_SIZE=3 is not"),
-    ({C.ENV_HOROVOD_HOSTNAME: "hvd-node-7"}, "does not end in '-1'"),
-    ({C.ENV_HOROVOD_RENDEZVOUS_PORT: "0"}, "is not a TCP port"),
+    ({constants.ENV_HOROVOD_RENDEZVOUS_ADDR: None}, "HOROVOD_GLOO_RENDEZVOUS_ADDR is not set"),
+    ({constants.ENV_HOROVOD_CROSS_RANK: "x"}, "is not an integer"),
+    ({constants.ENV_HOROVOD_CROSS_RANK: "2"}, "outside HOROVOD_CROSS_SIZE"),
+    ({constants.ENV_HOROVOD_SIZE: "3"}, "HOROVOD_SIZE=3 is not"),
+    ({constants.ENV_HOROVOD_HOSTNAME: "hvd-node-7"}, "does not end in '-1'"),
+    ({constants.ENV_HOROVOD_RENDEZVOUS_PORT: "0"}, "is not a TCP port"),
 ])
 def test_the_launcher_refuses_an_env_that_is_not_a_horovod_pods(edit, message):
     env = hvd_env(pods(job())[1])
@@ -190,7 +190,7 @@ REFUSALS = [
     ({"elastic": {"minNodes": 1, "maxNodes": 2}}, "spec.elastic"),
     ({"roles": [{"name": "ps"}]}, "spec.roles"),
     ({"network": {"hostNetwork": True}}, "spec.network.hostNetwork"),
-] + [({"env": [{"name": name, "value": "1"}]}, "spec.env") for name in C.HOROVOD_RENDERED_ENV]
+] + [({"env": [{"name": name, "value": "1"}]}, "spec.env") for name in constants.HOROVOD_RENDERED_ENV]
 
 
 @pytest.mark.parametrize("over, field", REFUSALS)
@@ -229,7 +229,7 @@ def test_host_network_is_refused_even_where_the_profile_allows_it():
 def test_every_rule_is_in_the_crd_with_its_field_path():
     crd_spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     in_crd = {(r["rule"], r.get("fieldPath")) for r in crd_spec["x-kubernetes-validations"]}
-    assert len(HOROVOD_RULES) == 15 + len(C.HOROVOD_RENDERED_ENV)
+    assert len(HOROVOD_RULES) == 15 + len(constants.HOROVOD_RENDERED_ENV)
     for rule in HOROVOD_RULES:
         assert rule.cel.startswith("!has(self.framework) || self.framework != 'horovod' || ")
         assert rule.cel.count("(") == rule.cel.count(")") and rule.cel.count("'") % 2 == 0

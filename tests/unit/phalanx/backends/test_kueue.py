@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import TopologyConfig
 from phalanx.backends import apply_mutation
 from phalanx.backends.kueue import Admission, admission, render, withdrawal, workload_name
@@ -63,7 +63,7 @@ def cond(type_, status, reason="", message=""):
 
 
 def gated_pod(name="llm-0"):
-    return {"metadata": {"name": name, "labels": {C.LABEL_KUEUE_POD_GROUP_NAME: "llm-g"}}, "spec": {"schedulingGates": [GATE]}, "status": {}}
+    return {"metadata": {"name": name, "labels": {constants.LABEL_KUEUE_POD_GROUP_NAME: "llm-g"}}, "spec": {"schedulingGates": [GATE]}, "status": {}}
 
 
 PENDING_MSG = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 16 more needed"
@@ -175,7 +175,7 @@ def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj, vol
         return {c["type"]: c for c in obj["status"]["conditions"]}
 
     step()
-    assert len(pods) == nodes and all(p["metadata"]["labels"][C.LABEL_KUEUE_QUEUE_NAME] == "lq" for p in pods.values())
+    assert len(pods) == nodes and all(p["metadata"]["labels"][constants.LABEL_KUEUE_QUEUE_NAME] == "lq" for p in pods.values())
     pending = Schedulable("False", "Pending", f"Kueue: {PENDING_MSG}")
     step(pending)
     assert conds()["Schedulable"]["reason"] == "Pending" and PENDING_MSG in conds()["Schedulable"]["message"]
@@ -200,7 +200,7 @@ def test_reconcile_preemption_is_a_new_queued_attempt_not_a_restart(job_obj, vol
     assert not step(Schedulable("False", *ev), ev).delete_pods  # already being deleted (by Kueue): left alone
     pods.clear()  # their deletion completes
     step(Schedulable("False", *ev), ev)  # the new attempt's pods, queued behind the still-Evicted Workload
-    assert len(pods) == nodes and all(p["metadata"]["labels"][C.LABEL_RESTART_ATTEMPT] == "1" for p in pods.values())
+    assert len(pods) == nodes and all(p["metadata"]["labels"][constants.LABEL_RESTART_ATTEMPT] == "1" for p in pods.values())
     step(Schedulable("False", *ev), ev)
     assert obj["status"]["restartAttempt"] == 1 and conds()["Schedulable"]["reason"] == "Preempted"
     # Re-admitted: Suspended clears, the gang runs again (attempt 1 resumes from the checkpoint).

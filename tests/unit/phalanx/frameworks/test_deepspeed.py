@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.deepspeed import DEEPSPEED_RULES
 from phalanx.api.slots import worker
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
@@ -67,10 +67,10 @@ def test_its_rules_leave_other_frameworks_alone():
 
 def test_render_the_config_file_and_the_env_that_names_it():
     j = job(resources={"gpus": 2}, parallelism={"zero": 3, "cpuOffload": True}, training={"gradCompression": "bf16"})
-    assert PLUGIN.job_env(j.spec) == [{"name": C.ENV_DEEPSPEED_CONFIG, "value": "/etc/phalanx/deepspeed.json"}]
+    assert PLUGIN.job_env(j.spec) == [{"name": constants.ENV_DEEPSPEED_CONFIG, "value": "/etc/phalanx/deepspeed.json"}]
     files = PLUGIN.config_files(j.spec)
-    assert list(files) == [C.DEEPSPEED_CONFIG_FILE]
-    assert json.loads(files[C.DEEPSPEED_CONFIG_FILE]) == {
+    assert list(files) == [constants.DEEPSPEED_CONFIG_FILE]
+    assert json.loads(files[constants.DEEPSPEED_CONFIG_FILE]) == {
         "bf16": {"enabled": True}, "communication_data_type": "bf16", "gradient_accumulation_steps": 2,
         "gradient_clipping": 1.0, "steps_per_print": 1, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
         "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
@@ -84,12 +84,12 @@ def test_the_job_renders_what_the_plugin_adds():
     j = job()
     children = render_children(j)
     config_map = next(c for c in children if c["kind"] == "ConfigMap")
-    assert list(config_map["data"]) == [C.RUNTIME_CONFIG_KEY, *PLUGIN.config_files(j.spec)]
-    assert config_map["data"][C.DEEPSPEED_CONFIG_FILE] == PLUGIN.config_files(j.spec)[C.DEEPSPEED_CONFIG_FILE]
+    assert list(config_map["data"]) == [constants.RUNTIME_CONFIG_KEY, *PLUGIN.config_files(j.spec)]
+    assert config_map["data"][constants.DEEPSPEED_CONFIG_FILE] == PLUGIN.config_files(j.spec)[constants.DEEPSPEED_CONFIG_FILE]
     for pod in (c for c in children if c["kind"] == "Pod"):
         env = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
         # after the job's own env (the node name is its last), before the scratch env
-        assert env[env.index(C.ENV_NODE_NAME) + 1] == C.ENV_DEEPSPEED_CONFIG
+        assert env[env.index(constants.ENV_NODE_NAME) + 1] == constants.ENV_DEEPSPEED_CONFIG
 
 
 def test_it_observes_the_default_success_roles():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.horovod import HOROVOD_RULES
 from phalanx.api.slots import worker
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
@@ -38,7 +38,7 @@ REFUSED = [
     ({"elastic": {"minNodes": 1, "maxNodes": 2}}, ["spec.elastic"]),
     ({"roles": [{"name": "ps"}]}, ["spec.roles"]),
     ({"network": {"hostNetwork": True}}, ["spec.network.hostNetwork"]),
-    ({"env": [{"name": C.ENV_HOROVOD_RANK, "value": "0"}]}, ["spec.env"]),
+    ({"env": [{"name": constants.ENV_HOROVOD_RANK, "value": "0"}]}, ["spec.env"]),
 ]
 
 
@@ -78,7 +78,7 @@ def test_the_job_renders_what_the_plugin_adds():
     assert service["spec"]["ports"][-1:] == PLUGIN.service_ports(j)
     for pod in (c for c in children if c["kind"] == "Pod"):
         container = pod["spec"]["containers"][0]
-        rank = int(pod["metadata"]["labels"][C.LABEL_NODE_RANK])
+        rank = int(pod["metadata"]["labels"][constants.LABEL_NODE_RANK])
         assert container["ports"][-1:] == PLUGIN.container_ports(j)
         assert [e for e in container["env"] if e["name"].startswith("HOROVOD_")] == PLUGIN.slot_env(j, worker(rank), 29500)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import Slot, worker
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
 from phalanx.frameworks import PLUGINS, FrameworkPlugin, plugin_for
@@ -36,7 +36,7 @@ def test_the_specs_checks_hold_every_plugins_rules():
 @pytest.mark.parametrize("over", [
     {},
     {"command": None, "model": {"preset": "debug"}, "parallelism": {"tensor": 2}, "procsPerNode": 2},
-    {"roles": [{"name": "ps", "replicas": 2}], "procsPerNode": 4, "env": [{"name": C.ENV_TF_CONFIG, "value": "{}"}]},
+    {"roles": [{"name": "ps", "replicas": 2}], "procsPerNode": 4, "env": [{"name": constants.ENV_TF_CONFIG, "value": "{}"}]},
 ])
 def test_validate_has_no_rules_of_its_own(over):
     assert PLUGIN.rules == () and PLUGIN.validate(job(**over).spec) == []
@@ -49,8 +49,8 @@ def test_render_adds_nothing():
     assert PLUGIN.container_ports(j) == [] and PLUGIN.service_ports(j) == []
     children = render_children(j)
     config_map = next(c for c in children if c["kind"] == "ConfigMap")
-    assert list(config_map["data"]) == [C.RUNTIME_CONFIG_KEY]
-    framework_env = (C.ENV_DEEPSPEED_CONFIG, C.ENV_TF_CONFIG)
+    assert list(config_map["data"]) == [constants.RUNTIME_CONFIG_KEY]
+    framework_env = (constants.ENV_DEEPSPEED_CONFIG, constants.ENV_TF_CONFIG)
     for pod in (c for c in children if c["kind"] == "Pod"):
         names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
         assert not [n for n in names if n in framework_env or n.startswith("HOROVOD_")]

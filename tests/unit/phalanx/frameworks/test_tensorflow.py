@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import Slot, worker
 from phalanx.api.tensorflow import TENSORFLOW_ROLE_RULES, TENSORFLOW_RULES
 from phalanx.api.types import Framework, TrainingJob, TrainingJobSpec
@@ -39,10 +39,10 @@ REFUSED = [
     ({"parallelism": {"zero": 1}}, ["spec.parallelism.zero"]),
     ({"parallelism": {"pipeline": 2}}, ["spec.parallelism.pipeline"]),
     ({"elastic": {"minNodes": 1, "maxNodes": 2}}, ["spec.elastic"]),
-    ({"env": [{"name": C.ENV_TF_CONFIG, "value": "{}"}]}, ["spec.env"]),
+    ({"env": [{"name": constants.ENV_TF_CONFIG, "value": "{}"}]}, ["spec.env"]),
     ({"roles": [{"name": "driver"}]}, ["spec.roles"]),
     ({"roles": [{"name": "chief", "replicas": 2}]}, ["spec.roles"]),
-    ({"roles": [{"name": "chief", "env": [{"name": C.ENV_TF_CONFIG, "value": "{}"}]}]}, ["spec.roles"]),
+    ({"roles": [{"name": "chief", "env": [{"name": constants.ENV_TF_CONFIG, "value": "{}"}]}]}, ["spec.roles"]),
     ({"roles": [{"name": "ps"}]}, ["spec.roles"]),
 ]
 
@@ -73,7 +73,7 @@ def test_render_tf_config_per_pod():
     for slot, task in [(worker(1), {"type": "worker", "index": 1}), (Slot("chief", 0), {"type": "chief", "index": 0}),
                        (Slot("ps", 1), {"type": "ps", "index": 1})]:
         (env,) = PLUGIN.slot_env(j, slot, 29500)
-        assert env["name"] == C.ENV_TF_CONFIG
+        assert env["name"] == constants.ENV_TF_CONFIG
         assert env["value"] == json.dumps({"cluster": cluster, "task": task}, separators=(",", ":"))
     assert PLUGIN.job_env(j.spec) == [] and PLUGIN.config_files(j.spec) == {}
     assert PLUGIN.container_ports(j) == [] and PLUGIN.service_ports(j) == []
@@ -82,9 +82,9 @@ def test_render_tf_config_per_pod():
 def test_the_job_renders_what_the_plugin_adds():
     j = job()
     for pod in (c for c in render_children(j) if c["kind"] == "Pod"):
-        rank = int(pod["metadata"]["labels"][C.LABEL_NODE_RANK])
+        rank = int(pod["metadata"]["labels"][constants.LABEL_NODE_RANK])
         env = pod["spec"]["containers"][0]["env"]
-        assert [e for e in env if e["name"] == C.ENV_TF_CONFIG] == PLUGIN.slot_env(j, worker(rank), 29500)
+        assert [e for e in env if e["name"] == constants.ENV_TF_CONFIG] == PLUGIN.slot_env(j, worker(rank), 29500)
 
 
 @pytest.mark.parametrize("roles,deciding", [

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.types import TrainingJobStatus
-from phalanx.constants import FailureCategory as F
+from phalanx.constants import FailureCategory
 from phalanx.lifecycle.failure_cause import (
     MAX_MESSAGE_CHARS,
     MAX_TEXT,
@@ -33,9 +33,9 @@ def failed_pod(message=None, code=1, reason="Error", memory="2Gi", rank=0):
     term = {"exitCode": code, "reason": reason}
     if message is not None:
         term["message"] = message
-    return {"metadata": {"name": f"job-node-{rank}-0", "labels": {C.LABEL_NODE_RANK: str(rank)}},
-            "spec": {"containers": [{"name": C.CONTAINER_NAME, "resources": {"limits": {"memory": memory}}}]},
-            "status": {"phase": "Failed", "containerStatuses": [{"name": C.CONTAINER_NAME, "state": {"terminated": term}}]}}
+    return {"metadata": {"name": f"job-node-{rank}-0", "labels": {constants.LABEL_NODE_RANK: str(rank)}},
+            "spec": {"containers": [{"name": constants.CONTAINER_NAME, "resources": {"limits": {"memory": memory}}}]},
+            "status": {"phase": "Failed", "containerStatuses": [{"name": constants.CONTAINER_NAME, "state": {"terminated": term}}]}}
 
 
 def report(**error):
@@ -70,55 +70,55 @@ EXITED_TAIL = TORCHRUN_TAIL.split("E1130")[1].format(code=1, trace="To enable tr
 
 # name: (exit code, container reason, termination message, category, text the cause says, rank)
 CASES = {
-    "OOMKilled, no message": (137, "OOMKilled", None, F.OUT_OF_MEMORY, "exceeded its memory limit 2Gi", None),
-    "exit 137, no message": (137, "Error", None, F.OUT_OF_MEMORY, "killed by SIGKILL (exit 137)", None),
+    "OOMKilled, no message": (137, "OOMKilled", None, FailureCategory.OUT_OF_MEMORY, "exceeded its memory limit 2Gi", None),
+    "exit 137, no message": (137, "Error", None, FailureCategory.OUT_OF_MEMORY, "killed by SIGKILL (exit 137)", None),
     "CUDA OOM in a traceback": (1, "Error", TRACEBACK.format("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
-                                F.OUT_OF_MEMORY, "torch.OutOfMemoryError: CUDA out of memory", None),
+                                FailureCategory.OUT_OF_MEMORY, "torch.OutOfMemoryError: CUDA out of memory", None),
     "report: CUDA OOM": (1, "Error", report(type="torch.OutOfMemoryError", message="CUDA out of memory. Tried to allocate 20 GiB", rank=5),
-                         F.OUT_OF_MEMORY, "CUDA out of memory", 5),
+                         FailureCategory.OUT_OF_MEMORY, "CUDA out of memory", 5),
     "report: permission denied": (1, "Error", report(type="PermissionError", message="[Errno 13] Permission denied: '/checkpoints'",
                                                      frames=["x/checkpoint.py:88 in save"], rank=0, source="worker"),
-                                  F.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints' at x/checkpoint.py:88 in save", 0),
+                                  FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints' at x/checkpoint.py:88 in save", 0),
     "report: wrapped permission error": (1, "Error", report(type="RuntimeError", message="save failed", cause="PermissionError: [Errno 13] x"),
-                                         F.PERMISSION_DENIED, "RuntimeError: save failed (from PermissionError: [Errno 13] x)", None),
+                                         FailureCategory.PERMISSION_DENIED, "RuntimeError: save failed (from PermissionError: [Errno 13] x)", None),
     "report: a long message keeps its root cause": (1, "Error", report(type="RuntimeError", message="x" * 2000,
                                                                      cause="PermissionError: [Errno 13] Permission denied: '/ckpt'"),
-                                                   F.PERMISSION_DENIED, "(from PermissionError: [Errno 13] Permission denied: '/ckpt')", None),
+                                                   FailureCategory.PERMISSION_DENIED, "(from PermissionError: [Errno 13] Permission denied: '/ckpt')", None),
     "a long exception line, classified whole": (1, "Error", TRACEBACK.format("RuntimeError: " + "y" * 600 + " CUDA out of memory"),
-                                                F.OUT_OF_MEMORY, "RuntimeError: yyy", None),
+                                                FailureCategory.OUT_OF_MEMORY, "RuntimeError: yyy", None),
     "read-only file system": (1, "Error", TRACEBACK.format("OSError: [Errno 30] Read-only file system: '/data'"),
-                              F.PERMISSION_DENIED, "Read-only file system", None),
+                              FailureCategory.PERMISSION_DENIED, "Read-only file system", None),
     "NCCL error": (1, "Error", TRACEBACK.format("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:275, unhandled system error"),
-                   F.COMMUNICATION, "DistBackendError: NCCL error", None),
+                   FailureCategory.COMMUNICATION, "DistBackendError: NCCL error", None),
     "gloo peer gone": (1, "Error", TRACEBACK.format("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer"),
-                       F.COMMUNICATION, "Connection closed by peer", None),
+                       FailureCategory.COMMUNICATION, "Connection closed by peer", None),
     "report: rendezvous timeout": (1, "Error", report(type="torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", message="", source="launcher"),
-                                   F.COMMUNICATION, "RendezvousTimeoutError", None),
+                                   FailureCategory.COMMUNICATION, "RendezvousTimeoutError", None),
     "import error": (1, "Error", TRACEBACK.format("ModuleNotFoundError: No module named 'transformers'"),
-                     F.MISSING_FILE_OR_MODULE, "No module named 'transformers'", None),
+                     FailureCategory.MISSING_FILE_OR_MODULE, "No module named 'transformers'", None),
     "missing file": (1, "Error", TRACEBACK.format("FileNotFoundError: [Errno 2] No such file or directory: '/data/tokens.bin'"),
-                     F.MISSING_FILE_OR_MODULE, "FileNotFoundError", None),
+                     FailureCategory.MISSING_FILE_OR_MODULE, "FileNotFoundError", None),
     "executable not found": (128, "StartError", 'failed to create containerd task: exec: "trian.py": executable file not found in $PATH',
-                             F.MISSING_FILE_OR_MODULE, "executable file not found", None),
+                             FailureCategory.MISSING_FILE_OR_MODULE, "executable file not found", None),
     "the launcher refused its config": (2, "Error", report(type="InvalidJob", message="cannot read config /etc/phalanx/config.json: FileNotFoundError"),
-                                        F.INVALID_CONFIG, "InvalidJob: cannot read config", None),
-    "user code": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank"), F.USER_CODE, "RuntimeError: boom from rank", None),
-    "user code, stdout interleaved after it": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank 1\nstarting"), F.USER_CODE,
+                                        FailureCategory.INVALID_CONFIG, "InvalidJob: cannot read config", None),
+    "user code": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank"), FailureCategory.USER_CODE, "RuntimeError: boom from rank", None),
+    "user code, stdout interleaved after it": (1, "Error", TRACEBACK.format("RuntimeError: boom from rank 1\nstarting"), FailureCategory.USER_CODE,
                                                "RuntimeError: boom from rank 1", None),
     "a message continued after a colon": (1, "Error", TRACEBACK.format("RuntimeError: NCCL failed:\nunhandled system error"),
-                                          F.COMMUNICATION, "RuntimeError: NCCL failed: unhandled system error", None),
-    "report: user code": (1, "Error", report(type="ValueError", message="bad shape", rank=2), F.USER_CODE, "ValueError: bad shape", 2),
+                                          FailureCategory.COMMUNICATION, "RuntimeError: NCCL failed: unhandled system error", None),
+    "report: user code": (1, "Error", report(type="ValueError", message="bad shape", rank=2), FailureCategory.USER_CODE, "ValueError: bad shape", 2),
     "torchrun: the worker's own error, not its peer's": (1, "Error", TORCHRUN_TAIL.format(code=1, trace="x"),
-                                                         F.PERMISSION_DENIED, "PermissionError: [Errno 13]", 1),
-    "torchrun: only its summary, a worker killed": (1, "Error", SIGNALLED_TAIL, F.OUT_OF_MEMORY,
+                                                         FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13]", 1),
+    "torchrun: only its summary, a worker killed": (1, "Error", SIGNALLED_TAIL, FailureCategory.OUT_OF_MEMORY,
                                                     "rank 1 exited with code -9: Signal 9 (SIGKILL) received by PID 1234", 1),
-    "torchrun: only its summary": (1, "Error", EXITED_TAIL, F.USER_CODE, "rank 1 exited with code 1", 1),
+    "torchrun: only its summary": (1, "Error", EXITED_TAIL, FailureCategory.USER_CODE, "rank 1 exited with code 1", 1),
     "launcher: worker killed": (1, "Error", report(type="WorkerFailed", message="worker rank 3 (local rank 1) was killed by SIGKILL", rank=3),
-                                F.OUT_OF_MEMORY, "worker rank 3 (local rank 1) was killed by SIGKILL", 3),
-    "shell: Killed": (1, "Error", "step 5\nbash: line 1:    12 Killed                  python train.py\n", F.OUT_OF_MEMORY, "Killed", None),
-    "plain log, no error": (3, "Error", "loading\nstep 1\nexiting with 3\n", F.UNKNOWN, "loading | step 1 | exiting with 3", None),
-    "rank 0's final progress": (1, "Error", '{"phase": "Running", "step": 12}', F.UNKNOWN, "", None),
-    "nothing at all": (1, "Error", None, F.UNKNOWN, "", None),
+                                FailureCategory.OUT_OF_MEMORY, "worker rank 3 (local rank 1) was killed by SIGKILL", 3),
+    "shell: Killed": (1, "Error", "step 5\nbash: line 1:    12 Killed                  python train.py\n", FailureCategory.OUT_OF_MEMORY, "Killed", None),
+    "plain log, no error": (3, "Error", "loading\nstep 1\nexiting with 3\n", FailureCategory.UNKNOWN, "loading | step 1 | exiting with 3", None),
+    "rank 0's final progress": (1, "Error", '{"phase": "Running", "step": 12}', FailureCategory.UNKNOWN, "", None),
+    "nothing at all": (1, "Error", None, FailureCategory.UNKNOWN, "", None),
 }
 
 
@@ -133,11 +133,11 @@ def test_classification_table(name):
 
 
 def test_the_container_reason_and_exit_code_decide_before_the_text():
-    assert classify(137, "OOMKilled", "RuntimeError: boom", True) == F.OUT_OF_MEMORY
-    assert classify(137, "Error", "RuntimeError: boom", True) == F.OUT_OF_MEMORY
-    assert classify(137, "Error", "PermissionError: x", True) == F.PERMISSION_DENIED  # what it said, then the exit
-    assert classify(1, "Error", "anything", False) == F.UNKNOWN
-    assert classify(1, "Error", "anything", True) == F.USER_CODE
+    assert classify(137, "OOMKilled", "RuntimeError: boom", True) == FailureCategory.OUT_OF_MEMORY
+    assert classify(137, "Error", "RuntimeError: boom", True) == FailureCategory.OUT_OF_MEMORY
+    assert classify(137, "Error", "PermissionError: x", True) == FailureCategory.PERMISSION_DENIED  # what it said, then the exit
+    assert classify(1, "Error", "anything", False) == FailureCategory.UNKNOWN
+    assert classify(1, "Error", "anything", True) == FailureCategory.USER_CODE
 
 
 # --- Hostile termination messages ----------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_hostile_messages_give_a_bounded_printable_cause(name):
     t0 = time.monotonic()
     cause = cause_of(failed_pod(HOSTILE[name]))
     assert time.monotonic() - t0 < 2.0, "linear in the message"
-    assert isinstance(cause.category, F) and len(cause.text) <= MAX_TEXT
+    assert isinstance(cause.category, FailureCategory) and len(cause.text) <= MAX_TEXT
     assert cause.text == printable(cause.text) and "\n" not in cause.text and "\x1b" not in cause.text
     assert cause.rank is None or 0 <= cause.rank < 2**31
     json.dumps(TrainingJobStatus(last_failure={"pod": "p", "reason": "exited", "category": cause.category,
@@ -199,7 +199,7 @@ def test_the_reflector_keeps_a_bounded_tail_of_the_message():
     raw = failed_pod("x" * 100_000 + "END")
     raw["metadata"]["namespace"] = "team"
     kept = pod_entry(raw)["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert len(kept["message"]) == C.TERMINATION_MESSAGE_MAX_BYTES == MAX_MESSAGE_CHARS and kept["message"].endswith("END")
+    assert len(kept["message"]) == constants.TERMINATION_MESSAGE_MAX_BYTES == MAX_MESSAGE_CHARS and kept["message"].endswith("END")
     assert kept["exitCode"] == 1 and kept["reason"] == "Error"
     raw["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = {"not": "a string"}
     assert pod_entry(raw)["status"]["containerStatuses"][0]["state"]["terminated"]["message"] is None
@@ -214,7 +214,7 @@ def test_every_pod_of_the_gang_falls_back_to_its_log(job_obj):
     roles["spec"].pop("model")
     roles["spec"].update(command=["torchrun", "train.py"], roles=[{"name": "ps", "replicas": 1, "command": ["python", "ps.py"]}])
     pods = [c for c in plain + render_children(parse_job(roles)) if c["kind"] == "Pod"]
-    assert len(pods) == 5 and any(p["metadata"]["labels"].get(C.LABEL_ROLE) == "ps" for p in pods)
+    assert len(pods) == 5 and any(p["metadata"]["labels"].get(constants.LABEL_ROLE) == "ps" for p in pods)
     for pod in pods:
         assert [c["terminationMessagePolicy"] for c in pod["spec"]["containers"]] == ["FallbackToLogsOnError"]
 
@@ -225,7 +225,7 @@ def test_every_pod_of_the_gang_falls_back_to_its_log(job_obj):
 def _fail(sim, rank, message, code=1, reason="Error"):
     sim.set_pods("Failed", ready=False, exit_code=code, only=rank)
     for pod in sim.pods.values():
-        if pod["metadata"]["labels"][C.LABEL_NODE_RANK] == str(rank):
+        if pod["metadata"]["labels"][constants.LABEL_NODE_RANK] == str(rank):
             term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
             term.update(reason=reason, **({"message": message} if message is not None else {}))
 
@@ -288,10 +288,10 @@ def test_an_evicted_pod_still_comes_first_and_restarts_the_gang(job_obj):
 
 
 def test_precedence_and_describe():
-    assert [precedence(c) for c in (None, Cause(F.INFRASTRUCTURE), Cause(F.USER_CODE), Cause(F.OUT_OF_MEMORY),
-                                    Cause(F.COMMUNICATION), Cause(F.UNKNOWN))] == [0, 0, 1, 1, 2, 2]
-    assert Cause(F.USER_CODE, "E: x", 3).describe() == "UserCodeError in rank 3: E: x"
-    assert Cause(F.UNKNOWN).describe() == "Unknown"
+    assert [precedence(c) for c in (None, Cause(FailureCategory.INFRASTRUCTURE), Cause(FailureCategory.USER_CODE), Cause(FailureCategory.OUT_OF_MEMORY),
+                                    Cause(FailureCategory.COMMUNICATION), Cause(FailureCategory.UNKNOWN))] == [0, 0, 1, 1, 2, 2]
+    assert Cause(FailureCategory.USER_CODE, "E: x", 3).describe() == "UserCodeError in rank 3: E: x"
+    assert Cause(FailureCategory.UNKNOWN).describe() == "Unknown"
 
 
 def test_a_json_log_line_is_the_error_not_rank_0s_progress():
@@ -311,4 +311,4 @@ def test_the_runtime_report_keeps_a_hidden_context_hidden():
             raise ValueError("bad config") from None
     except ValueError as exc:
         error = summarize(exc)
-    assert C.ErrorKey.CAUSE not in error and "secret" not in json.dumps(error)
+    assert constants.ErrorKey.CAUSE not in error and "secret" not in json.dumps(error)

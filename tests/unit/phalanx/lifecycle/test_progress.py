@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.decision import Observed
 from phalanx.kube import Kube, http_get
 from phalanx.lifecycle.progress import (
@@ -210,17 +210,17 @@ def test_http_get_stops_reading_past_the_limit():
 
 def _pod(ports):
     return {"spec": {"containers": [{"name": "sidecar", "ports": [{"name": "progress", "containerPort": 1111}]},
-                                    {"name": C.CONTAINER_NAME, "ports": ports}]}}
+                                    {"name": constants.CONTAINER_NAME, "ports": ports}]}}
 
 
 def test_progress_port_is_the_trainers_declared_port():
     assert progress_port(_pod([{"name": "rendezvous", "containerPort": 23455},
                                {"name": "progress", "containerPort": 23456}])) == 23456
-    assert progress_port({"spec": {}}) == C.PROGRESS_PORT
+    assert progress_port({"spec": {}}) == constants.PROGRESS_PORT
     for bad in ("23456", 0, 70000, True, None):
         pod = _pod([{"name": "progress", "containerPort": bad}])
         pod["spec"]["containers"].pop(0)
-        assert progress_port(pod) == C.PROGRESS_PORT
+        assert progress_port(pod) == constants.PROGRESS_PORT
 
 
 def test_rendered_host_network_pod_is_polled_on_its_own_port(job_obj):
@@ -230,12 +230,12 @@ def test_rendered_host_network_pod_is_polled_on_its_own_port(job_obj):
 
     sim = Sim(job_obj)
     sim.step()
-    pod = next(p for p in sim.pods.values() if p["metadata"]["labels"][C.LABEL_NODE_RANK] == "0")
-    assert progress_port(pod_entry(pod)) == C.PROGRESS_PORT
+    pod = next(p for p in sim.pods.values() if p["metadata"]["labels"][constants.LABEL_NODE_RANK] == "0")
+    assert progress_port(pod_entry(pod)) == constants.PROGRESS_PORT
     wiring = NetworkWiring(host_network=True, master_port=23455, progress_port=23456, metrics_port=23457)
     moved = apply_network(pod, wiring)
     env = {e["name"]: e.get("value") for e in moved["spec"]["containers"][0]["env"]}
-    assert env[C.ENV_PROGRESS_PORT] == "23456"
+    assert env[constants.ENV_PROGRESS_PORT] == "23456"
     assert progress_port(pod_entry(moved)) == 23456
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import FailurePolicy
 from phalanx.decision import GangDecision, Observed
@@ -69,9 +69,9 @@ class Sim:
 
     def set_pods(self, phase, ready=True, exit_code=None, reason=None, only=None):
         for pod in self.pods.values():
-            if only is not None and pod["metadata"]["labels"][C.LABEL_NODE_RANK] != str(only):
+            if only is not None and pod["metadata"]["labels"][constants.LABEL_NODE_RANK] != str(only):
                 continue
-            pod["spec"]["nodeName"] = "n-" + pod["metadata"]["labels"][C.LABEL_NODE_RANK]
+            pod["spec"]["nodeName"] = "n-" + pod["metadata"]["labels"][constants.LABEL_NODE_RANK]
             pod["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
             if reason:
                 pod["status"]["reason"] = reason
@@ -166,7 +166,7 @@ def test_retryable_failure_restarts_whole_gang_with_backoff(job_obj):
     sim.now += timedelta(seconds=11)
     plan = sim.step()
     assert [c["metadata"]["name"] for c in plan.create] == ["job-node-0-1", "job-node-1-1"]
-    assert all(c["metadata"]["labels"][C.LABEL_RESTART_ATTEMPT] == "1" for c in plan.create)
+    assert all(c["metadata"]["labels"][constants.LABEL_RESTART_ATTEMPT] == "1" for c in plan.create)
     sim.step()
     sim.set_pods("Running")
     sim.step()
@@ -181,7 +181,7 @@ def test_new_gang_waits_for_old_pods_to_go(job_obj):
     plan = sim.step()
     # Deletion is in flight: the old pods linger with a deletionTimestamp.
     for name in plan.delete_pods:
-        sim.pods[name] = {"metadata": {"name": name, "labels": {C.LABEL_RESTART_ATTEMPT: "0", C.LABEL_NODE_RANK: "0"}, "deletionTimestamp": "x"}, "spec": {}, "status": {"phase": "Running"}}
+        sim.pods[name] = {"metadata": {"name": name, "labels": {constants.LABEL_RESTART_ATTEMPT: "0", constants.LABEL_NODE_RANK: "0"}, "deletionTimestamp": "x"}, "spec": {}, "status": {"phase": "Running"}}
     sim.now += timedelta(seconds=30)
     plan = sim.step()
     assert not [c for c in plan.create if c["kind"] == "Pod"]
@@ -475,7 +475,7 @@ def test_final_progress_comes_from_rank0_termination_message(job_obj):
     sim.set_pods("Succeeded", ready=False, exit_code=0)
     final = '{"step": 30, "totalSteps": 30, "loss": 2.5, "tokensPerSecond": 900.0, "lastCheckpoint": {"step": 30, "path": "/c/step-30"}}'
     for pod in sim.pods.values():
-        if pod["metadata"]["labels"][C.LABEL_NODE_RANK] == "0":
+        if pod["metadata"]["labels"][constants.LABEL_NODE_RANK] == "0":
             pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = final
     sim.step()
     assert sim.status["phase"] == "Succeeded"
@@ -500,7 +500,7 @@ def test_unparseable_termination_message_is_ignored(job_obj):
 def _finish_rank0(sim, message):
     sim.set_pods("Succeeded", ready=False, exit_code=0)
     for pod in sim.pods.values():
-        if pod["metadata"]["labels"][C.LABEL_NODE_RANK] == "0":
+        if pod["metadata"]["labels"][constants.LABEL_NODE_RANK] == "0":
             pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
 
 
@@ -516,11 +516,11 @@ def test_nan_loss_is_reported_not_written(job_obj):
         plan = sim.step(progress=b'{"step": %d, "loss": NaN}' % step)
         json.dumps(plan.status, allow_nan=False)
     assert sim.status["step"] == 6 and "loss" not in sim.status
-    c = cond(sim.status, C.COND_LOSS_NOT_FINITE)
+    c = cond(sim.status, constants.COND_LOSS_NOT_FINITE)
     assert (c["status"], c["reason"]) == ("True", "LossNotFinite") and "nan" in c["message"] and "step 6" in c["message"]
     assert [e for e in sim.events if e[1] == "LossNotFinite"] == [("Warning", "LossNotFinite", c["message"].replace("6", "5"))]
     sim.step(progress={"step": 7, "loss": 2.0})
-    assert sim.status["loss"] == 2.0 and cond(sim.status, C.COND_LOSS_NOT_FINITE)["status"] == "False"
+    assert sim.status["loss"] == 2.0 and cond(sim.status, constants.COND_LOSS_NOT_FINITE)["status"] == "False"
 
 
 def test_nan_final_loss_still_writes_the_final_phase(job_obj):
@@ -532,7 +532,7 @@ def test_nan_final_loss_still_writes_the_final_phase(job_obj):
     plan = sim.step()
     json.dumps(plan.status, allow_nan=False)
     assert sim.status["phase"] == "Succeeded" and sim.status["step"] == 30 and "loss" not in sim.status
-    assert cond(sim.status, C.COND_LOSS_NOT_FINITE)["status"] == "True"
+    assert cond(sim.status, constants.COND_LOSS_NOT_FINITE)["status"] == "True"
     assert sim.step().status is None  # converged: nothing more to write (NaN != NaN rewrote it forever)
 
 
@@ -582,7 +582,7 @@ def test_resuming_a_predecessors_checkpoint_is_said(job_obj):
     assert not [e for e in sim.events if e[1] == "ResumedFromPredecessor"]
     for _ in range(2):
         sim.step(progress={"step": 21, "resumedFrom": {"uid": "uid-old", "step": 20}})
-    c = cond(sim.status, C.COND_RESUMED_FROM_PREDECESSOR)
+    c = cond(sim.status, constants.COND_RESUMED_FROM_PREDECESSOR)
     assert c["status"] == "True" and "uid-old" in c["message"] and "step 20" in c["message"]
     assert "uid-old" in sim.status["message"] and sim.status["message"].count("uid-old") == 1
     assert [e[0] for e in sim.events if e[1] == "ResumedFromPredecessor"] == ["Normal"]
@@ -616,10 +616,10 @@ def pods_of(plan):
 
 
 def test_pin_pod_is_what_a_release_patch_makes_of_a_gated_pod():
-    pod = {"spec": {"schedulingGates": [{"name": C.GANG_SCHEDULING_GATE}]}}
+    pod = {"spec": {"schedulingGates": [{"name": constants.GANG_SCHEDULING_GATE}]}}
     pin_pod(pod, "node-a")
     assert pod["spec"] == {"affinity": pin_affinity("node-a")} and pinned_node(pod["spec"]) == "node-a"
-    other = {"spec": {"schedulingGates": [{"name": "example.com/other"}, {"name": C.GANG_SCHEDULING_GATE}]}}
+    other = {"spec": {"schedulingGates": [{"name": "example.com/other"}, {"name": constants.GANG_SCHEDULING_GATE}]}}
     pin_pod(other, "n")
     assert other["spec"]["schedulingGates"] == [{"name": "example.com/other"}]  # someone else's gate stays
 
@@ -686,7 +686,7 @@ def _part_created(job_obj, refused: bool):
     if refused:  # what refused_status writes after a retryable refusal
         for c in sim.obj["status"]["conditions"]:
             if c["type"] == "Created":
-                c["reason"] = C.Reason.CREATE_REFUSED
+                c["reason"] = constants.Reason.CREATE_REFUSED
     return sim
 
 

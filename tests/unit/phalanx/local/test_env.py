@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.slots import Slot, slots, worker
 from phalanx.api.types import TrainingJob
 from phalanx.local.env import (
@@ -64,19 +64,19 @@ def test_role_pods_get_their_pods_env_on_this_host():
     cluster = local_tf_cluster(c)
     chief = env_of(c, Slot("chief", 0), tf_cluster=cluster)
     rendered = {e["name"]: e.get("value") for e in rendezvous_env(job, Slot("chief", 0), 0, 1234)}
-    for name in (C.ENV_ROLE, C.ENV_ROLE_INDEX, C.ENV_ROLE_REPLICAS, C.ENV_ROLES, C.ENV_JOB_NAME):
+    for name in (constants.ENV_ROLE, constants.ENV_ROLE_INDEX, constants.ENV_ROLE_REPLICAS, constants.ENV_ROLES, constants.ENV_JOB_NAME):
         assert chief[name] == rendered[name], name
-    assert chief[C.ENV_ROLES] == "worker=2,chief=1,ps=2,evaluator=1"
-    assert C.ENV_NODE_RANK not in chief and C.ENV_PET_RDZV_ENDPOINT not in chief  # not a torch rank
-    assert chief[C.ENV_MASTER_ADDR] == "127.0.0.1" and chief[C.ENV_POD_NAME] == "j-chief-0-0"
+    assert chief[constants.ENV_ROLES] == "worker=2,chief=1,ps=2,evaluator=1"
+    assert constants.ENV_NODE_RANK not in chief and constants.ENV_PET_RDZV_ENDPOINT not in chief  # not a torch rank
+    assert chief[constants.ENV_MASTER_ADDR] == "127.0.0.1" and chief[constants.ENV_POD_NAME] == "j-chief-0-0"
     assert chief["STEPS"] == "chief-9" and chief["SHARED"] == "0"  # spec.env, then the role's, $(VAR) expanded
-    assert C.ENV_PROGRESS_PORT not in chief and C.ENV_METRICS_PORT not in chief
-    assert json.loads(chief[C.ENV_TF_CONFIG]) == {"cluster": cluster, "task": {"type": "chief", "index": 0}}
+    assert constants.ENV_PROGRESS_PORT not in chief and constants.ENV_METRICS_PORT not in chief
+    assert json.loads(chief[constants.ENV_TF_CONFIG]) == {"cluster": cluster, "task": {"type": "chief", "index": 0}}
     w1 = env_of(c, worker(1), tf_cluster=cluster, progress_port=7)
-    assert w1[C.ENV_NODE_RANK] == "1" and w1[C.ENV_PET_RDZV_ENDPOINT] == "127.0.0.1:1234" and "STEPS" not in w1
-    assert C.ENV_PROGRESS_PORT not in w1 and env_of(c, worker(0), progress_port=7)[C.ENV_PROGRESS_PORT] == "7"
-    assert json.loads(env_of(c, Slot("ps", 1), tf_cluster=cluster)[C.ENV_TF_CONFIG])["task"] == {"type": "ps", "index": 1}
-    ev = json.loads(env_of(c, Slot("evaluator", 0), tf_cluster=cluster)[C.ENV_TF_CONFIG])
+    assert w1[constants.ENV_NODE_RANK] == "1" and w1[constants.ENV_PET_RDZV_ENDPOINT] == "127.0.0.1:1234" and "STEPS" not in w1
+    assert constants.ENV_PROGRESS_PORT not in w1 and env_of(c, worker(0), progress_port=7)[constants.ENV_PROGRESS_PORT] == "7"
+    assert json.loads(env_of(c, Slot("ps", 1), tf_cluster=cluster)[constants.ENV_TF_CONFIG])["task"] == {"type": "ps", "index": 1}
+    ev = json.loads(env_of(c, Slot("evaluator", 0), tf_cluster=cluster)[constants.ENV_TF_CONFIG])
     assert ev == {"cluster": cluster, "task": {"type": "evaluator", "index": 0}}
 
 
@@ -93,9 +93,9 @@ def test_slot_envs_one_env_per_pod_with_distinct_local_ports(tmp_path):
     gang = slot_envs(c, str(tmp_path), env={"EXTRA": "1"}, checkpoint_dir=None, progress_port=None, grace=5)
     assert [s for s, _ in gang] == slots(c.spec)
     envs = [e for _, e in gang]
-    assert all(e["EXTRA"] == "1" and e[C.ENV_MASTER_PORT] == envs[0][C.ENV_MASTER_PORT] for e in envs)
-    cluster = json.loads(envs[0][C.ENV_TF_CONFIG])["cluster"]
+    assert all(e["EXTRA"] == "1" and e[constants.ENV_MASTER_PORT] == envs[0][constants.ENV_MASTER_PORT] for e in envs)
+    cluster = json.loads(envs[0][constants.ENV_TF_CONFIG])["cluster"]
     ports = {a.rsplit(":", 1)[1] for v in cluster.values() for a in v}
-    assert len(ports) == 5 and envs[0][C.ENV_MASTER_PORT] not in ports  # chosen together: none repeats
-    assert all(json.loads(e[C.ENV_TF_CONFIG])["cluster"] == cluster for e in envs)
-    assert [e.get(C.ENV_ROLE) for e in envs] == ["worker", "worker", "chief", "ps", "ps", "evaluator"]
+    assert len(ports) == 5 and envs[0][constants.ENV_MASTER_PORT] not in ports  # chosen together: none repeats
+    assert all(json.loads(e[constants.ENV_TF_CONFIG])["cluster"] == cluster for e in envs)
+    assert [e.get(constants.ENV_ROLE) for e in envs] == ["worker", "worker", "chief", "ps", "ps", "evaluator"]

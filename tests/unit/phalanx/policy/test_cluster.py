@@ -199,15 +199,15 @@ def test_the_scheduler_a_backend_implies_is_the_one_its_pods_get():
 def test_reserved_rendezvous_env_is_what_every_worker_gets():
     """Derived from the renderer: the names a worker and a role pod get, but the operator's own
     (PHALANX_*), the framework ones (reserved under their framework) and the ones a job may change."""
-    from phalanx import constants as C
+    from phalanx import constants
     from phalanx.render.pod import scratch_env
 
     obj = job(model=None, command=["python", "train.py"], roles=[{"name": "ps"}])
     pods = [c for c in render_children(validate_job(obj)[0], OperatorConfig(), attempt=0) if c["kind"] == "Pod"]
     rendered = {e["name"] for pod in pods for e in pod["spec"]["containers"][0]["env"]}
-    own = {n for n in rendered if n.startswith(C.ENV_RESERVED_PREFIX)} | {e["name"] for e in scratch_env()}
+    own = {n for n in rendered if n.startswith(constants.ENV_RESERVED_PREFIX)} | {e["name"] for e in scratch_env()}
     network = {e["name"] for e in (pods[0]["spec"]["containers"][0]["env"]) if e["name"].startswith(("NCCL_", "TORCH_NCCL_"))}
-    assert rendered - own - network - {C.ENV_PYTHONUNBUFFERED, C.ENV_NVIDIA_VISIBLE_DEVICES} == set(C.RENDEZVOUS_ENV)
+    assert rendered - own - network - {constants.ENV_PYTHONUNBUFFERED, constants.ENV_NVIDIA_VISIBLE_DEVICES} == set(constants.RENDEZVOUS_ENV)
 
 
 @pytest.mark.parametrize("env", [

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import TrainingJob, TrainingJobSpec
 from phalanx.frameworks.deepspeed import deepspeed_config
@@ -30,8 +30,8 @@ def broken(s: dict) -> dict[str, str]:
 def test_default_framework_is_none_and_renders_nothing():
     job = TrainingJob.model_validate({"metadata": {"name": "j"}, "spec": {"image": "x", "command": ["sh"]}})
     assert job.spec.framework == "none"
-    assert set(build_config_map(job)["data"]) == {C.RUNTIME_CONFIG_KEY}
-    assert C.ENV_DEEPSPEED_CONFIG not in {e["name"] for e in rendezvous_env(job, 0, 0, 29500)}
+    assert set(build_config_map(job)["data"]) == {constants.RUNTIME_CONFIG_KEY}
+    assert constants.ENV_DEEPSPEED_CONFIG not in {e["name"] for e in rendezvous_env(job, 0, 0, 29500)}
 
 
 def test_valid_deepspeed_spec_breaks_no_rule():
@@ -120,7 +120,7 @@ def test_pipeline_stages_and_microbatches():
 def test_config_map_and_pod_env():
     job = TrainingJob.model_validate({"metadata": {"name": "j"}, "spec": spec(parallelism={"zero": 3})})
     data = build_config_map(job)["data"]
-    assert json.loads(data[C.DEEPSPEED_CONFIG_FILE]) == deepspeed_config(job.spec)
+    assert json.loads(data[constants.DEEPSPEED_CONFIG_FILE]) == deepspeed_config(job.spec)
     env = {e["name"]: e.get("value") for e in rendezvous_env(job, 1, 0, 29500)}
-    assert env[C.ENV_DEEPSPEED_CONFIG] == "/etc/phalanx/deepspeed.json"
-    assert env[C.ENV_DEEPSPEED_CONFIG].startswith(C.RUNTIME_CONFIG_DIR + "/")
+    assert env[constants.ENV_DEEPSPEED_CONFIG] == "/etc/phalanx/deepspeed.json"
+    assert env[constants.ENV_DEEPSPEED_CONFIG].startswith(constants.RUNTIME_CONFIG_DIR + "/")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.render import render_children
 from phalanx.validate import parse_job
@@ -29,15 +29,15 @@ def test_children_kinds_names_and_owners(job_obj):
         owner = child["metadata"]["ownerReferences"]
         assert owner == [{"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "name": "job", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}]
         assert child["metadata"]["namespace"] == "team"
-        assert child["metadata"]["labels"][C.LABEL_JOB_NAME] == "job"
-        assert len(child["metadata"]["annotations"][C.ANNOTATION_SPEC_HASH]) == 16
+        assert child["metadata"]["labels"][constants.LABEL_JOB_NAME] == "job"
+        assert len(child["metadata"]["annotations"][constants.ANNOTATION_SPEC_HASH]) == 16
 
 
 def test_headless_service(job_obj):
     svc = _render(job_obj)[0]
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {C.LABEL_JOB_NAME: "job", C.LABEL_COMPONENT: "worker"}
+    assert svc["spec"]["selector"] == {constants.LABEL_JOB_NAME: "job", constants.LABEL_COMPONENT: "worker"}
     assert svc["spec"]["ports"][0]["port"] == 29500
 
 
@@ -67,10 +67,10 @@ def test_pod_rendezvous_env_and_identity(job_obj):
         assert pod["metadata"]["name"] == f"job-node-{rank}-3"
         assert pod["spec"]["hostname"] == f"job-node-{rank}"
         assert pod["spec"]["subdomain"] == "job"
-        assert pod["metadata"]["labels"][C.LABEL_NODE_RANK] == str(rank)
-        assert pod["metadata"]["labels"][C.LABEL_RESTART_ATTEMPT] == "3"
+        assert pod["metadata"]["labels"][constants.LABEL_NODE_RANK] == str(rank)
+        assert pod["metadata"]["labels"][constants.LABEL_RESTART_ATTEMPT] == "3"
         assert pod["spec"]["restartPolicy"] == "Never"
-        assert pod["spec"]["schedulingGates"] == [{"name": C.GANG_SCHEDULING_GATE}]
+        assert pod["spec"]["schedulingGates"] == [{"name": constants.GANG_SCHEDULING_GATE}]
         assert pod["spec"]["containers"][0]["command"] == ["phalanx-runtime"]
 
 
@@ -147,7 +147,7 @@ def test_network_policy_admits_the_gang_the_operator_and_the_scraper(job_obj):
         operator_namespace_labels={"kubernetes.io/metadata.name": "phalanx-system"},
         scraper_namespace_labels={"kubernetes.io/metadata.name": "monitoring"}, scraper_pod_labels={"app": "prometheus"}))
     policy = next(c for c in _render(job_obj, config=config) if c["kind"] == "NetworkPolicy")
-    gang = {"matchLabels": {C.LABEL_JOB_NAME: "job"}}
+    gang = {"matchLabels": {constants.LABEL_JOB_NAME: "job"}}
     assert policy["spec"]["podSelector"] == gang and policy["spec"]["policyTypes"] == ["Ingress"]
     own, operator, scraper = policy["spec"]["ingress"]
     assert own == {"from": [{"podSelector": gang}]}  # every port: rendezvous and the collectives' own

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.crd import build_crd
 from phalanx.api.rules import broken_rules
@@ -38,14 +38,14 @@ def pod_tf_configs(children: list[dict]) -> dict[int, dict]:
         if child["kind"] != "Pod":
             continue
         env = {e["name"]: e.get("value") for e in child["spec"]["containers"][0]["env"]}
-        out[int(child["metadata"]["labels"][C.LABEL_NODE_RANK])] = json.loads(env[C.ENV_TF_CONFIG])
+        out[int(child["metadata"]["labels"][constants.LABEL_NODE_RANK])] = json.loads(env[constants.ENV_TF_CONFIG])
     return out
 
 
 def test_every_pod_gets_the_cluster_in_rank_order_and_its_own_index():
     children = render_children(job())
     configs = pod_tf_configs(children)
-    workers = [f"tfj-node-{r}.tfj.ml.svc:{C.DEFAULT_MASTER_PORT}" for r in range(3)]
+    workers = [f"tfj-node-{r}.tfj.ml.svc:{constants.DEFAULT_MASTER_PORT}" for r in range(3)]
     assert set(configs) == {0, 1, 2}
     for rank, cfg in configs.items():
         assert cfg == {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
@@ -54,19 +54,19 @@ def test_every_pod_gets_the_cluster_in_rank_order_and_its_own_index():
 def test_addresses_are_the_pods_dns_names_through_the_headless_service():
     children = render_children(job(nodes=2))
     service = next(c for c in children if c["kind"] == "Service")
-    pods = sorted((c for c in children if c["kind"] == "Pod"), key=lambda p: p["metadata"]["labels"][C.LABEL_NODE_RANK])
+    pods = sorted((c for c in children if c["kind"] == "Pod"), key=lambda p: p["metadata"]["labels"][constants.LABEL_NODE_RANK])
     workers = pod_tf_configs(children)[0]["cluster"]["worker"]
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     for pod, address in zip(pods, workers, strict=True):
         host, port = address.rsplit(":", 1)
         assert host == f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}.{pod['metadata']['namespace']}.svc"
         assert pod["spec"]["subdomain"] == service["metadata"]["name"]
-        rendezvous = next(p for p in pod["spec"]["containers"][0]["ports"] if p["name"] == C.PORT_NAME_RENDEZVOUS)
+        rendezvous = next(p for p in pod["spec"]["containers"][0]["ports"] if p["name"] == constants.PORT_NAME_RENDEZVOUS)
         assert int(port) == rendezvous["containerPort"]
         assert int(port) in {p["port"] for p in service["spec"]["ports"]}
     # the torch rendezvous of the same pods names the same host for rank 0
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
-    assert workers[0].startswith(env[C.ENV_MASTER_ADDR] + ".ml.svc:")
+    assert workers[0].startswith(env[constants.ENV_MASTER_ADDR] + ".ml.svc:")
 
 
 def test_host_network_moves_the_port_with_the_rendezvous():
@@ -74,9 +74,9 @@ def test_host_network_moves_the_port_with_the_rendezvous():
     children = render_children(job(nodes=2, network={"hostNetwork": True}), config)
     pod = next(c for c in children if c["kind"] == "Pod")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    port = int(env[C.ENV_MASTER_PORT])
-    assert port != C.DEFAULT_MASTER_PORT
-    assert all(a.endswith(f":{port}") for a in json.loads(env[C.ENV_TF_CONFIG])["cluster"]["worker"])
+    port = int(env[constants.ENV_MASTER_PORT])
+    assert port != constants.DEFAULT_MASTER_PORT
+    assert all(a.endswith(f":{port}") for a in json.loads(env[constants.ENV_TF_CONFIG])["cluster"]["worker"])
 
 
 def test_tf_config_helpers():
@@ -90,8 +90,8 @@ def test_tf_config_helpers():
 def test_nothing_changes_for_other_command_jobs(over):
     j = job(**over)
     names = {e["name"] for e in rendezvous_env(j, 0, 0, 29500)}
-    assert C.ENV_TF_CONFIG not in names
-    assert all(C.ENV_TF_CONFIG not in {e["name"] for e in c["spec"]["containers"][0]["env"]}
+    assert constants.ENV_TF_CONFIG not in names
+    assert all(constants.ENV_TF_CONFIG not in {e["name"] for e in c["spec"]["containers"][0]["env"]}
                for c in render_children(j) if c["kind"] == "Pod")
     if over.get("framework") != "deepspeed":  # a plain command job's script splits its world itself
         assert broken(spec(**over, procsPerNode=4, parallelism={"tensor": 2, "zero": 3})) == {}
@@ -99,14 +99,14 @@ def test_nothing_changes_for_other_command_jobs(over):
 
 def test_built_in_jobs_get_no_tf_config():
     j = TrainingJob.model_validate({"metadata": {"name": "b"}, "spec": {"image": "x", "model": {"preset": "debug"}, "nodes": 2}})
-    assert C.ENV_TF_CONFIG not in {e["name"] for e in rendezvous_env(j, 1, 0, 29500)}
+    assert constants.ENV_TF_CONFIG not in {e["name"] for e in rendezvous_env(j, 1, 0, 29500)}
 
 
 def test_tf_env_sits_with_the_rendezvous_env_and_the_users_env_after():
     j = job(env=[{"name": "EPOCHS", "value": "3"}])
     pod = next(c for c in render_children(j) if c["kind"] == "Pod")
     names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
-    assert names.count(C.ENV_TF_CONFIG) == 1 and names.index(C.ENV_TF_CONFIG) < names.index("EPOCHS")
+    assert names.count(constants.ENV_TF_CONFIG) == 1 and names.index(constants.ENV_TF_CONFIG) < names.index("EPOCHS")
 
 
 # --- the rules ---------------------------------------------------------------------------------
@@ -175,4 +175,4 @@ def test_local_pod_env_points_tf_config_at_local_ports():
     envs = [pod_env(cfg, n, master_port=1, config_path="/tmp/x/config.json", checkpoint_dir="/tmp/x",
                     tf_cluster={"worker": workers}) for n in range(2)]
     for node, env in enumerate(envs):
-        assert json.loads(env[C.ENV_TF_CONFIG]) == tf_config({"worker": workers}, node)
+        assert json.loads(env[constants.ENV_TF_CONFIG]) == tf_config({"worker": workers}, node)

@@ -10,7 +10,7 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
-from phalanx import constants as C
+from phalanx import constants
 from phalanx.controlloop import Wakeups
 from phalanx.sweep import loop as sweep_loop
 from phalanx.sweep.decide import SweepPlan
@@ -68,10 +68,10 @@ def test_a_trial_the_api_server_rejects_fails_with_its_words_and_the_sweep_goes_
     kube = _Kube(create_status=403)
     events = _execute(kube, SweepPlan(create=[_trial("s-0")]), monkeypatch)
     (_, plural, status) = kube.calls[-1]
-    assert plural == C.SWEEP_PLURAL
+    assert plural == constants.SWEEP_PLURAL
     rejected = next(t for t in status["trials"] if t["name"] == "s-0")
     assert rejected["phase"] == "Failed" and "no GPUs for you" in rejected["message"]
-    assert events == [{"type": "Warning", "reason": C.SweepReason.CREATE_REJECTED,
+    assert events == [{"type": "Warning", "reason": constants.SweepReason.CREATE_REJECTED,
                        "message": "s-0: admission webhook denied the request: no GPUs for you"}]
 
 
@@ -86,10 +86,10 @@ def test_a_plan_is_carried_out_in_order(monkeypatch):
     kube = _Kube()
     written = {**STATUS, "phase": "Running", "message": "1 trial running"}
     plan = SweepPlan(create=[_trial("s-1")], suspend=["s-0"], status=written,
-                     events=[("Normal", C.SweepReason.TRIAL_CREATED, "created s-1")])
+                     events=[("Normal", constants.SweepReason.TRIAL_CREATED, "created s-1")])
     events = _execute(kube, plan, monkeypatch)
-    assert kube.calls == [("create", "s-1"), ("suspend", "s-0"), ("status", C.SWEEP_PLURAL, written)]
-    assert [e["reason"] for e in events] == [C.SweepReason.TRIAL_CREATED]
+    assert kube.calls == [("create", "s-1"), ("suspend", "s-0"), ("status", constants.SWEEP_PLURAL, written)]
+    assert [e["reason"] for e in events] == [constants.SweepReason.TRIAL_CREATED]
 
 
 def test_a_failing_pass_backs_off_on_the_shared_scheme_and_a_good_one_starts_over(monkeypatch):
