@@ -8,7 +8,7 @@ Then ``plan_queue`` of 16 gangs × 128 pods (incl. the topology build) against t
 replaced, in the same run: ``sequential`` is plan_gang for each gang in turn on the capacity left
 (every gang re-checks all nodes); ``--baseline FILE`` also times another planner.py (e.g. the
 pre-incremental one: ``git show 7aa9010:operator/phalanx/gang/planner.py > /tmp/planner_old.py``).
-The placements must be identical. Wall and CPU (process) time; the dev VM is shared.
+The placements must be identical. Wall and CPU (process) time; the machine may be shared.
 
     python bench/placement_speed.py [--repeat 5] [--baseline /tmp/planner_old.py]
 """

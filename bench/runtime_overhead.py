@@ -37,7 +37,7 @@ def plain_loop(cfg) -> list[float]:
         for block in model.layers.values():
             fully_shard(block)
         fully_shard(model)
-        model.set_force_sum_reduction_for_comms(True)  # gloo (anchors §6)
+        model.set_force_sum_reduction_for_comms(True)  # gloo lacks PREMUL_SUM
         for block in model.layers.values():
             block.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.AdamW(model.parameters(), lr=tr.lr, weight_decay=tr.weight_decay, foreach=True)

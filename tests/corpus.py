@@ -135,7 +135,7 @@ HAND: list[tuple[str, dict[str, Any]]] = [
     ("base", {"spec.parallelism": {"zero": 1, "tensor": 2, "data": 4, "parameterServer": {"mode": "sync", "staleness": 1}}}),
     ("command", {"spec.parallelism": {"parameterServer": {"servers": 1}}}),
     ("base", {"spec.parallelism": {"parameterServer": {"servers": 0, "mode": "eventually"}}}),
-    # inside core/v1 types: Kubernetes' own schemas (issue #29)
+    # inside core/v1 types: Kubernetes' own schemas
     ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"a": {"a": {"a": {}}}}}]}),
     ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}),
     ("base", {"spec.volumes": [{"name": "d", "emptyDir": {"sizeLimit": "1GB"}}]}),

@@ -1,7 +1,7 @@
 """The operator↔runtime contract: the env names the operator renders into a worker pod (or ``phalanx
 local`` sets on a local process) and the runtime reads, the files they share, the runtime's error
 report, and how a stop escalates. ``phalanx.constants`` re-exports every name here, so the
-operator's code spells them as before.
+operator's code names them all in one place.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A ``framework: deepspeed`` job on real pods (issue 16, item 3): 2 nodes × 1 process (CPU, gloo),
+"""A ``framework: deepspeed`` job on real pods: 2 nodes × 1 process (CPU, gloo),
 the user's DeepSpeed script under torchrun, ZeRO-2 with the config the operator rendered.
 
 The script is tests/runtime/deepspeed_user_script.py (the one the runtime tests check against a

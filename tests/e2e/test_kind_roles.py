@@ -1,4 +1,4 @@
-"""A heterogeneous gang on real pods (issue 16, item 1): two workers and a parameter-server role
+"""A heterogeneous gang on real pods: two workers and a parameter-server role
 with its own command and resources. The server serves over HTTP on its stable DNS name
 (``<job>-ps-0.$PHALANX_SUBDOMAIN``, through the headless Service and under the job's
 NetworkPolicy); each worker fetches from it and exits 0. ``successPolicy: {roles: [worker]}``

@@ -1,4 +1,4 @@
-"""Fuzzing the operator on a real API server (issue #29): hostile TrainingJobs and TrainingSweeps
+"""Fuzzing the operator on a real API server: hostile TrainingJobs and TrainingSweeps
 (tests/unit/test_fuzz_verdicts.py builds them) created in a tenant namespace, sent as raw JSON
 (nested up to the API server's limit of 10,000 levels), under strict field validation or the
 default (unknown fields pruned).

@@ -1,4 +1,4 @@
-"""No job stuck (issue #11), on the real API server: a permanent refusal at pod creation (an
+"""No job stuck, on the real API server: a permanent refusal at pod creation (an
 admission policy) ends the job Failed with the API's words and leaves no pod behind; a Pod
 Security level the namespace does not allow is refused even earlier, naming the label; a
 retryable refusal (quota) backs off and creates with a slow start instead of re-POSTing

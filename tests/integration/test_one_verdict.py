@@ -1,4 +1,4 @@
-"""One verdict (issue #11): every manifest of the corpus goes to the real API server
+"""One verdict: every manifest of the corpus goes to the real API server
 (dry-run, strict field validation, as `kubectl apply --dry-run=server` sends it) and to
 `phalanx validate`; they must agree. Then every job validate accepts renders children the API
 server accepts (dry-run of each kind), so no accepted job can fail at pod creation."""

@@ -1,4 +1,4 @@
-"""Issue #29: a TrainingJob (or a TrainingSweep's template) whose volume source holds an object
+"""A TrainingJob (or a TrainingSweep's template) whose volume source holds an object
 nested thousands of levels deep. The CRDs give every core/v1 type inside the Kubernetes API's own
 schema, so the real API server refuses it under strict field validation and prunes it otherwise:
 nothing deep is ever stored. The volumes people use are still accepted exactly as written."""

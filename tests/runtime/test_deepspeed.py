@@ -1,4 +1,4 @@
-"""framework: deepspeed command jobs (issue 16, item 3) through `phalanx local`: a DeepSpeed user
+"""framework: deepspeed command jobs through `phalanx local`: a DeepSpeed user
 script (deepspeed_user_script.py) under torchrun, 2 processes, ZeRO 1/2/3 with the config Phalanx
 rendered from the spec; the per-step losses match a single-process plain-torch reference of the
 same model, data, optimizer, clipping and gradient accumulation; and, with the built-in runtime's

@@ -1,4 +1,4 @@
-"""framework: horovod (issue 16, item 5) on real processes.
+"""framework: horovod on real processes.
 
 * The launcher (phalanx_runtime.horovod_launch) without Horovod: the wait-for-server loop, the
   pod's processes with their own rank env, a failing process stopping the others, SIGTERM.

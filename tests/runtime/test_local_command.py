@@ -1,4 +1,4 @@
-"""`phalanx local` runs command jobs (issue 11: try a script before submitting it): the user's own
+"""`phalanx local` runs command jobs (try a script before submitting it): the user's own
 torchrun script on 2 nodes × 2 processes gets the env the operator gives the pods (one process per
 node-rank, each with its NODE_RANK; torchrun spawns the workers), ``$(VAR)`` references in
 command/args expanded as the kubelet does, and none of the built-in runtime's layout or batch rules.

@@ -1,4 +1,4 @@
-"""`phalanx local` stops cleanly (issue 19), with real processes: SIGTERM, SIGINT and SIGKILL of
+"""`phalanx local` stops cleanly, with real processes: SIGTERM, SIGINT and SIGKILL of
 `phalanx local` on a 2-node job (× 2 processes for SIGTERM) leave no launcher or worker within 20 s, and each leaves
 a committed checkpoint at the step where the job stopped (SIGKILL too: the launchers get SIGTERM
 from the kernel when their parent dies); a rank hung in a collective is ended by its watchdog

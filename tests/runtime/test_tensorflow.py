@@ -1,4 +1,4 @@
-"""framework: tensorflow command jobs (issue 16, item 4) through `phalanx local`: a 2-node job whose
+"""framework: tensorflow command jobs through `phalanx local`: a 2-node job whose
 pods the operator renders with TF_CONFIG (the same job's pods, from the real renderer, are checked
 against what each local worker saw), run as 2 local processes with tensorflow-cpu's
 MultiWorkerMirroredStrategy (tensorflow_user_script.py). The two workers train in sync (the same

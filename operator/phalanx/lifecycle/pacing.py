@@ -25,10 +25,12 @@ def wake_coalesce_seconds(pods: int) -> float:
 
 # Status fields that count pods as they bind and turn ready, and the message that tells those
 # counts ("3/8 pods bound to nodes") (wire names): a change to these alone is written at most
-# once per interval per job, as the Job controller batches its status updates (syncJobBatchPeriod,
-# 1 s). A phase, condition, event or any other change is written at once.
+# once per interval per job, as the Job controller batches its status updates (syncJobBatchPeriod).
+# Counts are a display: every write is an API request and a watch event for every watcher, and a
+# gang's pods turn Running over several seconds, so they are written every 2 s, not at each
+# change. A phase, condition, event or any other change is written at once.
 COUNT_FIELDS = frozenset({"readyNodes", "nodes", "roles", "rolesReady", "message"})
-COUNT_WRITE_INTERVAL_SECONDS = 1.0
+COUNT_WRITE_INTERVAL_SECONDS = 2.0
 
 
 def hold_ready_counts(before: Mapping[str, Any], plan: Plan, since_last_write: float) -> float:

@@ -33,7 +33,7 @@ and whose shard files have every byte the metadata points at; otherwise it falls
 previous one. Pruning (keepLast) touches committed directories only, after a commit.
 
 Async save (``dcp.async_save``) runs on its own gloo process group (a second save on the default
-group while training continues aborts on gloo, anchors §6): training is blocked while the state
+group while training continues aborts on gloo): training is blocked while the state
 is staged (copied to host memory); the write runs in a thread; the next save, and exit, wait for it.
 """
 

@@ -37,7 +37,7 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, *, zero: int, device: torch.d
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
     if gloo:
         # gloo lacks PREMUL_SUM and its AVG was buggy (pytorch#162338): reduce with SUM and
-        # divide (anchors §6).
+        # divide.
         for m in model.modules():
             if isinstance(m, FSDPModule):
                 m.set_force_sum_reduction_for_comms(True)
