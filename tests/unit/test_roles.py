@@ -11,7 +11,7 @@ import pytest
 
 from phalanx import constants
 from phalanx.api.policy import PolicyRules
-from phalanx.api.slots import Slot, slot_of, slots
+from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import TrainingJob
 from phalanx.backends.base import min_resources
 from phalanx.decision import Observed
@@ -56,48 +56,7 @@ def test_a_job_with_roles_is_valid_and_counts_every_pod():
     assert j.spec.success_roles == ("worker", "ps", "chief")
 
 
-@pytest.mark.parametrize("roles, field, words", [
-    ([{"name": "worker"}], "spec.roles[0].name", "reserved"),
-    ([{"name": "node"}], "spec.roles[0].name", "reserved"),
-    ([{"name": "ps"}, {"name": "ps"}], "spec.roles", "duplicate role name"),
-    ([{"name": "Ps"}], "spec.roles[0].name", ""),
-    ([{"name": "param-server"}], "spec.roles[0].name", ""),
-    ([{"name": "averyverylongrole"}], "spec.roles[0].name", ""),
-    ([{"name": "ps", "replicas": 0}], "spec.roles[0].replicas", ""),
-])
-def test_bad_roles_are_refused_by_field(roles, field, words):
-    found = problems(roles=roles)
-    assert any(p.startswith(field) and words in p for p in found), found
-
-
-def test_roles_need_a_command_job():
-    found = problems(command=None, model={"preset": "debug"})
-    assert any(p.startswith("spec.roles:") and "spec.command" in p for p in found), found
-
-
-def test_success_policy_names_existing_roles():
-    assert problems(successPolicy={"roles": ["chief"]}) == []
-    found = problems(successPolicy={"roles": ["evaluator"]})
-    assert any(p.startswith("spec.successPolicy.roles") for p in found), found
-
-
-def test_tensorflow_role_rules():
-    tf = {"framework": "tensorflow"}
-    assert problems(**tf) == []
-    assert any("chief, ps, evaluator" in p for p in problems(roles=[{"name": "server"}], **tf))
-    assert any("replicas 1" in p for p in problems(roles=[{"name": "chief", "replicas": 2}], **tf))
-    assert any("needs a chief" in p for p in problems(roles=[{"name": "ps"}], **tf))
-    assert job(**tf).spec.success_roles == ("chief",)
-    assert job(roles=[{"name": "evaluator"}], **tf).spec.success_roles == ("worker",)
-    env = [{"name": "TF_CONFIG", "value": "{}"}]
-    assert any(p.startswith("spec.roles") and "TF_CONFIG" in p for p in problems(roles=[{"name": "chief", "env": env}], **tf))
-
-
 # --- slots, pods ------------------------------------------------------------------------------
-
-
-def test_slots_are_workers_then_roles_in_order():
-    assert slots(job().spec) == [Slot("worker", 0), Slot("worker", 1), Slot("ps", 0), Slot("ps", 1), Slot("chief", 0)]
 
 
 def pods_of(j, **kw):
@@ -371,10 +330,6 @@ def test_required_topology_holds_every_role_inside_the_workers_domain():
     crowded = job(roles=[{"name": "chief", "replicas": 3, "resources": {"gpus": 8}}], scheduling={"topology": {"required": "rack"}})
     refused = plan_gang(request(crowded), cluster, topology_config=levels)
     assert isinstance(refused, Unschedulable) and "outside the workers' rack" in refused.message, refused
-
-
-def test_roles_with_host_network_are_refused():
-    assert any(p.startswith("spec.roles") and "hostNetwork" in p for p in problems(network={"hostNetwork": True}))
 
 
 def test_pods_without_gpus_see_none_and_no_env_says_otherwise():

@@ -132,52 +132,6 @@ def test_profile_levels_declared_and_derived():
 # --- The tables the policy keeps against Kubernetes and the renderer ----------------------------
 
 
-def _core_v1() -> dict:
-    """The core/v1 OpenAPI of the Kubernetes version hack/cluster/go.mod pins (from the Go module cache)."""
-    import json
-    import os
-    import re
-    import subprocess
-    from pathlib import Path
-
-    version = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (Path(__file__).parents[4] / "hack/cluster/go.mod").read_text(), re.M).group(1)
-    try:
-        cache = os.environ.get("GOMODCACHE") or subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, timeout=60).stdout.strip()
-    except OSError:
-        cache = ""
-    spec = Path(cache or Path.home() / "go/pkg/mod") / f"k8s.io/kubernetes@{version}/api/openapi-spec/v3/api__v1_openapi.json"
-    if not spec.exists():
-        pytest.skip(f"{spec} not in the Go module cache")
-    return json.loads(spec.read_text())["components"]["schemas"]
-
-
-def _ref(prop: dict) -> str | None:
-    ref = prop.get("$ref") or (prop.get("allOf") or [{}])[0].get("$ref")
-    return ref.rsplit(".", 1)[-1] if ref else None
-
-
-@pytest.mark.built_last
-@pytest.mark.usefixtures("cluster_build")
-def test_volume_tables_match_core_v1():
-    """Every VolumeSource member, every field of one that names a Secret, every projected source."""
-    from phalanx.api.kubetypes import VOLUME_SOURCES
-    from phalanx.api.policy import PROJECTED_SOURCES, VOLUME_SECRET_REFS
-
-    core = _core_v1()
-    volume = core["io.k8s.api.core.v1.Volume"]["properties"]
-    assert sorted(VOLUME_SOURCES) == sorted(k for k in volume if k != "name")
-    refs = {}
-    for source in VOLUME_SOURCES:
-        fields = core[f"io.k8s.api.core.v1.{_ref(volume[source])}"]["properties"]
-        for name, prop in fields.items():
-            # a LocalObjectReference or a name called secret*: a Secret (cephfs.secretFile is a path on the node)
-            if source != "secret" and "secret" in name.lower() and name != "secretFile":
-                refs[source] = name
-                assert _ref(prop) == "LocalObjectReference" or prop.get("type") == "string", (source, name)
-    assert refs == VOLUME_SECRET_REFS
-    assert sorted(PROJECTED_SOURCES) == sorted(core["io.k8s.api.core.v1.VolumeProjection"]["properties"])
-
-
 def test_the_scheduler_a_backend_implies_is_the_one_its_pods_get():
     from phalanx.api.policy import effective_scheduler_name
     from phalanx.api.types import GangBackend
