@@ -72,9 +72,3 @@ def test_chart_policies_match_the_operator_policy():
     assert policies["rel-operator-policy-default"] == {**admission_policy(rules=PolicyRules())["spec"]}
     assert policies["rel-operator-policy-0"] == admission_policy(rules=loose)["spec"]
     assert policies["rel-operator-policy-1"] == admission_policy(rules=PolicyRules(max_nodes=8))["spec"]
-
-
-def test_values_schema_is_generated():
-    from phalanx.api.chartschema import values_schema_json
-
-    assert (CHART / "values.schema.json").read_text() == values_schema_json()
