@@ -3,7 +3,23 @@ the user's fields, the gang gate."""
 
 from __future__ import annotations
 
+import copy
+
+import pytest
+
 from phalanx import constants
+from phalanx.api.slots import Slot, worker
+from phalanx.render.network import NetworkWiring
+from phalanx.render.pod import (
+    CONTAINER_SECURITY_CONTEXT,
+    POD_SECURITY_CONTEXT,
+    build_pod,
+    build_resources,
+    gpu_visibility_env,
+    rendezvous_env,
+)
+from phalanx.validate import parse_job
+from tests.conftest import MINIMAL
 from tests.unit.phalanx.render.test_job import _env, _render
 
 
@@ -63,3 +79,93 @@ def test_user_fields_are_carried(job_obj):
     assert pod["spec"]["priorityClassName"] == "high"
     assert pod["spec"]["schedulerName"] == "custom"
     assert {v["name"]: v for v in pod["spec"]["volumes"]}["dshm"]["emptyDir"]["sizeLimit"] == "16Gi"
+
+
+def parsed(**spec):
+    obj = copy.deepcopy(MINIMAL)
+    obj["spec"].update(spec)
+    return parse_job(obj)
+
+
+def env_of(entries):
+    return {e["name"]: e.get("value") for e in entries}
+
+
+@pytest.mark.parametrize("resources,amounts", [
+    ({}, {}),  # nothing requested: no resources block at all
+    ({"cpu": "500m"}, {"cpu": "500m"}),
+    ({"gpus": 2, "memory": "8Gi"}, {"memory": "8Gi", constants.RESOURCE_GPU: "2"}),
+    ({"gpus": 0, "extra": {"example.com/fpga": 1}}, {"example.com/fpga": "1"}),
+])
+def test_requests_equal_limits(resources, amounts):
+    built = build_resources(parsed(resources=resources))
+    assert built == ({"requests": amounts, "limits": amounts} if amounts else {})
+    if amounts:
+        assert built["requests"] is not built["limits"]
+
+
+PS = [{"name": "ps", "replicas": 2, "resources": {"cpu": "4"}}]
+
+
+@pytest.mark.parametrize("resources,slot,hidden", [
+    ({"gpus": 8}, worker(0), False),
+    ({"gpus": 8}, Slot("ps", 0), True),  # a CPU role next to GPU workers sees no GPU
+    ({"cpu": "4"}, worker(0), True),
+    ({"extra": {"nvidia.com/mig-1g.10gb": 1}}, worker(0), False),  # any NVIDIA resource is a GPU
+])
+def test_pods_without_gpus_see_none(resources, slot, hidden):
+    env = env_of(gpu_visibility_env(parsed(resources=resources, roles=PS, command=["train"]), slot))
+    assert env == ({constants.ENV_NVIDIA_VISIBLE_DEVICES: constants.NVIDIA_NO_DEVICES} if hidden else {})
+
+
+def test_a_role_pod_gets_its_role_and_no_torch_rank():
+    job = parsed(roles=PS, command=["train"])
+    env = env_of(rendezvous_env(job, Slot("ps", 1), 2, 29500))
+    assert env[constants.ENV_ROLE] == "ps" and env[constants.ENV_ROLE_INDEX] == "1" and env[constants.ENV_ROLE_REPLICAS] == "2"
+    assert env[constants.ENV_ROLES] == "worker=2,ps=2"
+    assert env[constants.ENV_SUBDOMAIN] == "job.team.svc"
+    assert env["MASTER_ADDR"] == "job-node-0.job" and "NODE_RANK" not in env and "WORLD_SIZE" not in env
+    assert constants.ENV_ROLE not in env_of(rendezvous_env(parsed(), 0, 0, 29500))  # no roles: no role env
+
+
+@pytest.mark.parametrize("mount_path,directory", [("/ckpt", "/ckpt/team/job"), ("/ckpt/", "/ckpt/team/job")])
+def test_checkpoint_dir_is_per_job_on_the_volume(mount_path, directory):
+    job = parsed(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "c"}}, "mountPath": mount_path})
+    assert env_of(rendezvous_env(job, 0, 0, 29500))[constants.ENV_CHECKPOINT_DIR] == directory
+
+
+@pytest.mark.parametrize("spec_shm,profile_shm,size", [
+    (None, None, "3Gi"),  # the operator's default
+    (None, "8Gi", "8Gi"),  # the network profile's
+    ("16Gi", "8Gi", "16Gi"),  # the job's own wins
+])
+def test_shm_size(spec_shm, profile_shm, size):
+    job = parsed(shmSize=spec_shm) if spec_shm else parsed()
+    pod = build_pod(job, 0, 0, NetworkWiring(shm_size=profile_shm), default_shm_size="3Gi")
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}[constants.SHM_VOLUME_NAME]["emptyDir"]["sizeLimit"] == size
+
+
+def test_an_ungated_pod_and_the_operators_defaults():
+    pod = build_pod(parsed(), 1, 0, NetworkWiring(), gated=False)
+    assert "schedulingGates" not in pod["spec"]
+    assert pod["spec"]["automountServiceAccountToken"] is False and "serviceAccountName" not in pod["spec"]
+    assert pod["spec"]["enableServiceLinks"] is False
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["phalanx-runtime"] and "args" not in container
+    assert "resources" not in container  # MINIMAL requests nothing
+
+
+def test_the_jobs_env_comes_after_the_operators():
+    """Kubernetes keeps the last of a repeated name: the job may point HOME or the caches elsewhere."""
+    pod = build_pod(parsed(env=[{"name": "HOME", "value": "/home/me"}]), 0, 0, NetworkWiring())
+    homes = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == "HOME"]
+    assert homes == [constants.SCRATCH_MOUNT_PATH, "/home/me"]
+
+
+def test_pods_share_no_security_context():
+    first, second = (build_pod(parsed(), rank, 0, NetworkWiring()) for rank in (0, 1))
+    first["spec"]["securityContext"]["runAsUser"] = 0
+    first["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"].clear()
+    assert second["spec"]["securityContext"] == POD_SECURITY_CONTEXT
+    assert second["spec"]["containers"][0]["securityContext"] == CONTAINER_SECURITY_CONTEXT
+    assert CONTAINER_SECURITY_CONTEXT["capabilities"]["drop"] == ["ALL"]
