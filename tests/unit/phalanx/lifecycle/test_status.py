@@ -11,7 +11,14 @@ import pytest
 from phalanx.api.types import Phase, TrainingJobSpec
 from phalanx.constants import LABEL_NODE_RANK, LABEL_ROLE, LABEL_ROLE_INDEX, ConditionType
 from phalanx.lifecycle.conditions import get_condition
-from phalanx.lifecycle.status import StatusView, count_ready, iso, parse_iso, phase_from_pods, succeeded_roles
+from phalanx.lifecycle.status import (
+    StatusView,
+    count_ready,
+    iso,
+    parse_iso,
+    phase_from_pods,
+    succeeded_roles,
+)
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 STAMP = "2026-01-01T12:00:00Z"
