@@ -7,7 +7,6 @@ import json
 import pytest
 
 from phalanx import constants
-from phalanx.gang.admission import admit
 from phalanx.podreflector import Expired, JobPods, apply_event, index_jobs, pod_entry, watch_event
 
 
@@ -112,20 +111,6 @@ def test_watch_lines():
         watch_event(json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}))
     with pytest.raises(RuntimeError):
         watch_event(json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 500}}))
-
-
-def test_another_namespaces_pod_makes_its_node_full_for_the_planner():
-    """The point of the reflector: its entries are capacity the planner subtracts."""
-    from phalanx.api.config import OperatorConfig
-    from phalanx.gang.planner import GangRequest
-
-    nodes = [{"metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}},
-              "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi", "pods": "110"},
-                         "conditions": [{"type": "Ready", "status": "True"}]}} for n in ("n1", "n2")]
-    gang = GangRequest(key="team/job", count=2, requests={"nvidia.com/gpu": 8, "pods": 1})
-    free = admit([gang], nodes, [], OperatorConfig()).results["team/job"]
-    full = admit([gang], nodes, [pod_entry(pod("hog", node="n1"))], OperatorConfig()).results["team/job"]
-    assert getattr(free, "nodes", None) and not getattr(full, "nodes", None)
 
 
 def test_a_burst_of_events_reaches_the_loop_in_order_with_one_wake_up():

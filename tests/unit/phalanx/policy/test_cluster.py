@@ -1,5 +1,5 @@
-"""Shared-cluster safety: restricted pods by default, the admin's policy rule by rule,
-and Pod Security levels of network profiles against the namespace's label."""
+"""Shared-cluster safety: restricted pods by default, the admin's policy rule by rule (Pod Security
+levels against the namespace's label: policy/test_podsecurity.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from phalanx.api.config import NetworkProfile, OperatorConfig, TopoFile
+from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.policy import ClusterPolicy, NamespacePolicy, PolicyRules
 from phalanx.render.job import render_children
 from phalanx.validate import validate_job
@@ -98,35 +98,6 @@ def test_policy_per_namespace_first_match_wins():
     obj = job(serviceAccountName="trainer", env=[{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}])
     assert problems(obj, config, {"team": "ml"}) == []
     assert len(problems(obj, config, {"team": "web"})) == 2
-
-
-# --- Pod Security levels ------------------------------------------------------------------------------
-
-
-RDMA = OperatorConfig(network_profiles={"default": NetworkProfile(), "rdma": NetworkProfile(fabric="infiniband", ipc_lock=True)})
-
-
-def test_rdma_profile_refused_where_baseline_is_enforced():
-    labels = {"pod-security.kubernetes.io/enforce": "baseline"}
-    refused(job(network={"profile": "rdma"}), "spec.network.profile",
-            "needs Pod Security level privileged (network profile 'rdma' needs the IPC_LOCK capability for RDMA); "
-            "namespace team enforces baseline (label pod-security.kubernetes.io/enforce=baseline)", RDMA, labels)
-    assert problems(job(network={"profile": "rdma"}), RDMA, {"pod-security.kubernetes.io/enforce": "privileged"}) == []
-
-
-def test_default_jobs_fit_a_restricted_namespace():
-    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    assert problems(job(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "c"}}}), labels=labels) == []
-    refused(job(checkpoint={"volume": {"nfs": {"server": "s", "path": "/p"}}}), "spec.checkpoint.volume",
-            "needs Pod Security level baseline (a nfs volume)", labels=labels)
-
-
-def test_profile_levels_declared_and_derived():
-    from phalanx.policy.podsecurity import profile_level
-
-    assert profile_level(NetworkProfile())[0] == "restricted"
-    assert profile_level(NetworkProfile(topo_file=TopoFile(path="/t.xml", host_path="/opt/t.xml")))[0] == "privileged"
-    assert profile_level(NetworkProfile(pod_security_level="baseline"))[0] == "baseline"
 
 
 # --- The tables the policy keeps against Kubernetes and the renderer ----------------------------

@@ -48,15 +48,3 @@ def test_sweep_check_is_bounded_by_trials_times_template_bytes(trials, template_
         assert problems[0].field == "spec.maxTrials" and "maxSweepCheckBytes" in problems[0].message
         most = int(problems[0].message.rsplit("at most ", 1)[1].split()[0])
         assert most * len(json.dumps(template, separators=(",", ":"))) <= LIMITS.max_sweep_check_bytes
-
-
-def test_the_policy_reference_is_current():
-    """docs/policy.md lists every policy value and limit with its default (make crds writes it)."""
-    from pathlib import Path
-
-    from phalanx.policy.reference import policy_reference
-
-    text = policy_reference()
-    assert (Path(__file__).resolve().parents[4] / "docs" / "policy.md").read_text() == text, "run `make crds`"
-    for key in ("allowedVolumeTypes", "allowedProjectedSources", "allowedSchedulerNames", "maxNodes", "maxSpecBytes", "maxSweepCheckBytes"):
-        assert f".{key}`" in text

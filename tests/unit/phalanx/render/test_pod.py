@@ -1,0 +1,171 @@
+"""render.pod: one Pod per slot of the gang — rendezvous env, resources, shm, checkpoint volume,
+the user's fields, the gang gate."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from phalanx import constants
+from phalanx.api.slots import Slot, worker
+from phalanx.render.network import NetworkWiring
+from phalanx.render.pod import (
+    CONTAINER_SECURITY_CONTEXT,
+    POD_SECURITY_CONTEXT,
+    build_pod,
+    build_resources,
+    gpu_visibility_env,
+    rendezvous_env,
+)
+from phalanx.validate import parse_job
+from tests.conftest import MINIMAL
+from tests.unit.phalanx.render.test_job import _env, _render
+
+
+def test_pod_rendezvous_env_and_identity(job_obj):
+    pods = [c for c in _render(job_obj, attempt=3) if c["kind"] == "Pod"]
+    for rank, pod in enumerate(pods):
+        env = _env(pod)
+        assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "job-node-0.job"
+        assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29500"
+        assert env["WORLD_SIZE"] == "8"
+        assert env["NNODES"] == env["PET_NNODES"] == "2"
+        assert env["NODE_RANK"] == env["PET_NODE_RANK"] == str(rank)
+        assert env["NPROC_PER_NODE"] == env["PET_NPROC_PER_NODE"] == "4"
+        assert env["PET_RDZV_ENDPOINT"] == "job-node-0.job:29500"
+        assert env["PET_RDZV_ID"] == "team-job-3"
+        assert env["PHALANX_CONFIG"] == "/etc/phalanx/config.json"
+        assert "PHALANX_CHECKPOINT_DIR" not in env  # no checkpoint volume: nowhere to save checkpoints
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert pod["metadata"]["name"] == f"job-node-{rank}-3"
+        assert pod["spec"]["hostname"] == f"job-node-{rank}"
+        assert pod["spec"]["subdomain"] == "job"
+        assert pod["metadata"]["labels"][constants.LABEL_NODE_RANK] == str(rank)
+        assert pod["metadata"]["labels"][constants.LABEL_RESTART_ATTEMPT] == "3"
+        assert pod["spec"]["restartPolicy"] == "Never"
+        assert pod["spec"]["schedulingGates"] == [{"name": constants.GANG_SCHEDULING_GATE}]
+        assert pod["spec"]["containers"][0]["command"] == ["phalanx-runtime"]
+
+
+def test_pod_resources_shm_and_checkpoint_volume(job_obj):
+    job_obj["spec"]["resources"] = {"gpus": 8, "cpu": "16", "memory": "64Gi", "extra": {"rdma/ib": 1}}
+    job_obj["spec"]["checkpoint"] = {"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}, "mountPath": "/ckpt"}
+    pod = _render(job_obj)[2]
+    res = pod["spec"]["containers"][0]["resources"]
+    assert res["requests"] == res["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8", "rdma/ib": "1"}
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert vols["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
+    assert vols["checkpoint"] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}
+    mounts = {m["mountPath"]: m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts == {"/etc/phalanx": "phalanx-config", "/dev/shm": "dshm", "/ckpt": "checkpoint",
+                      "/phalanx/scratch": "phalanx-scratch"}
+    assert _env(pod)["PHALANX_CHECKPOINT_DIR"] == "/ckpt/team/job"
+
+
+def test_user_fields_are_carried(job_obj):
+    spec = job_obj["spec"]
+    spec.update(command=["python", "-m", "mytrain"], args=["--fast"], nodeSelector={"pool": "a100"},
+                tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                serviceAccountName="trainer", env=[{"name": "FOO", "value": "bar"}], shmSize="16Gi",
+                scheduling={"priorityClassName": "high", "schedulerName": "custom"})
+    pod = _render(job_obj)[2]
+    c = pod["spec"]["containers"][0]
+    assert c["command"] == ["python", "-m", "mytrain"] and c["args"] == ["--fast"]
+    assert _env(pod)["FOO"] == "bar"
+    assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
+    assert pod["spec"]["tolerations"][0]["key"] == "gpu"
+    assert pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["priorityClassName"] == "high"
+    assert pod["spec"]["schedulerName"] == "custom"
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}["dshm"]["emptyDir"]["sizeLimit"] == "16Gi"
+
+
+def parsed(**spec):
+    obj = copy.deepcopy(MINIMAL)
+    obj["spec"].update(spec)
+    return parse_job(obj)
+
+
+def env_of(entries):
+    return {e["name"]: e.get("value") for e in entries}
+
+
+@pytest.mark.parametrize("resources,amounts", [
+    ({}, {}),  # nothing requested: no resources block at all
+    ({"cpu": "500m"}, {"cpu": "500m"}),
+    ({"gpus": 2, "memory": "8Gi"}, {"memory": "8Gi", constants.RESOURCE_GPU: "2"}),
+    ({"gpus": 0, "extra": {"example.com/fpga": 1}}, {"example.com/fpga": "1"}),
+])
+def test_requests_equal_limits(resources, amounts):
+    built = build_resources(parsed(resources=resources))
+    assert built == ({"requests": amounts, "limits": amounts} if amounts else {})
+    if amounts:
+        assert built["requests"] is not built["limits"]
+
+
+PS = [{"name": "ps", "replicas": 2, "resources": {"cpu": "4"}}]
+
+
+@pytest.mark.parametrize("resources,slot,hidden", [
+    ({"gpus": 8}, worker(0), False),
+    ({"gpus": 8}, Slot("ps", 0), True),  # a CPU role next to GPU workers sees no GPU
+    ({"cpu": "4"}, worker(0), True),
+    ({"extra": {"nvidia.com/mig-1g.10gb": 1}}, worker(0), False),  # any NVIDIA resource is a GPU
+])
+def test_pods_without_gpus_see_none(resources, slot, hidden):
+    env = env_of(gpu_visibility_env(parsed(resources=resources, roles=PS, command=["train"]), slot))
+    assert env == ({constants.ENV_NVIDIA_VISIBLE_DEVICES: constants.NVIDIA_NO_DEVICES} if hidden else {})
+
+
+def test_a_role_pod_gets_its_role_and_no_torch_rank():
+    job = parsed(roles=PS, command=["train"])
+    env = env_of(rendezvous_env(job, Slot("ps", 1), 2, 29500))
+    assert env[constants.ENV_ROLE] == "ps" and env[constants.ENV_ROLE_INDEX] == "1" and env[constants.ENV_ROLE_REPLICAS] == "2"
+    assert env[constants.ENV_ROLES] == "worker=2,ps=2"
+    assert env[constants.ENV_SUBDOMAIN] == "job.team.svc"
+    assert env["MASTER_ADDR"] == "job-node-0.job" and "NODE_RANK" not in env and "WORLD_SIZE" not in env
+    assert constants.ENV_ROLE not in env_of(rendezvous_env(parsed(), 0, 0, 29500))  # no roles: no role env
+
+
+@pytest.mark.parametrize("mount_path,directory", [("/ckpt", "/ckpt/team/job"), ("/ckpt/", "/ckpt/team/job")])
+def test_checkpoint_dir_is_per_job_on_the_volume(mount_path, directory):
+    job = parsed(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "c"}}, "mountPath": mount_path})
+    assert env_of(rendezvous_env(job, 0, 0, 29500))[constants.ENV_CHECKPOINT_DIR] == directory
+
+
+@pytest.mark.parametrize("spec_shm,profile_shm,size", [
+    (None, None, "3Gi"),  # the operator's default
+    (None, "8Gi", "8Gi"),  # the network profile's
+    ("16Gi", "8Gi", "16Gi"),  # the job's own wins
+])
+def test_shm_size(spec_shm, profile_shm, size):
+    job = parsed(shmSize=spec_shm) if spec_shm else parsed()
+    pod = build_pod(job, 0, 0, NetworkWiring(shm_size=profile_shm), default_shm_size="3Gi")
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}[constants.SHM_VOLUME_NAME]["emptyDir"]["sizeLimit"] == size
+
+
+def test_an_ungated_pod_and_the_operators_defaults():
+    pod = build_pod(parsed(), 1, 0, NetworkWiring(), gated=False)
+    assert "schedulingGates" not in pod["spec"]
+    assert pod["spec"]["automountServiceAccountToken"] is False and "serviceAccountName" not in pod["spec"]
+    assert pod["spec"]["enableServiceLinks"] is False
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["phalanx-runtime"] and "args" not in container
+    assert "resources" not in container  # MINIMAL requests nothing
+
+
+def test_the_jobs_env_comes_after_the_operators():
+    """Kubernetes keeps the last of a repeated name: the job may point HOME or the caches elsewhere."""
+    pod = build_pod(parsed(env=[{"name": "HOME", "value": "/home/me"}]), 0, 0, NetworkWiring())
+    homes = [e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == "HOME"]
+    assert homes == [constants.SCRATCH_MOUNT_PATH, "/home/me"]
+
+
+def test_pods_share_no_security_context():
+    first, second = (build_pod(parsed(), rank, 0, NetworkWiring()) for rank in (0, 1))
+    first["spec"]["securityContext"]["runAsUser"] = 0
+    first["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"].clear()
+    assert second["spec"]["securityContext"]["runAsUser"] == POD_SECURITY_CONTEXT["runAsUser"] == constants.RUNTIME_UID
+    assert second["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert CONTAINER_SECURITY_CONTEXT["capabilities"]["drop"] == ["ALL"]
