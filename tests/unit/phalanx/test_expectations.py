@@ -3,9 +3,12 @@ before the next pass decides."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
-from phalanx import constants
+from phalanx import constants, expectations
 from phalanx.decision import Plan
 from phalanx.expectations import expectations_met, expects_anything
 
@@ -46,3 +49,25 @@ def test_the_index_shows_a_pass_once_its_creates_deletes_and_releases_show(pods,
 ])
 def test_only_pod_creates_deletes_and_releases_are_waited_for(plan, expects):
     assert expects_anything(plan) is expects
+
+
+def test_the_next_pass_waits_until_released_pods_show_ungated():
+    """Expectations cover releases: a pass on a view that still shows them gated would plan and
+    release them again (a 422 per pod, and a booking of nodes the gang already holds)."""
+    from phalanx.decision import Plan
+
+    gated = {"metadata": {"name": "p-0"}, "spec": {"schedulingGates": [{"name": constants.GANG_SCHEDULING_GATE}]}}
+    index = {("default", "j"): [gated]}
+    plan = Plan(release=["p-0"])
+
+    async def main():
+        waiter = asyncio.ensure_future(expectations.await_expectations(("default", "j"), index, plan))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()  # still gated in the index
+        index[("default", "j")] = [{"metadata": {"name": "p-0"}, "spec": {"schedulingGates": []}}]
+        t0 = time.monotonic()
+        await asyncio.wait_for(waiter, 2.0)
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < 1.0
+

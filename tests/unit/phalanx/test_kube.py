@@ -284,3 +284,26 @@ def test_an_api_errors_message_is_the_servers_own_words(body, message):
     exc = ApiException(status=422, reason="Unprocessable Entity")
     exc.body = body
     assert api_message(exc) == message
+
+
+def test_the_namespace_read_gives_none_when_forbidden_or_unreachable():
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from phalanx.kube import Kube
+
+    class Core:
+        def __init__(self, error):
+            self.error = error
+
+        def list_namespace(self, **_):
+            raise self.error
+
+    async def read(error):
+        kube = Kube(client.ApiClient(), concurrency=1)
+        kube.core = Core(error)
+        return await kube.namespace_labels("team")
+
+    for error in (ApiException(status=403, reason="forbidden"), ConnectionResetError("reset")):
+        assert asyncio.run(read(error)) is None
+

@@ -105,19 +105,3 @@ def test_roles_are_planned_and_reported_with_the_workers():
     too_many = ROLES_JOB.replace("replicas: 2", "replicas: 200")
     code, text = run_plan(too_many, NODES)
     assert code == EXIT_UNSCHEDULABLE and "role ps: needs 200 nodes" in text
-
-
-def test_cli_gives_the_operators_verdict_before_planning(tmp_path, capsys):
-    """`phalanx plan` exits 2 naming the field on a job the operator would refuse, like validate."""
-    from phalanx.cli import main
-
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(JOB.replace("procsPerNode: 8", "procsPerNode: 8\n  parallelism: {zero: 7}"))
-    assert main(["plan", str(bad), "--nodes", NODES]) == EXIT_INPUT_ERROR
-    assert "zero" in capsys.readouterr().err
-    not_a_job = tmp_path / "cm.yaml"
-    not_a_job.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
-    assert main(["plan", str(not_a_job), "--nodes", NODES]) == EXIT_INPUT_ERROR
-    good = tmp_path / "good.yaml"
-    good.write_text(JOB + "  training: {globalBatchSize: 64}\n")
-    assert main(["plan", str(good), "--nodes", NODES]) == EXIT_PLACED

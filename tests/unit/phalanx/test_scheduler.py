@@ -311,3 +311,13 @@ def test_the_gang_step_plans_a_new_gang_once_then_reads_its_row(admits):
     assert woken and calls == 2  # one cycle for the freed capacity, and this job woken by it
     assert placed.release and len(placed.pins) == 4 and admits.calls == 2  # read, not planned
     assert "default/small" not in memo.scheduler.waiting and len(memo.scheduler.pending["default/small"][0]) == 4
+
+
+def test_expired_pins_are_dropped():
+    scheduler = Scheduler()
+    old = time.monotonic() - PIN_TTL_SECONDS - 1
+    scheduler.pending["a/old"] = ([Reservation("a/old", "n0", {GPU: 8})], old)
+    scheduler.pending["a/new"] = ([Reservation("a/new", "n1", {GPU: 8})], time.monotonic())
+    assert [r.node for r in scheduler.pending_pins(except_key="a/x")] == ["n1"]
+    assert list(scheduler.pending) == ["a/new"]
+

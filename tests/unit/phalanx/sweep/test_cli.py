@@ -1,5 +1,5 @@
 """The CLI on sweeps: `phalanx validate|render` on files with TrainingSweeps, `phalanx crd --sweep`,
-and `phalanx watch`'s sweep lines."""
+and `phalanx watch` routing a sweep to the sweep watcher."""
 
 from __future__ import annotations
 
@@ -49,17 +49,6 @@ def test_crd_sweep_flag(tmp_path):
     out = tmp_path / "crd.yaml"
     assert main(["crd", "--sweep", "-o", str(out)]) == 0
     assert out.read_text() == sweep_crd_yaml()
-
-
-def test_watch_lines():
-    from phalanx.sweep.local import trial_line
-    from phalanx.sweep.watch import sweep_line
-
-    status = {"phase": "Running", "progress": "1/4", "runningTrials": 2, "stoppedTrials": 1,
-              "bestTrial": {"name": "lr-0", "value": 3.14159}}
-    assert sweep_line(status) == "Running     done 1/4  running 2  stopped 1  best lr-0 3.1416"
-    line = trial_line({"name": "lr-1", "phase": "Stopped", "step": 12, "value": 5.0, "parameters": {"training.lr": 1e-05}})
-    assert line.split() == ["lr-1", "Stopped", "step", "12", "value", "5.0000", "training.lr=1e-05"]
 
 
 def test_watch_sweep_prefix_routes_to_the_sweep_watcher(monkeypatch):

@@ -1,0 +1,89 @@
+"""The `phalanx` command (phalanx/cli.py): its subcommands, what each generated file flag prints,
+and the exit codes of bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from phalanx.cli import build_parser, main
+from phalanx.plan import EXIT_INPUT_ERROR, EXIT_PLACED
+from tests.unit.phalanx.test_plan import JOB, NODES
+
+
+def test_cli_gives_the_operators_verdict_before_planning(tmp_path, capsys):
+    """`phalanx plan` exits 2 naming the field on a job the operator would refuse, like validate."""
+    from phalanx.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(JOB.replace("procsPerNode: 8", "procsPerNode: 8\n  parallelism: {zero: 7}"))
+    assert main(["plan", str(bad), "--nodes", NODES]) == EXIT_INPUT_ERROR
+    assert "zero" in capsys.readouterr().err
+    not_a_job = tmp_path / "cm.yaml"
+    not_a_job.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert main(["plan", str(not_a_job), "--nodes", NODES]) == EXIT_INPUT_ERROR
+    good = tmp_path / "good.yaml"
+    good.write_text(JOB + "  training: {globalBatchSize: 64}\n")
+    assert main(["plan", str(good), "--nodes", NODES]) == EXIT_PLACED
+
+
+
+def test_the_parser_has_every_subcommand_the_module_names():
+    import phalanx.cli
+
+    names = phalanx.cli.__doc__.split(":", 1)[1].split(".")[0].split("|")
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert sorted(commands) == sorted(name.strip() for name in names)
+
+
+def test_the_operators_namespaces_are_one_list_or_all_never_both(capsys):
+    parser = build_parser()
+    args = parser.parse_args(["operator", "-n", "a", "-n", "b"])
+    assert args.namespace == ["a", "b"] and not args.all_namespaces
+    assert parser.parse_args(["operator", "-A"]).all_namespaces
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["operator", "-n", "a", "-A"])
+    assert exited.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def _generated(flag):
+    from phalanx.api.chartschema import values_schema_json
+    from phalanx.api.crd import crd_yaml
+    from phalanx.api.reference import api_reference
+    from phalanx.api.sweep import sweep_crd_yaml
+    from phalanx.policy.admission import admission_policy_template
+    from phalanx.policy.reference import policy_reference
+
+    return {None: crd_yaml, "--reference": api_reference, "--policy-reference": policy_reference,
+            "--admission-policy": admission_policy_template, "--values-schema": values_schema_json,
+            "--sweep": sweep_crd_yaml}[flag]()
+
+
+@pytest.mark.parametrize("flag", [None, "--reference", "--policy-reference", "--admission-policy", "--values-schema", "--sweep"])
+def test_crd_prints_the_file_its_flag_names(flag, capsys):
+    assert main(["crd", *([flag] if flag else [])]) == 0
+    assert capsys.readouterr().out == _generated(flag)
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["validate", "{missing}"], 2, "no such file"),
+    (["render", "{bad_yaml}"], 2, "error: invalid YAML"),
+    (["validate", "{tmp}"], 2, "Is a directory"),
+    (["crd", "--check"], 2, "--check goes with --docs-tables"),
+    (["plan", "{two_jobs}", "--nodes", NODES], EXIT_INPUT_ERROR, "expected one TrainingJob, found 2 documents"),
+    (["plot", "{run_dir}"], 2, "metrics.jsonl: no such file"),  # no log written
+    (["plot", "{empty_log}"], 1, "no steps logged"),
+])
+def test_bad_input_exits_with_its_code_and_says_why(tmp_path, capsys, argv, code, message):
+    (tmp_path / "run").mkdir()
+    files = {"missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path), "run_dir": str(tmp_path / "run"),
+             "bad_yaml": _write(tmp_path, "bad.yaml", "a: [1, 2\n"),
+             "two_jobs": _write(tmp_path, "two.yaml", JOB + "\n---\n" + JOB),
+             "empty_log": _write(tmp_path, "metrics.jsonl", "")}
+    assert main([arg.format(**files) for arg in argv]) == code
+    assert message in capsys.readouterr().err

@@ -1,0 +1,285 @@
+"""One job's loop (phalanx/jobloop.py): decide() runs off the event loop (a huge job's render must
+not stall the watches, the other jobs and /healthz), per-job bookkeeping (``memo.gangs``) is pruned
+when a job finishes or goes away, and the namespace's labels come from a fresh read on a new job's
+first pass."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.request
+
+import pytest
+from aiohttp import web
+
+from phalanx import constants, jobloop, startup
+from phalanx.api.config import OperatorConfig
+from phalanx.api.policy import ClusterPolicy, PolicyRules
+from phalanx.decision import Observed
+from phalanx.gang.inventory import Reservation
+from phalanx.scheduler import PIN_TTL_SECONDS
+from tests.unit.phalanx.test_handlers import GPU, indexes, job, job_loop
+
+
+async def _healthz_server():
+    app = web.Application()
+    async def healthz(_):
+        return web.json_response({})
+
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]
+
+
+def _probe(port, stop, latencies):
+    """A kubelet: GET /healthz every 50 ms, each allowed 1 s."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1.0).read()
+            latencies.append(time.perf_counter() - t0)
+        except OSError:
+            latencies.append(float("inf"))
+        stop.wait(0.05)
+
+
+def test_a_huge_render_leaves_the_loop_and_healthz_responsive():
+    """Rendering a 2,048-node gang takes seconds of CPU; on the loop it would stall everything (no
+    tick, /healthz unanswered) for all of it. Off the loop, the ticks and probes go on."""
+    async def main():
+        # 2,048 pods: above the policy's default maxNodes (1024), which an admin raises for such jobs
+        memo = startup.new_memo(OperatorConfig(policy=ClusterPolicy(default=PolicyRules(max_nodes=4096))))
+        runner, port = await _healthz_server()
+        loop_ = job_loop(memo, "huge", indexes())
+        obj = job()
+        observed = Observed(pods=[], service_exists=False, config_map_exists=False, network_policy_exists=False)
+        gaps, stop, latencies = [], threading.Event(), []
+
+        async def ticker():
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.02)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        prober = threading.Thread(target=_probe, args=(port, stop, latencies), daemon=True)
+        prober.start()
+        t0 = time.perf_counter()
+        plan = await loop_.decide(obj, observed)
+        took = time.perf_counter() - t0
+        stop.set()
+        tick.cancel()
+        await asyncio.to_thread(prober.join)
+        await runner.cleanup()
+        memo.decider.shutdown()
+        return plan, took, gaps, latencies
+
+    plan, took, gaps, latencies = asyncio.run(main())
+    assert sum(1 for c in plan.create if c["kind"] == "Pod") == 2048
+    assert took > 0.15, took  # a render worth measuring (0.24-0.6 s CPU here, by load)
+    assert len(gaps) >= 5, (took, gaps)  # the loop kept ticking during the render
+    assert max(gaps) < 1.0 and max(gaps) < took / 2, (max(gaps), took)
+    assert latencies and max(latencies) < 1.0, (took, latencies)
+
+
+def test_finished_jobs_leave_the_queue_and_deleted_ones_leave_nothing():
+    async def main():
+        memo = startup.new_memo()
+        gangs, scheduler = memo.gangs, memo.scheduler
+        loop_ = job_loop(memo, "done", indexes())
+        scheduler.waiting["default/done"] = object()
+        scheduler.pending["default/done"] = ([Reservation("default/done", "n0", {GPU: 8})], time.monotonic())
+        obj = job(name="done", nodes=2, status={"phase": "Failed", "completionTime": "2026-11-30T00:00:00Z"})
+        await loop_.decide(obj, Observed(pods=[]))
+        assert "default/done" not in scheduler.waiting and "default/done" not in scheduler.pending
+        assert gangs.alive("default", "done")  # the loop runs on until the job is deleted (TTL)
+        gangs.forget("default", "done")
+        memo.decider.shutdown()
+        return gangs
+
+    gangs = asyncio.run(main())
+    assert not gangs.wakeups and not gangs.scheduler.waiting and not gangs.scheduler.pending and not gangs.phases
+
+
+def test_pod_events_of_a_job_without_a_loop_make_no_entry():
+    """The reflector wakes job loops through Gangs.wake: pods outlive their jobs, and the events of
+    a deleted job's pods must not leave an entry per job behind."""
+    from phalanx.podreflector import PodReflector, pod_entry
+
+    memo = startup.new_memo()
+    reflector = PodReflector(None, on_job=memo.gangs.wake, on_freed=memo.scheduler.changed)
+
+    def event(type_, ns, job, name):
+        reflector._apply(type_, pod_entry({"metadata": {"name": name, "namespace": ns, "labels": {constants.LABEL_JOB_NAME: job}}}))
+
+    for i in range(100):  # pods of deleted jobs terminating, GC'd
+        event("ADDED", "ns", f"old-{i}", f"old-{i}-0")
+        event("DELETED", "ns", f"old-{i}", f"old-{i}-0")
+    assert not memo.gangs.wakeups and not reflector.jobs and not reflector.store
+    wake = memo.gangs.wakeup("ns", "live")
+    event("ADDED", "ns", "live", "live-0")
+    assert wake.is_set() and list(memo.gangs.wakeups) == [("ns", "live")]
+    assert [p["metadata"]["name"] for p in reflector.job_pods.get(("ns", "live"), [])] == ["live-0"]
+
+
+def test_a_booked_pin_holds_until_its_patch_is_written():
+    """At scale the release patches of many gangs queue for minutes: a pin must not expire before
+    the index can show it (seen: 46 pods of 9 gangs pinned to full nodes, 200 gangs at once)."""
+    gangs = jobloop.Gangs()
+    pending = gangs.scheduler.pending
+    pending["a/slow"] = ([Reservation("a/slow", "n0", {GPU: 8})], float("inf"))  # booked, patches in flight
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]
+    gangs.pins_written("a", "slow")
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n0"]  # the index may lag a little
+    pending["a/slow"] = (pending["a/slow"][0], time.monotonic() - PIN_TTL_SECONDS - 1)
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
+    gangs.pins_written("a", "gone")  # nothing booked: nothing made
+    assert not pending
+
+
+def test_a_release_of_pods_already_released_books_nothing():
+    """A pass that saw released pods still gated (watch lag) re-plans them; the API server refuses
+    the second release (422). Its booking must not hold other nodes (seen in CI: "2 fit", not 4)."""
+    gangs = jobloop.Gangs()
+    pending = gangs.scheduler.pending
+    pending["a/twice"] = ([Reservation("a/twice", "n5", {GPU: 8})], float("inf"))
+    gangs.released("a", "twice", all_new=False)
+    assert gangs.scheduler.pending_pins(except_key="a/x") == [] and not pending
+    pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
+    gangs.released("a", "once", all_new=True)  # written: held for the index's lag
+    assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n6"]
+
+
+class _Kube:
+    def __init__(self, labels):
+        self.labels, self.reads = labels, 0
+
+    async def namespace_labels(self, namespace):
+        self.reads += 1
+        return self.labels
+
+
+@pytest.mark.parametrize("api_labels, first", [
+    ({"pod-security.kubernetes.io/enforce": "restricted"}, {"pod-security.kubernetes.io/enforce": "restricted"}),
+    (None, {"team": "a"}),  # unreadable (no list on namespaces): the watch's view
+])
+def test_the_first_pass_reads_the_namespace_labels_from_the_api_server(api_labels, first):
+    """A label set just before the job may not have reached the namespace watch, and the first
+    pass may create the gang: its policy and Pod Security level come from a fresh read."""
+    async def main():
+        memo = startup.new_memo()
+        memo.kube = _Kube(api_labels)
+        ix = indexes()
+        ix.namespace_labels["default"] = [{"team": "a"}]  # the watch: not yet the new label
+        loop_ = job_loop(memo, "j", ix)
+        seen = [await loop_.namespace_labels(), await loop_.namespace_labels()]
+        memo.decider.shutdown()
+        return seen, memo.kube.reads
+
+    (one, two), reads = asyncio.run(main())
+    assert one == first and two == {"team": "a"} and reads == 1  # once per job, then the watch
+
+
+def test_a_count_only_status_is_held_back_after_a_write_and_requeued():
+    from phalanx.decision import Plan
+
+    memo = startup.new_memo()
+    loop_ = job_loop(memo, "j", indexes())
+    before = {"phase": "Scheduling", "readyNodes": 1, "nodes": "1/4"}
+    first = Plan(status={**before, "readyNodes": 2, "nodes": "2/4"})
+    loop_.hold_ready_counts({"status": before}, first)
+    assert first.status is not None  # nothing written yet: at once
+    loop_.status_written_at = time.monotonic()
+    second = Plan(status={**before, "readyNodes": 3, "nodes": "3/4"}, requeue_after=30.0)
+    loop_.hold_ready_counts({"status": before}, second)
+    assert second.status is None and 0 < second.requeue_after <= 1.0
+    memo.decider.shutdown()
+
+
+def test_a_job_with_a_status_keeps_the_watchs_labels():
+    """After an operator restart or failover every job has a first pass: no list per job."""
+    async def main():
+        memo = startup.new_memo()
+        memo.kube = _Kube({"fresh": "labels"})
+        ix = indexes()
+        ix.namespace_labels["default"] = [{"team": "a"}]
+        loop_ = job_loop(memo, "j", ix, {"status": {"phase": "Running"}})
+        labels = await loop_.namespace_labels()
+        memo.decider.shutdown()
+        return labels, memo.kube.reads
+
+    assert asyncio.run(main()) == ({"team": "a"}, 0)
+
+
+
+# --- the loop's pure parts: what a pass waits for, whose children count ----------------------------
+
+
+@pytest.mark.parametrize("status, view", [
+    ({}, (None, None, None, None, None)),
+    ({"phase": "Running", "restartAttempt": 1, "restarts": 1, "attemptCreated": True, "placement": {"n0": 0},
+      "readyNodes": 4, "message": "m"}, ("Running", 1, 1, True, {"n0": 0})),  # counts and messages: not waited for
+])
+def test_the_status_view_holds_only_what_the_next_pass_decides_on(status, view):
+    assert jobloop.job_status_view(status) == view
+
+
+@pytest.mark.parametrize("owner_references, controlled", [
+    (None, False),
+    ([], False),
+    ([{"uid": "u", "controller": False}], False),  # only labelled or merely owned: not the job's
+    ([{"uid": "u"}], False),
+    ([{"uid": "u", "controller": True}], True),
+    ([{"uid": "x"}, {"uid": "u", "controller": True}], True),
+])
+def test_a_pod_counts_only_with_a_controller(owner_references, controlled):
+    pod = {"metadata": {"name": "p", **({"ownerReferences": owner_references} if owner_references is not None else {})}}
+    assert jobloop._controlled(pod) is controlled
+
+
+@pytest.mark.parametrize("uid, values", [
+    ("job-uid", ["mine"]),
+    ("other-uid", ["predecessor's"]),
+    (None, ["unowned"]),
+    ("absent-uid", []),
+])
+def test_owned_keeps_the_values_whose_owner_is_the_job(uid, values):
+    index = {("ns", "svc"): [("job-uid", "mine"), ("other-uid", "predecessor's"), (None, "unowned")]}
+    assert jobloop.owned(index, ("ns", "svc"), uid) == values
+    assert jobloop.owned(index, ("ns", "other"), uid) == []
+
+
+def test_the_jobs_gauge_counts_each_phase_and_forgets_a_deleted_job():
+    from prometheus_client import REGISTRY
+
+    def gauge(phase):
+        return REGISTRY.get_sample_value("phalanx_jobs", {"phase": phase})
+
+    gangs = jobloop.Gangs()
+    gangs.track_phase(("a", "one"), "Running")
+    gangs.track_phase(("a", "two"), "Running")
+    gangs.track_phase(("b", "three"), "Failed")
+    assert (gauge("Running"), gauge("Failed"), gauge("Pending")) == (2, 1, 0)
+    gangs.track_phase(("a", "two"), "Succeeded")  # a job moves: counted once, in its new phase
+    assert (gauge("Running"), gauge("Succeeded")) == (1, 1)
+    gangs.forget("a", "one")
+    gangs.forget("b", "three")
+    gangs.forget("a", "two")
+    assert not gangs.phases and gauge("Running") == gauge("Failed") == gauge("Succeeded") == 0
+
+
+def test_a_loops_wakeup_exists_while_it_runs_and_a_changed_row_wakes_it():
+    gangs = jobloop.Gangs()
+    assert not gangs.alive("ns", "j")
+    wake = gangs.wakeup("ns", "j")
+    assert gangs.alive("ns", "j") and gangs.wakeup("ns", "j") is wake  # one per loop
+    gangs.scheduler.wake("ns", "j")  # the scheduler's hook: a changed row of the gang
+    assert wake.is_set()
+    gangs.forget("ns", "j")
+    assert not gangs.alive("ns", "j") and not gangs.wakeups
