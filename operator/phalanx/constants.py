@@ -17,6 +17,7 @@ from phalanx_common.contract import (  # noqa: F401
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
     ENV_CONFIG_PATH,
+    ENV_GROUP_RANK,
     ENV_HOROVOD_CONTROLLER,
     ENV_HOROVOD_CPU_OPERATIONS,
     ENV_HOROVOD_CROSS_RANK,
@@ -31,12 +32,15 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_HOROVOD_SIZE,
     ENV_JOB_NAME,
     ENV_JOB_UID,
+    ENV_LOCAL_RANK,
+    ENV_LOCAL_WORLD_SIZE,
     ENV_MASTER_ADDR,
     ENV_MASTER_PORT,
     ENV_METRICS_PORT,
     ENV_NNODES,
     ENV_NODE_RANK,
     ENV_NPROC_PER_NODE,
+    ENV_OMP_NUM_THREADS,
     ENV_PARENT_PID,
     ENV_PET_MASTER_ADDR,
     ENV_PET_MASTER_PORT,
@@ -49,10 +53,13 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_PG_TIMEOUT_SECONDS,
     ENV_PROGRESS_PORT,
     ENV_PYTHONUNBUFFERED,
+    ENV_RANK,
     ENV_RESTART_ATTEMPT,
+    ENV_RESULT_FILE,
     ENV_STOP_GRACE_SECONDS,
     ENV_TERMINATION_LOG,
     ENV_WORLD_SIZE,
+    EXIT_PREEMPTED,
     HOROVOD_GLOO_TIMEOUT_SECONDS,
     METRIC_LABEL_JOB,
     METRIC_LABEL_NAMESPACE,
@@ -63,6 +70,7 @@ from phalanx_common.contract import (  # noqa: F401
     REPORT_TYPE_WORKER_FAILED,
     RUNTIME_CONFIG_DIR,
     RUNTIME_CONFIG_FILE,
+    SLURM_NTASKS,
     STOP_ESCALATION_SECONDS,
     STOP_GRACE_SECONDS,
     ErrorKey,
@@ -168,7 +176,7 @@ NVIDIA_NO_DEVICES = "void"
 # --- Ports -----------------------------------------------------------------------------------------
 PROGRESS_PORT = 29600
 METRICS_PORT = 29601
-# spec.framework horovod (render/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
+# spec.framework horovod (frameworks/horovod.py, docs/horovod.md): Horovod's gloo controller meets at an
 # HTTP rendezvous server in pod 0 (phalanx_runtime.horovod_launch) on its own fixed port, declared
 # by every horovod pod and published by the headless Service.
 HOROVOD_RENDEZVOUS_PORT = 29502

@@ -5,7 +5,7 @@ fields the runtime reads (model, parallel layout, training, data, checkpoint, jo
 wire names camelCase as in the TrainingJob. Fields the runtime does not read are ignored.
 
 The defaults are the TrainingJob's, for configs written by hand (tests, Slurm): a config the
-operator rendered carries every value (tests/unit/test_runtime_contract.py holds the two equal).
+operator rendered carries every value (tests/unit/phalanx_runtime/test_config.py holds the two equal).
 Which layouts can run is ``phalanx_common.layout`` (shared with the operator's validator); the
 mesh built from it is ``distributed/parallel_dims.py``.
 """

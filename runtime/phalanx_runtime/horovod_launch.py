@@ -1,7 +1,7 @@
 """``python -m phalanx_runtime.horovod_launch [--] CMD [ARGS…]``: the launcher of a
 ``framework: horovod`` pod, in place of horovodrun and ssh (docs/horovod.md, docs/runtime.md).
 
-It reads the ``HOROVOD_*`` env the operator renders into every pod (render/horovod.py), then:
+It reads the ``HOROVOD_*`` env the operator renders into every pod (frameworks/horovod.py), then:
 
 1. pod 0 (``HOROVOD_CROSS_RANK`` 0) starts Horovod's own HTTP rendezvous server
    (``RendezvousHTTPServer``, what horovodrun starts on a random port) on the fixed

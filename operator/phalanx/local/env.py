@@ -39,8 +39,8 @@ from phalanx.constants import (
     ENV_TF_CONFIG,
     ENV_WORLD_SIZE,
 )
+from phalanx.frameworks.tensorflow import tf_cluster, tf_config_json, uses_tensorflow
 from phalanx.render.pod import rendezvous_env
-from phalanx.render.tensorflow import tf_cluster, tf_config_json, uses_tensorflow
 from phalanx_common.contract import (
     ENV_GROUP_RANK,
     ENV_LOCAL_RANK,
@@ -94,7 +94,7 @@ def _field_ref(cfg: LocalJob, slot: Slot, path: str) -> str | None:
 
 
 def local_tf_cluster(cfg: LocalJob, ports: list[int] | None = None) -> dict[str, list[str]]:
-    """The job's TF cluster spec (every task type; render.tensorflow.tf_cluster) with each task on
+    """The job's TF cluster spec (every task type; frameworks.tensorflow.tf_cluster) with each task on
     a distinct free port of 127.0.0.1 (``ports``, one per slot; default: chosen now), as each pod
     listens on its own address."""
     gang = slots(cfg.spec)

@@ -35,10 +35,10 @@ from pathlib import Path
 
 from phalanx.api.manifests import read_documents  # the one YAML reader (duplicate keys refused)
 from phalanx.api.types import TrainingJob
-from phalanx.constants import DEEPSPEED_CONFIG_FILE, LOCAL_STOP_GRACE_SECONDS
+from phalanx.constants import LOCAL_STOP_GRACE_SECONDS
+from phalanx.frameworks import plugin_for
 from phalanx.local.env import LocalJob, node_argv, slot_envs, slot_label
 from phalanx.render.configmap import runtime_config
-from phalanx.render.deepspeed import deepspeed_config, uses_deepspeed
 from phalanx_common import contract, proc
 from phalanx_common.layout import check_layout
 
@@ -281,7 +281,7 @@ def run_local(job_yaml_path: str | os.PathLike | LocalJob, json: bool = False, *
     was_subreaper = proc.set_subreaper(True)
     try:
         Path(d, "config.json").write_text(_json.dumps(runtime_config(cfg.job())))  # as the ConfigMap's
-        _write_deepspeed_config(cfg, d)
+        _write_framework_files(cfg, d)
         gang = slot_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
         envs = [e for _, e in gang]
         argvs = [node_argv(cfg, e, os.path.join(d, "config.json"), slot) for slot, e in gang]
@@ -311,10 +311,11 @@ def required_processes(cfg: LocalJob, gang: list) -> list[int]:
     return [i for i, slot in enumerate(gang) if slot.role in roles]
 
 
-def _write_deepspeed_config(cfg: LocalJob, d: str) -> None:
-    """framework deepspeed: the DeepSpeed config the ConfigMap carries, where $PHALANX_DEEPSPEED_CONFIG points."""
-    if uses_deepspeed(cfg.spec):
-        Path(d, DEEPSPEED_CONFIG_FILE).write_text(_json.dumps(deepspeed_config(cfg.spec), indent=2, sort_keys=True))
+def _write_framework_files(cfg: LocalJob, d: str) -> None:
+    """The framework's files the ConfigMap carries next to the runtime config (framework deepspeed:
+    the DeepSpeed config, where $PHALANX_DEEPSPEED_CONFIG points)."""
+    for name, text in plugin_for(cfg.spec).config_files(cfg.spec).items():
+        Path(d, name).write_text(text)
 
 
 def _raise_for(reason: str, failure: tuple[int, int] | None, codes: list[int | None], timeout: float | None,

@@ -21,6 +21,13 @@ def _peer(namespace_labels: dict[str, str] | None, pod_labels: dict[str, str] | 
     return peer
 
 
+def _rule(peer: dict[str, Any], ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An ingress rule from ``peer``; an empty peer (both selectors left out) means from anywhere,
+    which Kubernetes spells as a rule without ``from`` (it refuses a peer that selects nothing)."""
+    rule: dict[str, Any] = {"from": [peer]} if peer else {}
+    return rule | ({"ports": ports} if ports else {})
+
+
 def build_network_policy(job: TrainingJob, config: NetworkPolicyConfig) -> dict[str, Any]:
     gang = {"matchLabels": {constants.LABEL_JOB_NAME: job.metadata.name}}
     operator = _peer(config.operator_namespace_labels, config.operator_pod_labels)
@@ -28,10 +35,10 @@ def build_network_policy(job: TrainingJob, config: NetworkPolicyConfig) -> dict[
     ports = {name: {"protocol": "TCP", "port": name} for name in (constants.PORT_NAME_PROGRESS, constants.PORT_NAME_METRICS)}
     ingress = [
         {"from": [{"podSelector": gang}]},
-        {"from": [operator], "ports": [ports[constants.PORT_NAME_PROGRESS], ports[constants.PORT_NAME_METRICS]]},
+        _rule(operator, [ports[constants.PORT_NAME_PROGRESS], ports[constants.PORT_NAME_METRICS]]),
     ]
     if config.scraper_namespace_labels is not None or config.scraper_pod_labels is not None:
-        ingress.append({"from": [scraper], "ports": [ports[constants.PORT_NAME_METRICS]]})
+        ingress.append(_rule(scraper, [ports[constants.PORT_NAME_METRICS]]))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

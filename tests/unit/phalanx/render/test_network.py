@@ -86,7 +86,7 @@ def test_job_overrides_win_and_warn():
 
 def test_host_network_needs_profile_permission():
     w = render_network(spec(hostNetwork=True), NetworkProfile(), job_key="ns/a")
-    assert not w.host_network  # refused by validate_network (tests/unit/test_validate.py)
+    assert not w.host_network  # refused by validate_network (tests/unit/phalanx/test_validate.py)
 
 
 def test_host_network_ports_are_per_job_and_stable():

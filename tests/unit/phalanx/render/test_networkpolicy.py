@@ -71,8 +71,6 @@ def test_the_policy_is_the_jobs_own():
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 
-@pytest.mark.xfail(strict=True, reason="both operator selectors left out render an empty peer ({}), which the API server "
-                                       "refuses ('must specify a peer'); 'from anywhere' is a rule without 'from'")
 def test_operator_selectors_both_left_out_admit_the_operator_from_anywhere():
     """NetworkPolicyConfig: "A selector left out matches everything on that side (both out: from anywhere)"."""
     policy = policy_for(operator_namespace_labels=None, operator_pod_labels=None)
