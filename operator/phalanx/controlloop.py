@@ -78,9 +78,11 @@ async def sleep_or_wake(wake: asyncio.Event, seconds: float, coalesce: float = 0
         pass
 
 
-async def back_off(wake: asyncio.Event, consecutive: int) -> None:
-    """After the ``consecutive``-th failure in a row: wait ``backoff_seconds`` or for a wake-up."""
-    await sleep_or_wake(wake, backoff_seconds(consecutive))
+async def back_off(wake: asyncio.Event, consecutive: int, limit: float | None = None) -> None:
+    """After the ``consecutive``-th failure in a row: wait ``backoff_seconds`` (at most ``limit``)
+    or for a wake-up."""
+    delay = backoff_seconds(consecutive)
+    await sleep_or_wake(wake, delay if limit is None else min(delay, limit))
 
 
 async def resync(wake: asyncio.Event, requeue_after: float | None = None,

@@ -55,14 +55,16 @@ def native_gang_step(memo: kopf.Memo, indexes: Indexes) -> GangStep:
     def step(job: TrainingJob, pods: list[dict[str, Any]]) -> GangDecision:
         namespace, name = job.metadata.namespace, job.metadata.name
         key = f"{namespace}/{name}"
-        request = gang_request(job, config, _priority(job, indexes.priority_classes))
+        request: GangRequest | None = None
 
         def alive() -> None:
             if loop is not None and not gangs.alive(namespace, name):
                 raise JobGone(key)
 
         def join() -> Row | None:
+            nonlocal request
             alive()
+            request = gang_request(job, config, _priority(job, indexes.priority_classes))  # reads an index: on the loop
             scheduler.attach(indexes.cluster_nodes, indexes.usage)
             return scheduler.submit(key, request)
 

@@ -249,15 +249,24 @@ class JobLoop:
         except Exception:  # noqa: BLE001 - API or transport trouble: back off and retry
             self.failures.api += 1
             RECONCILES.labels("error").inc()
+            self.booking_ends()
             log.exception("reconcile of %s/%s failed (%d in a row); retrying", self.namespace, self.name, self.failures.api)
             await back_off(self.wake, self.failures.api)
             return None
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self.failures.api = 0
+        if refusals:
+            self.booking_ends()
         if plan.status is not None and not refusals:
             self.status_written_at = time.monotonic()
         return refusals
+
+    def booking_ends(self) -> None:
+        """The pass stopped before its release was done (API trouble, a refusal): a placement it
+        booked expires PIN_TTL_SECONDS from now instead of holding its nodes until this job's next
+        pass, which may be minutes of backoff away (some pins may be written: not at once)."""
+        self.memo.gangs.pins_written(self.namespace, self.name)
 
     def hold_ready_counts(self, obj: dict[str, Any], plan: Plan) -> None:
         """A status that only moves ready counts waits out the job's write interval (pacing.py):

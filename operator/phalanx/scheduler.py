@@ -35,7 +35,7 @@ from phalanx.constants import LABEL_JOB_NAME
 from phalanx.gang.admission import admit
 from phalanx.gang.inventory import Reservation
 from phalanx.gang.planner import GangRequest, Placement, Unschedulable
-from phalanx.offloop import on_loop
+from phalanx.offloop import decide_started, on_loop
 
 log = logging.getLogger("phalanx.scheduler")
 
@@ -259,7 +259,8 @@ class Scheduler:
     async def run(self, executor: concurrent.futures.Executor, config: OperatorConfig) -> None:
         """Forever: wait for a change, let the batch window pass, plan on the decide thread. With
         gangs waiting, a cycle runs at least every RESYNC_SECONDS (a change no event reported, as
-        a job loop's resync would catch it), and when a booking expires."""
+        a job loop's resync would catch it), and after the earliest booking expiry known when it
+        started waiting (a booking given its expiry meanwhile is dropped by the next cycle)."""
         loop = asyncio.get_running_loop()
         if self._due is None:
             self._due = asyncio.Event()
@@ -270,10 +271,19 @@ class Scheduler:
                 self.changed()
             await asyncio.sleep(self.window)
             try:
-                await loop.run_in_executor(executor, lambda: self.cycle(loop, config, only_if_due=True))
+                await loop.run_in_executor(executor, lambda: self._timed_cycle(loop, config))
             except Exception:  # noqa: BLE001 - a failed plan must not stop scheduling; rows stay as they were
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
+
+    def _timed_cycle(self, loop: asyncio.AbstractEventLoop, config: OperatorConfig) -> None:
+        """A cycle on the decide thread, seen by /healthz as a decide is (one that never ends
+        blocks every job's decide)."""
+        decide_started[0] = time.monotonic()
+        try:
+            self.cycle(loop, config, only_if_due=True)
+        finally:
+            decide_started[0] = None
 
     def _quiet_for(self, now: float) -> float | None:
         """How long the scheduler may wait for a change: None (for ever) with nothing queued or booked."""

@@ -71,6 +71,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     settings.scanning.disabled = True  # no CRD/namespace scanning: least-privilege RBAC
     for key, value in defaults.items():
         memo.setdefault(key, value)
+    memo.scheduler = memo.gangs.scheduler  # one object, whichever of the two a caller's memo had
     memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
     memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
     if memo.pod_reflector is None:
@@ -109,7 +110,9 @@ def problems(memo: kopf.Memo) -> list[str]:
     memo.watchers_seen = memo.get("watchers_seen", frozenset()) | watchers  # scanning is off: a fixed set
     reflector = memo.get("pod_reflector")
     started = decide_started[0]
-    return health.watcher_problems(tasks, memo.watchers_seen) + health.thread_problems(
+    scheduler_task = memo.get("scheduler_task")
+    stopped = ["the gang scheduler's task has stopped"] if scheduler_task is not None and scheduler_task.done() else []
+    return health.watcher_problems(tasks, memo.watchers_seen) + stopped + health.thread_problems(
         reflector.thread.is_alive() if reflector is not None and reflector.thread is not None else None,
         now - reflector.failing_since if reflector is not None and reflector.failing_since else None,
         now - started if started is not None else None)

@@ -38,8 +38,10 @@ def sweep_trials(namespace: str, labels: dict[str, str], body: kopf.Body, **_: A
 
 
 @kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL, labels={constants.LABEL_SWEEP: kopf.PRESENT})
-def trial_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
-    """Wake the sweep's loop; no entry is made for a sweep without one (trials outlive sweeps)."""
+async def trial_changed(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+    """Wake the sweep's loop; no entry is made for a sweep without one (trials outlive sweeps).
+    Async: on the event loop, where the loop's wake-up event lives (kopf runs a sync handler in a
+    thread)."""
     memo.sweep_wakeups.wake((namespace, labels[constants.LABEL_SWEEP]))
 
 

@@ -22,6 +22,9 @@ from phalanx.sweep.check import Expansion, check_sweep
 from phalanx.sweep.decide import SweepPlan, decide, refused
 
 log = logging.getLogger("phalanx.sweep")
+# A sweep's loop is woken by its trials' events only, which stop while the API server is away:
+# after a failure it retries at least this often (a job's loop backs off further: its pods wake it).
+ERROR_BACKOFF_LIMIT_SECONDS = 30.0
 
 REJECTED_STATUSES = (400, 403, 422)  # a trial's create refused as invalid or forbidden: it cannot exist
 # Sweep checks (seconds of CPU each at the limits) run one at a time on their own thread: many
@@ -73,7 +76,7 @@ class SweepLoop:
         except Exception:  # noqa: BLE001 - API trouble or a bug: logged, retried with backoff
             self.errors += 1
             log.exception("reconciling sweep %s/%s failed (%d in a row)", self.namespace, self.name, self.errors)
-            await back_off(self.wake, self.errors)
+            await back_off(self.wake, self.errors, limit=ERROR_BACKOFF_LIMIT_SECONDS)
             return True
         await await_until(lambda: trials_show(list(self.trials.get(self.key, [])), plan))
         if not (plan.create or plan.suspend):

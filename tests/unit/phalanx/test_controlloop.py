@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from phalanx import controlloop
 from phalanx.controlloop import (
     RESYNC_SECONDS,
     Wakeups,
@@ -146,3 +147,15 @@ def test_a_stopped_daemon_runs_no_pass():
         raise AssertionError("no pass once stopped")
 
     asyncio.run(run_while_leading(reconcile, True, None))
+
+
+@pytest.mark.parametrize("consecutive, limit, slept", [(1, None, 2.0), (9, None, 300.0), (9, 30.0, 30.0), (1, 30.0, 2.0)])
+def test_back_off_waits_the_shared_backoff_at_most_its_limit(monkeypatch, consecutive, limit, slept):
+    waits = []
+
+    async def sleep_or_wake(wake, seconds, coalesce=0.0):
+        waits.append(seconds)
+
+    monkeypatch.setattr(controlloop, "sleep_or_wake", sleep_or_wake)
+    asyncio.run(controlloop.back_off(asyncio.Event(), consecutive, limit))
+    assert waits == [slept]

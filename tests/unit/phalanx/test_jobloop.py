@@ -16,7 +16,7 @@ from aiohttp import web
 from phalanx import constants, jobloop, startup
 from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
-from phalanx.decision import Observed
+from phalanx.decision import Observed, Plan
 from phalanx.gang.inventory import Reservation
 from phalanx.lifecycle.pacing import COUNT_WRITE_INTERVAL_SECONDS
 from phalanx.scheduler import PIN_TTL_SECONDS
@@ -155,6 +155,31 @@ def test_a_release_of_pods_already_released_books_nothing():
     pending["a/once"] = ([Reservation("a/once", "n6", {GPU: 8})], float("inf"))
     gangs.released("a", "once", all_new=True)  # written: held for the index's lag
     assert [r.node for r in gangs.scheduler.pending_pins(except_key="a/x")] == ["n6"]
+
+
+def test_a_pass_that_stops_before_its_release_lets_its_booking_expire():
+    """API trouble or a refusal after the gang step booked its placement: the booking expires
+    PIN_TTL_SECONDS later instead of holding the nodes through the job's backoff."""
+    async def run(refusals, raises):
+        memo = startup.new_memo()
+        loop_ = job_loop(memo, "stuck", indexes())
+        memo.scheduler.pending["default/stuck"] = ([Reservation("default/stuck", "n0", {GPU: 8})], float("inf"))
+
+        class _Failing:
+            async def execute(self, *a, **k):
+                if raises:
+                    raise OSError("API server unreachable")
+                return refusals
+
+        memo.kube = _Failing()
+        loop_.wake.set()  # the backoff returns at once
+        await loop_.execute({"status": {}}, Plan(), 0.0)
+        memo.decider.shutdown()
+        return memo.scheduler.pending["default/stuck"][1]
+
+    assert asyncio.run(run([], raises=True)) < float("inf")
+    assert asyncio.run(run(["refused"], raises=False)) < float("inf")
+    assert asyncio.run(run([], raises=False)) == float("inf")  # done: released() starts it instead
 
 
 class _Kube:

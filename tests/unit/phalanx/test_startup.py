@@ -46,6 +46,30 @@ def test_startup_installs_it(monkeypatch):
         return reflector
 
     monkeypatch.setattr(startup, "_start_pod_reflector", start_pod_reflector)
-    asyncio.run(handlers.configure(settings=settings, memo=memo))
+    async def configure_then_stop():
+        await handlers.configure(settings=settings, memo=memo)
+        running = not memo.scheduler_task.done()
+        memo.scheduler_task.cancel()
+        return running
+
+    assert asyncio.run(configure_then_stop())
     assert isinstance(settings.persistence.diffbase_storage, startup.NoDiffBase)
     assert memo.pod_reflector is reflector  # started (and synced) before any watch
+    assert memo.scheduler is memo.gangs.scheduler  # one scheduler, whatever the memo carried
+
+
+def test_healthz_fails_once_the_scheduler_task_has_stopped():
+    async def check():
+        memo = startup.new_memo()
+        assert "the gang scheduler's task has stopped" not in startup.problems(memo)  # not started: nothing to say
+        memo.scheduler_task = asyncio.create_task(asyncio.sleep(3600))
+        await asyncio.sleep(0)
+        healthy = startup.problems(memo)
+        memo.scheduler_task.cancel()
+        await asyncio.sleep(0)
+        memo.decider.shutdown()
+        return healthy, startup.problems(memo)
+
+    healthy, stopped = asyncio.run(check())
+    assert "the gang scheduler's task has stopped" not in healthy
+    assert "the gang scheduler's task has stopped" in stopped

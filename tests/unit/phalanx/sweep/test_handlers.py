@@ -3,6 +3,8 @@ which key, and whom a trial's change wakes."""
 
 from __future__ import annotations
 
+import asyncio
+
 from phalanx import constants, startup
 from phalanx.sweep import handlers
 
@@ -50,8 +52,8 @@ def test_trials_are_indexed_by_their_sweep():
 def test_a_trials_change_wakes_its_sweeps_loop_only():
     memo = startup.new_memo()
     wake = memo.sweep_wakeups.wakeup(("ml", "lr-sweep"))
-    handlers.trial_changed(namespace="ml", labels={constants.LABEL_SWEEP: "gone"}, memo=memo)  # a deleted sweep's trial
+    asyncio.run(handlers.trial_changed(namespace="ml", labels={constants.LABEL_SWEEP: "gone"}, memo=memo))  # a deleted sweep's trial
     assert not wake.is_set() and list(memo.sweep_wakeups.events) == [("ml", "lr-sweep")]
-    handlers.trial_changed(namespace="ml", labels={constants.LABEL_SWEEP: "lr-sweep"}, memo=memo)
+    asyncio.run(handlers.trial_changed(namespace="ml", labels={constants.LABEL_SWEEP: "lr-sweep"}, memo=memo))
     assert wake.is_set()
     memo.decider.shutdown()

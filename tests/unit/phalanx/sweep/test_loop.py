@@ -97,8 +97,8 @@ def test_a_failing_pass_backs_off_on_the_shared_scheme_and_a_good_one_starts_ove
     loop = sweep_loop.SweepLoop(memo, "ns", "s", {"metadata": {"name": "s"}}, {}, None)
     waits = []
 
-    async def back_off(wake, consecutive):
-        waits.append(consecutive)
+    async def back_off(wake, consecutive, limit=None):
+        waits.append((consecutive, limit))
 
     async def fail():
         raise RuntimeError("a bug")
@@ -113,8 +113,9 @@ def test_a_failing_pass_backs_off_on_the_shared_scheme_and_a_good_one_starts_ove
     monkeypatch.setattr(sweep_loop, "resync", resync)
     monkeypatch.setattr(loop, "decide", fail)
     assert asyncio.run(loop.reconcile()) and asyncio.run(loop.reconcile())
-    assert waits == [1, 2] and loop.errors == 2
+    limit = sweep_loop.ERROR_BACKOFF_LIMIT_SECONDS
+    assert waits == [(1, limit), (2, limit)] and loop.errors == 2
     monkeypatch.setattr(loop, "decide", nothing_to_do)
     assert asyncio.run(loop.reconcile())
-    assert waits == [1, 2, "resync"] and loop.errors == 0
+    assert waits == [(1, limit), (2, limit), "resync"] and loop.errors == 0
     assert memo.sweep_wakeups.events == {("ns", "s"): loop.wake}
