@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -30,7 +31,7 @@ class BackendRender:
     errors: list[str] = field(default_factory=list)
 
 
-class Backend:
+class Backend(ABC):
     """One ``spec.scheduling.backend``: how it renders a gang (its objects and the pods' mutation),
     what it refuses, and where the operator reads its verdict on the gang. A backend module
     subclasses it once (``BACKEND``); ``phalanx.backends.backend_for`` picks it. Stateless: what
@@ -42,8 +43,9 @@ class Backend:
     # Kueue admits the gang: its Workload carries the verdict (backends.kueue.admission).
     reads_kueue_workload: ClassVar[bool] = False
 
+    @abstractmethod
     def render(self, job: Any, **kwargs: Any) -> BackendRender:
-        raise NotImplementedError
+        """The backend's objects and what it adds to every pod."""
 
     def validate(self, job: Any, **kwargs: Any) -> list[str]:
         """What this backend refuses of ``job`` (the errors of its render), field first."""

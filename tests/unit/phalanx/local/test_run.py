@@ -7,26 +7,11 @@ from __future__ import annotations
 import pytest
 
 from phalanx.api.slots import slots
-from phalanx.api.types import TrainingJob
 from phalanx.local.env import (
-    LocalJob,
     slot_label,
 )
 from phalanx.local.run import EXIT_PREEMPTED, required_processes, role_exit_codes, verdict
-
-
-def cfg(**spec) -> LocalJob:
-    s = {"image": "x", "nodes": 2, "command": ["python", "train.py"], "args": ["--spec-arg"], **spec}
-    j = TrainingJob.model_validate({"metadata": {"name": "j", "namespace": "ml"}, "spec": s})
-    return LocalJob(spec=j.spec, name=j.metadata.name, namespace=j.metadata.namespace)
-
-
-TF_ROLES = [{"name": "chief", "args": ["--coordinate"], "env": [{"name": "STEPS", "value": "$(PHALANX_ROLE)-9"}]},
-            {"name": "ps", "replicas": 2, "command": ["python", "ps.py"]},
-            {"name": "evaluator"}]
-
-
-
+from tests.unit.phalanx.local.test_env import TF_ROLES, cfg
 
 # --- when the run ends ------------------------------------------------------------------------
 

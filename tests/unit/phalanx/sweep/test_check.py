@@ -7,16 +7,7 @@ import pytest
 
 from phalanx.api.sweep import MAX_TRIALS
 from phalanx.sweep.check import check_sweep
-
-
-def sweep(**spec) -> dict:
-    base = {
-        "template": {"spec": {"image": "phalanx/runtime:0.1.0", "model": {"preset": "debug"},
-                              "training": {"steps": 50, "seed": 7}}},
-        "parameters": [{"path": "training.lr", "values": [0.001, 0.003]}],
-    }
-    base.update(spec)
-    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingSweep", "metadata": {"name": "sw"}, "spec": base}
+from tests.unit.phalanx.sweep.test_params import sweep
 
 
 def messages(obj) -> list[str]:
