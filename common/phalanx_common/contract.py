@@ -62,6 +62,55 @@ METRIC_LABEL_NAMESPACE = "namespace"
 METRIC_LABEL_JOB = "trainingjob"
 # Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
 METRICS_LOG_FILE = "metrics.jsonl"
+# --- Progress from any code (docs/your-code.md) ---
+# One record for every job: global rank 0 serves it as JSON on $PHALANX_PROGRESS_PORT (GET /progress)
+# and writes the last one to $PHALANX_TERMINATION_LOG at exit. Built-in runtime, the reporting
+# client (phalanx_common.report) and the log collectors (phalanx_common.collect) all produce it; the
+# operator parses it strictly (phalanx/lifecycle/progress.py). Keys are ProgressKey members.
+class ProgressKey(StrEnum):
+    PHASE = "phase"
+    STEP = "step"
+    TOTAL_STEPS = "totalSteps"
+    WORLD_SIZE = "worldSize"
+    LOSS = "loss"
+    TOKENS_PER_SECOND = "tokensPerSecond"
+    MFU = "mfu"
+    STEP_TIME_SECONDS = "stepTimeSeconds"
+    START_TIME = "startTime"
+    UPDATED_AT = "updatedAt"
+    EPOCH = "epoch"
+    METRICS = "metrics"  # {name: finite number}: eval_loss, eval_accuracy, learning_rate, ...
+    LAST_CHECKPOINT = "lastCheckpoint"  # {"step", "path", "time"}: the last committed checkpoint
+    RESUMED_STEP = "resumedStep"  # the step this attempt's script resumed from (its checkpoint)
+    RESUMED_FROM = "resumedFrom"  # built-in runtime: {"uid", "step"} of an earlier job's checkpoint
+
+
+# Bounds both sides keep: what a reporter sends and what the operator accepts.
+MAX_REPORTED_METRICS = 32
+METRIC_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$"
+
+# spec.progress.collector: how a command job's progress is read (the operator renders the env;
+# `python3 -m phalanx_common.collect -- <command>` reads it and serves the record).
+ENV_PROGRESS_COLLECTOR = "PHALANX_PROGRESS_COLLECTOR"
+ENV_PROGRESS_PATTERNS = "PHALANX_PROGRESS_PATTERNS"  # regex collector: a JSON list of patterns
+ENV_PROGRESS_FILE = "PHALANX_PROGRESS_FILE"  # jsonl collector: the file the script appends to
+COLLECT_MODULE = "phalanx_common.collect"
+
+
+class Collector(StrEnum):
+    CLIENT = "client"  # the script reports itself (phalanx_common.report or a ready-made callback)
+    HUGGINGFACE = "huggingface"  # transformers Trainer / TRL log lines and progress bar
+    LIGHTNING = "lightning"  # PyTorch Lightning's progress bar
+    TORCHTITAN = "torchtitan"  # torchtitan's metrics log line
+    DEEPSPEED = "deepspeed"  # DeepSpeed's engine log lines
+    REGEX = "regex"  # the job's own patterns, named groups (as Katib's StdOut collector)
+    JSONL = "jsonl"  # a JSON-lines metrics file the script appends to
+
+
+# Checkpoints of a user's script: the reporting client marks one committed by writing this file
+# (atomically, by rename) in $PHALANX_CHECKPOINT_DIR; latest_checkpoint() reads it after a restart.
+LATEST_CHECKPOINT_FILE = "phalanx-latest-checkpoint.json"
+
 # Process-group timeout in seconds (network profile watchdog.pgTimeoutSeconds): init_process_group
 # and every group the runtime creates (device-mesh dims, the checkpointer's). Unset: torch's default.
 ENV_PG_TIMEOUT_SECONDS = "PHALANX_PG_TIMEOUT_SECONDS"

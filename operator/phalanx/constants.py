@@ -13,6 +13,7 @@ from enum import StrEnum
 # The operator↔runtime contract (env names, shared files, the runtime's error report, stopping):
 # defined in the package both import, re-exported here under the names the operator uses.
 from phalanx_common.contract import (  # noqa: F401
+    COLLECT_MODULE,
     DEFAULT_MASTER_PORT,
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
@@ -51,6 +52,9 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_PET_RDZV_ENDPOINT,
     ENV_PET_RDZV_ID,
     ENV_PG_TIMEOUT_SECONDS,
+    ENV_PROGRESS_COLLECTOR,
+    ENV_PROGRESS_FILE,
+    ENV_PROGRESS_PATTERNS,
     ENV_PROGRESS_PORT,
     ENV_PYTHONUNBUFFERED,
     ENV_RANK,
@@ -61,8 +65,11 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_WORLD_SIZE,
     EXIT_PREEMPTED,
     HOROVOD_GLOO_TIMEOUT_SECONDS,
+    LATEST_CHECKPOINT_FILE,
+    MAX_REPORTED_METRICS,
     METRIC_LABEL_JOB,
     METRIC_LABEL_NAMESPACE,
+    METRIC_NAME_PATTERN,
     METRICS_LOG_FILE,
     REPORT_KEY_ERROR,
     REPORT_PHASE_FAILED,
@@ -73,8 +80,10 @@ from phalanx_common.contract import (  # noqa: F401
     SLURM_NTASKS,
     STOP_ESCALATION_SECONDS,
     STOP_GRACE_SECONDS,
+    Collector,
     ErrorKey,
     ErrorSource,
+    ProgressKey,
 )
 
 # --- API identity: the CRDs' group, version, kinds and names ------------------------------------
