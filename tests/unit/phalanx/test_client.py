@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -32,6 +33,7 @@ from phalanx.client import (
     validate,
 )
 
+ROOT = Path(__file__).resolve().parents[3]
 UID = "11111111-2222-3333-4444-555555555555"
 
 
@@ -391,3 +393,16 @@ def test_run_local_really_runs_a_command_job(tmp_path, monkeypatch):
     summary = phalanx_client.run_local(job, timeout=60)
     assert summary["exit_codes"] == [0, 0] and summary["nodes"] == 2
     assert (tmp_path / "ran-0").exists() and (tmp_path / "ran-1").exists()
+
+
+def test_the_notebook_examples_offline_cells_run(monkeypatch, capsys):
+    """examples/notebook_client.py up to its first cluster cell: build, validate, run locally."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    source = (ROOT / "examples" / "notebook_client.py").read_text()
+    offline, marker, _ = source.partition("# %% On the cluster")
+    assert marker, "the example's cluster cells start at '# %% On the cluster'"
+    exec(compile(offline, "examples/notebook_client.py", "exec"), {"__name__": "notebook"})  # noqa: S102
+    out = capsys.readouterr().out
+    assert "'procsPerNode'" not in out.splitlines()[0]  # the manifest: only the fields set
+    assert "parallelism.data" in out  # the refused job's problem, naming the field
+    assert "[0, 0]" in out  # both local processes exited 0
