@@ -25,7 +25,8 @@ included (tests/unit/test_structure.py builds the graph and refuses any cycle):
 8. ``handlers`` (kopf wiring only, state in kopf's ``memo``), ``sweep.handlers`` → ``main`` (the
    operator process)
 9. commands: ``cli`` (``phalanx ...``), ``local`` (``phalanx local``: a job as local processes),
-   ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables`` (the docs' generated tables)
+   ``plan``, ``watch``, ``plot``, ``termchart``, ``docstables`` (the docs' generated tables);
+   ``client`` (the Python client: jobs from the API models, submitted, followed, run locally)
 
 Nothing in this package's import path may import kopf or the kubernetes client at the top level.
 Below all of them, ``phalanx_common`` (common/, standard library only): the operator↔runtime
