@@ -1,6 +1,6 @@
-"""The Python client, for notebooks and scripts: build a TrainingJob from the API's own pydantic
-models, check it with the verdict `phalanx validate` gives, submit it, follow its progress, read
-rank 0's log, wait for it, delete it, or run the same object on this machine (`phalanx local`).
+"""The Python client, for notebooks and scripts (docs/python-client.md): a TrainingJob built from
+the API's own models, checked as `phalanx validate` checks it, submitted, followed, its rank 0's
+log read, waited for, deleted, or run on this machine as `phalanx local` runs it.
 
     from phalanx.client import Client, training_job
 
