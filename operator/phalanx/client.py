@@ -19,6 +19,7 @@ e.g. a CEL rule naming the field); a job that fails raises :class:`JobFailed` fr
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import json
@@ -50,9 +51,8 @@ from phalanx.watch import progress_line
 
 __all__ = [
     "ApiError", "Client", "InvalidJob", "JobFailed", "NotFound", "ObjectMeta", "Progress", "TrainingJob",
-    "TrainingJobSpec", "default_namespace", "job_from_object", "manifest", "pick_pod", "progress_of", "run_local",
-    "training_job",
-    "validate",
+    "TrainingJobSpec", "default_namespace", "job_from_object", "manifest", "pick_pod", "progress_of",
+    "run_local", "training_job", "validate",
 ]
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -401,12 +401,18 @@ class Client:
         """A :class:`Progress` now and at every change `phalanx watch` would print a line for (or
         of a metric or the resumed step), polling every ``every`` seconds; ends after the one
         that finishes the job (Succeeded or Failed). TimeoutError after ``timeout`` seconds."""
+        for _, progress in self._changes(name, timeout, every):
+            yield progress
+
+    def _changes(self, name: str, timeout: float | None, every: float) -> Iterator[tuple[dict[str, Any], Progress]]:
+        """(the object, its progress) at each change, until the job finishes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last = None
         while True:
-            now = self.progress(name)
+            obj = self._raw(name)
+            now = progress_of(name, obj.get("status"))
             if _changed(last, now):
-                yield now
+                yield obj, now
                 last = now
             if now.finished:
                 return
@@ -420,9 +426,8 @@ class Client:
         """Block until the job finishes; returns it when Succeeded. Failed: JobFailed carrying the
         job and its status message (or the job, with ``raise_on_failure=False``). TimeoutError
         after ``timeout`` seconds."""
-        for _ in self.watch(name, timeout=timeout, every=every):
-            pass
-        job = self.get(name)
+        final = collections.deque(self._changes(name, timeout, every), maxlen=1)  # the finished job's
+        job = job_from_object(final[0][0])
         if raise_on_failure and job.status is not None and job.status.phase == Phase.FAILED:
             raise JobFailed(job)
         return job

@@ -309,7 +309,9 @@ def test_watch_times_out():
 
 
 def test_wait_returns_the_succeeded_job_and_raises_on_failure():
-    done = fake_client(FakeCustom([{"phase": "Running"}, {"phase": "Succeeded", "step": 9}])).wait("j", every=0)
+    custom = FakeCustom([{"phase": "Running"}, {"phase": "Succeeded", "step": 9}])
+    custom.gone_after_reads = 2  # ttlSecondsAfterFinished: deleted as soon as it finished
+    done = fake_client(custom).wait("j", every=0)
     assert (done.status.phase, done.status.step) == ("Succeeded", 9)
     failed = FakeCustom([{"phase": "Failed", "message": "rank 1 exited with code 2"}])
     with pytest.raises(JobFailed, match="TrainingJob j failed: rank 1 exited with code 2") as err:
