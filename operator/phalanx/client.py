@@ -24,6 +24,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -291,8 +292,8 @@ def run_local(job: TrainingJob | dict[str, Any], *, json: bool = False, timeout:
 
 
 def _api_client(kubeconfig: str | Path | None, context: str | None) -> Any:
-    """Like `phalanx watch` and the operator: in-cluster (a notebook in a pod) when no kubeconfig
-    or context is named, else $KUBECONFIG or ~/.kube/config; a named one is read as given."""
+    """As the operator loads it (phalanx.kube.load_client) when no kubeconfig or context is named:
+    in-cluster (a notebook in a pod), else $KUBECONFIG or ~/.kube/config; a named one as given."""
     from kubernetes import client, config
 
     if kubeconfig is None and context is None:
@@ -306,21 +307,19 @@ def _api_client(kubeconfig: str | Path | None, context: str | None) -> Any:
 
 
 def default_namespace(kubeconfig: str | Path | None = None, context: str | None = None) -> str:
-    """kubectl's: the kubeconfig context's namespace, else the pod's own (in-cluster), else default."""
+    """The namespace of the credentials :class:`Client` loads: in a pod (none named), the pod's
+    own; else the kubeconfig context's (kubectl's); else ``default``."""
     from kubernetes import config
 
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        with contextlib.suppress(OSError):
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
     try:
         contexts, active = config.list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
-        chosen = next((c for c in contexts if c.get("name") == context), active) if context else active
-        namespace = (chosen or {}).get("context", {}).get("namespace")
-        if namespace:
-            return namespace
     except (config.ConfigException, OSError):
-        pass
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
-    except OSError:
         return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), active) if context else active
+    return (chosen or {}).get("context", {}).get("namespace") or "default"
 
 
 class Client:

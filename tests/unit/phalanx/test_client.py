@@ -357,10 +357,17 @@ def test_default_namespace_is_the_kubeconfig_contexts(tmp_path, monkeypatch):
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": [user],
                                     "contexts": contexts, "current-context": "a"}))
-    monkeypatch.setattr(phalanx_client, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
+    pod_namespace = tmp_path / "namespace"
+    pod_namespace.write_text("pods-own\n")
+    monkeypatch.setattr(phalanx_client, "SERVICE_ACCOUNT_NAMESPACE", pod_namespace)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert default_namespace(path) == "team-a"
     assert default_namespace(path, context="b") == "default"
     assert default_namespace(tmp_path / "absent") == "default"
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod: its own, unless one is named
+    assert default_namespace() == "pods-own"
+    assert default_namespace(path) == "team-a" and default_namespace(path, context="b") == "default"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     assert Client(kubeconfig=path).namespace == "team-a"
     assert Client(kubeconfig=path, namespace="x").api.configuration.host == "https://127.0.0.1:1"
 
