@@ -1,5 +1,5 @@
 """A sweep's trials, as a pure function of its spec: parameter paths resolved against the
-TrainingJob spec model, values sampled (grid, random with a seed, an explicit list; ensembles
+TrainingJob spec model (or ``env.NAME``: one variable of the trainer's ``spec.env``), values sampled (grid, random with a seed, an explicit list; ensembles
 multiply each configuration by N seeds), each trial's spec built from the template.
 
 Deterministic: the same spec always gives the same trials in the same order (trial ``i`` is
@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 import enum
 import itertools
+import json
 import math
 import random
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -21,7 +23,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from phalanx.api.sweep import MAX_TRIALS, Algorithm, Scale, TrainingSweepSpec
+from phalanx.api.kubetypes import EnvVar
+from phalanx.api.rules import broken_rules
+from phalanx.api.sweep import (
+    ENV_PARAMETER_NAME,
+    ENV_PARAMETER_PREFIX,
+    MAX_TRIALS,
+    Algorithm,
+    Scale,
+    TrainingSweepSpec,
+)
 from phalanx.api.types import TrainingJobSpec
 
 SEED_PATH = "training.seed"
@@ -32,7 +43,9 @@ class Leaf:
     """What a parameter path names: a scalar field of the TrainingJob spec."""
 
     path: str
-    kind: str  # "int", "float", "bool", "str" (enums, literals and quantities are "str"-like)
+    # "int", "float", "bool", "str" (enums, literals and quantities are "str"-like); ENV: an env
+    # variable, any value (set as text), a range sampled as for a float field
+    kind: str
     choices: tuple[str, ...] = ()  # enum / literal values, for the messages
 
 
@@ -78,8 +91,39 @@ def _fields(model: type[BaseModel]) -> dict[str, Any]:
     return {(info.alias or name): info for name, info in model.model_fields.items()}
 
 
+ENV = "env"
+
+
+def env_name(path: str) -> str | None:
+    """The variable an ``env.NAME`` path sets (None: a spec field path)."""
+    return path[len(ENV_PARAMETER_PREFIX):] if path.startswith(ENV_PARAMETER_PREFIX) else None
+
+
+def env_text(value: Any) -> str:
+    """A parameter value as an env variable's text: strings as they are, numbers and booleans as
+    JSON writes them (0.001, 1e-05, 3, true), which float(), int() and json.loads() read back."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _resolve_env(path: str, name: str) -> Leaf | str:
+    if not re.fullmatch(ENV_PARAMETER_NAME, name):
+        return (f"spec.env: {path} names one environment variable, NAME of letters, digits and '_' "
+                "(not starting with a digit), e.g. env.LR")
+    try:
+        var = EnvVar.model_validate({"name": name, "value": ""})
+    except ValueError as exc:
+        return f"spec.env: {name}: {exc}"
+    for _, message, _ in broken_rules(var, ""):
+        return f"spec.env: {name}: {message}"
+    return Leaf(path, ENV)
+
+
 def resolve_path(path: str) -> Leaf | str:
-    """The scalar field ``path`` names in the TrainingJob spec, or why it names none."""
+    """The scalar field ``path`` names in the TrainingJob spec (or the env variable of an
+    ``env.NAME`` path), or why it names none."""
+    name = env_name(path)
+    if name is not None:
+        return _resolve_env(path, name)
     model: type[BaseModel] = TrainingJobSpec
     parts = path.split(".")
     where = "spec"
@@ -123,7 +167,8 @@ def _leaf(path: str, where: str, members: list[Any]) -> Leaf | str:
         elif m is str:
             kinds.append("str")
         elif origin in (list, dict) or m in (list, dict):
-            return f"{where} is a {'list' if (origin or m) is list else 'map'}; a parameter sets one scalar field"
+            env_hint = f" (one variable: {ENV_PARAMETER_PREFIX}NAME)" if where == "spec.env" else ""
+            return f"{where} is a {'list' if (origin or m) is list else 'map'}; a parameter sets one scalar field{env_hint}"
         else:
             return f"{where} cannot be a sweep parameter"
     if "float" in kinds:
@@ -136,6 +181,18 @@ def _leaf(path: str, where: str, members: list[Any]) -> Leaf | str:
 
 
 def set_path(spec: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` in a wire-form spec; ``env.NAME`` replaces the entry of spec.env named NAME
+    (a value or a valueFrom) with the value as text, or appends one."""
+    name = env_name(path)
+    if name is not None:
+        env = spec.setdefault("env", [])
+        entry = {"name": name, "value": env_text(value)}
+        at = next((i for i, e in enumerate(env) if e.get("name") == name), None)
+        if at is None:
+            env.append(entry)
+        else:
+            env[at] = entry
+        return
     node = spec
     parts = path.split(".")
     for part in parts[:-1]:
@@ -147,6 +204,9 @@ def set_path(spec: dict[str, Any], path: str, value: Any) -> None:
 
 
 def get_path(spec: dict[str, Any], path: str) -> Any:
+    name = env_name(path)
+    if name is not None:
+        return next((e.get("value") for e in spec.get("env") or [] if e.get("name") == name), None)
     node: Any = spec
     for part in path.split("."):
         if not isinstance(node, dict):
