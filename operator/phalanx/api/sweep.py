@@ -180,7 +180,7 @@ class TrainingSweepSpec(Model):
         description="algorithm list: each trial's assignment, path → value, e.g. {training.lr: 0.001}.")
     seed: int = Field(0, ge=0, le=(1 << 53) - 1, description="random: the sampler's seed (same seed, same trials).")
     ensemble: Ensemble | None = Field(None, description="Run each configuration with this many training seeds.")
-    objective: Objective = Field(default_factory=Objective)
+    objective: Objective = Field(default_factory=Objective, description="What the trials are ranked by: the best trial has the best value.")
     max_parallel: int = Field(1, ge=1, le=MAX_TRIALS, description="Trials that exist unfinished at once (queued ones included). The only field that may change.")
     max_trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="At most this many trials (random: how many to sample; grid: the first ones).")
     early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
