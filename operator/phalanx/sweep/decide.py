@@ -196,6 +196,8 @@ def observe_trials(ctx: SweepPass) -> None:
             _observe(ctx, rec, job)
 
 
+# The steps of a command job that has not reported its totalSteps: its milestones are bounded by
+# MAX_MILESTONES alone.
 UNKNOWN_STEPS = 1 << 62
 
 

@@ -1,6 +1,7 @@
 """A sweep's trials, as a pure function of its spec: parameter paths resolved against the
-TrainingJob spec model (or ``env.NAME``: one variable of the trainer's ``spec.env``), values sampled (grid, random with a seed, an explicit list; ensembles
-multiply each configuration by N seeds), each trial's spec built from the template.
+TrainingJob spec model (or ``env.NAME``: one variable of the trainer's ``spec.env``), values
+sampled (grid, random with a seed, an explicit list; ensembles multiply each configuration by N
+seeds), each trial's spec built from the template.
 
 Deterministic: the same spec always gives the same trials in the same order (trial ``i`` is
 named ``<sweep>-<i>``), so a restarted operator re-derives exactly what it created before.
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from phalanx.api.kubetypes import EnvVar
 from phalanx.api.rules import broken_rules
@@ -36,11 +37,12 @@ from phalanx.api.sweep import (
 from phalanx.api.types import TrainingJobSpec
 
 SEED_PATH = "training.seed"
+ENV = "env"  # the Leaf kind of an env.NAME parameter
 
 
 @dataclass(frozen=True)
 class Leaf:
-    """What a parameter path names: a scalar field of the TrainingJob spec."""
+    """What a parameter path names: a scalar field of the TrainingJob spec, or an env variable."""
 
     path: str
     # "int", "float", "bool", "str" (enums, literals and quantities are "str"-like); ENV: an env
@@ -91,9 +93,6 @@ def _fields(model: type[BaseModel]) -> dict[str, Any]:
     return {(info.alias or name): info for name, info in model.model_fields.items()}
 
 
-ENV = "env"
-
-
 def env_name(path: str) -> str | None:
     """The variable an ``env.NAME`` path sets (None: a spec field path)."""
     return path[len(ENV_PARAMETER_PREFIX):] if path.startswith(ENV_PARAMETER_PREFIX) else None
@@ -111,11 +110,10 @@ def _resolve_env(path: str, name: str) -> Leaf | str:
                 "(not starting with a digit), e.g. env.LR")
     try:
         var = EnvVar.model_validate({"name": name, "value": ""})
-    except ValueError as exc:
-        return f"spec.env: {name}: {exc}"
-    for _, message, _ in broken_rules(var, ""):
-        return f"spec.env: {name}: {message}"
-    return Leaf(path, ENV)
+    except ValidationError as exc:  # longer than an env name may be (a list trial's key is unbounded)
+        return f"spec.env: {name[:64]}…: {exc.errors()[0]['msg']}"
+    broken = next(broken_rules(var, ""), None)  # PHALANX_*, the rendezvous, device-plugin variables
+    return Leaf(path, ENV) if broken is None else f"spec.env: {name}: {broken[1]}"
 
 
 def resolve_path(path: str) -> Leaf | str:

@@ -111,17 +111,17 @@ def record_progress(rec: TrialStatus, status: dict[str, Any], objective: Objecti
     if type(step) is int:
         rec.step = step
     if objective.reported:
-        latest = reported_value(objective.metric, status)
+        at_milestone = reported_value(objective.metric, status)  # its latest value; None: not reported yet
         _, rec.best_loss = metric_value(Metric.FINAL_LOSS, status, rec.best_loss)
-        rec.value = aggregate(objective, rec.value, latest)
+        rec.value = aggregate(objective, rec.value, at_milestone)
     else:
-        latest, rec.best_loss = metric_value(objective.metric, status, rec.best_loss)
-        if latest is not None:
-            rec.value = latest
-        latest = rec.value  # built-in metrics: the milestone records the trial's value (bestLoss: the best)
-    new = new_milestones(steps, {m.step for m in rec.milestones}, rec.step, latest)
+        value, rec.best_loss = metric_value(objective.metric, status, rec.best_loss)
+        if value is not None:
+            rec.value = value
+        at_milestone = rec.value  # the trial's value (bestLoss: the best so far)
+    new = new_milestones(steps, {m.step for m in rec.milestones}, rec.step, at_milestone)
     for m in new:
-        rec.milestones.append(Milestone(step=m, value=latest, at=rec.step))
+        rec.milestones.append(Milestone(step=m, value=at_milestone, at=rec.step))
     return new
 
 

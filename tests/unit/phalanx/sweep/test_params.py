@@ -55,7 +55,8 @@ def test_env_paths_name_one_variable(path):
     ("env.A.B", "env.A.B names one environment variable, NAME of letters, digits and '_'"),
     ("env.PHALANX_LR", "spec.env: PHALANX_LR: PHALANX_* variables are set by the operator"),
     ("env.MASTER_ADDR", "spec.env: MASTER_ADDR:"),  # the rendezvous is the operator's
-    ("env.NVIDIA_VISIBLE_DEVICES", "spec.env: NVIDIA_VISIBLE_DEVICES:"),  # device grants are the device plugin's
+    ("env.NVIDIA_VISIBLE_DEVICES", "spec.env: NVIDIA_VISIBLE_DEVICES:"),
+    ("env." + "A" * 300, "String should have at most 256 characters"),  # a list trial's key is unbounded  # device grants are the device plugin's
 ])
 def test_env_paths_the_trainer_cannot_have_are_refused(path, words):
     found = resolve_path(path)
