@@ -1,9 +1,11 @@
 """The TrainingSweep API (phalanx.dev/v1alpha1): hyperparameter sweeps and ensembles as one object.
 
-A sweep holds a TrainingJob template, the parameters to vary (any spec field, by its wire path:
-``training.lr``, ``parallelism.zero``, ``model.overrides.dim``), how to pick them (grid, random
-with a seed, an explicit list; ``ensemble`` multiplies each configuration by N seeds), the
-objective (a metric the runtime reports), ``maxParallel``/``maxTrials`` and early stopping. Each
+A sweep holds a TrainingJob template, the parameters to vary (any scalar spec field, by its wire
+path: ``training.lr``, ``parallelism.zero``, ``model.overrides.dim``; or one environment variable
+of the trainer, ``env.LR``, for a command job's script), how to pick them (grid, random with a
+seed, an explicit list; ``ensemble`` multiplies each configuration by N seeds), the objective (a
+built-in metric or any metric the trial reports, e.g. ``eval_loss``), ``maxParallel``/``maxTrials``
+and early stopping. Each
 trial is a TrainingJob the sweep owns. The CRD (crds/phalanx.dev_trainingsweeps.yaml) and the
 reference section of docs/api.md are generated from these models (``make crds``).
 """
@@ -28,8 +30,13 @@ MAX_TRIALS = 256
 MAX_SWEEP_NAME = MAX_JOB_NAME - len(f"-{MAX_TRIALS - 1}")
 MAX_PARAMETERS = 16
 MAX_MILESTONES = 12
-# A parameter's path: the wire names (camelCase) of nested spec fields, e.g. training.lr.
-PARAMETER_PATH = r"^[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*){0,7}$"
+# A parameter's path: the wire names (camelCase) of nested spec fields, e.g. training.lr; or
+# ENV_PARAMETER_PREFIX and the name of one environment variable of the trainer (spec.env), e.g.
+# env.LR. Env names are shell variable names: a script reads them, and `$(LR)` in args expands them.
+ENV_PARAMETER_PREFIX = "env."
+ENV_PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+PARAMETER_PATH = (r"^([a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*){0,7}|"
+                  + ENV_PARAMETER_PREFIX.replace(".", r"\.") + ENV_PARAMETER_NAME + ")$")
 
 Scalar = bool | int | float | Annotated[str, Field(max_length=512)]
 
@@ -46,9 +53,21 @@ class Scale(StrEnum):
 
 
 class Metric(StrEnum):
+    """The built-in objective metrics; any other objective.metric names a metric the trial reports."""
+
     FINAL_LOSS = "finalLoss"
     BEST_LOSS = "bestLoss"
     TOKENS_PER_SECOND = "tokensPerSecond"
+
+
+BUILTIN_METRICS = tuple(m.value for m in Metric)
+
+
+class Aggregate(StrEnum):
+    """How a reported metric's values make the trial's value."""
+
+    LAST = "last"
+    BEST = "best"
 
 
 class Goal(StrEnum):
@@ -85,7 +104,8 @@ class ParameterRange(Model):
 
 class SweepParameter(Model):
     path: str = Field(..., pattern=PARAMETER_PATH, max_length=256,
-                      description="The TrainingJob spec field to vary, by its wire path, e.g. training.lr, parallelism.zero, model.overrides.dim.")
+                      description="The TrainingJob spec field to vary, by its wire path, e.g. training.lr, parallelism.zero, "
+                      "model.overrides.dim; or env.NAME: the trainer's environment variable NAME (spec.env), set to the value as text.")
     values: list[Scalar] | None = Field(None, min_length=1, max_length=MAX_TRIALS,
                                         description="The values to try (grid: every one; random: one of them uniformly).")
     range: ParameterRange | None = Field(None, description="Random only: sample from this range.")
@@ -93,13 +113,40 @@ class SweepParameter(Model):
 
 
 class Objective(Model):
-    metric: Metric = Field(Metric.FINAL_LOSS, description="finalLoss (the loss when the trial ends), bestLoss (the lowest loss it reported) or tokensPerSecond.")
+    metric: str = Field(
+        Metric.FINAL_LOSS.value, pattern=constants.METRIC_NAME_PATTERN, max_length=64,
+        description="Built in: finalLoss (the loss when the trial ends), bestLoss (the lowest loss it reported) or "
+        "tokensPerSecond. Any other name is a metric the trial reports (status.metrics of its TrainingJob), "
+        "e.g. eval_loss, eval_accuracy; loss is the training loss.")
+    aggregate: Aggregate | None = Field(
+        None, description="A reported metric only: last (default: its last value) or best (the lowest for "
+        "minimize, the highest for maximize, of the values the sweep saw at its samples and at the end).")
     goal: Goal = Field(Goal.MINIMIZE, description="minimize or maximize the metric.")
+
+    checks = (
+        Rule("!has(self.aggregate) || !(self.metric in [" + ", ".join(f"'{m}'" for m in BUILTIN_METRICS) + "])",
+             "objective.aggregate is for a reported metric; " + ", ".join(BUILTIN_METRICS)
+             + " are built in (bestLoss is metric loss with aggregate best)",
+             lambda o: o.aggregate is None or o.metric not in BUILTIN_METRICS, ".aggregate"),
+    )
+
+    @property
+    def reported(self) -> bool:
+        """A metric the trial reports (status.metrics), not a built-in one."""
+        return self.metric not in BUILTIN_METRICS
+
+    @property
+    def keeps_best(self) -> bool:
+        return self.aggregate == Aggregate.BEST
+
+    def label(self) -> str:
+        """The objective in messages: ``eval_loss``, ``best eval_loss``, ``finalLoss``."""
+        return f"best {self.metric}" if self.keeps_best else self.metric
 
 
 class EarlyStopping(Model):
-    """Stop trials that are behind, from the progress the runtime reports (step and loss in the
-    trial's status). A stopped trial is suspended as ``spec.suspend: true`` does: its pods get
+    """Stop trials that are behind, from the progress each trial reports (its step and the
+    objective metric's value, in the trial's status). A stopped trial is suspended as ``spec.suspend: true`` does: its pods get
     SIGTERM, save a checkpoint at the next step boundary, and the checkpoint stays (with the
     template's `checkpoint.volume`; without one nothing is kept)."""
 
@@ -133,7 +180,7 @@ class TrainingSweepSpec(Model):
         description="algorithm list: each trial's assignment, path → value, e.g. {training.lr: 0.001}.")
     seed: int = Field(0, ge=0, le=(1 << 53) - 1, description="random: the sampler's seed (same seed, same trials).")
     ensemble: Ensemble | None = Field(None, description="Run each configuration with this many training seeds.")
-    objective: Objective = Field(default_factory=Objective)
+    objective: Objective = Field(default_factory=Objective, description="What the trials are ranked by: the best trial has the best value.")
     max_parallel: int = Field(1, ge=1, le=MAX_TRIALS, description="Trials that exist unfinished at once (queued ones included). The only field that may change.")
     max_trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="At most this many trials (random: how many to sample; grid: the first ones).")
     early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
@@ -178,7 +225,8 @@ OPERATOR_RULES = (
 
 class Milestone(Model):
     step: int = Field(..., description="The milestone (early-stopping rung).")
-    value: float = Field(..., description="The objective metric when the trial was first seen at or past it.")
+    value: float = Field(..., description="The objective metric when the trial was first seen at or past it (a reported "
+                         "metric: its latest value then, or at the first sample after that has one).")
     at: int | None = Field(None, description="The step the trial had then.")
 
 
@@ -188,7 +236,8 @@ class TrialStatus(Model):
     parameters: dict[str, Scalar] = Field(default_factory=dict)
     phase: str = Field("Waiting", description="Waiting (not created), the TrainingJob's phase, Stopping or Stopped (early-stopped).")
     step: int | None = None
-    value: float | None = Field(None, description="The objective metric (final once the trial ended).")
+    value: float | None = Field(None, description="The objective value (final once the trial ended); none while the trial "
+                                "has not reported the metric.")
     best_loss: float | None = None
     milestones: list[Milestone] = Field(default_factory=list)
     reason: str | None = None

@@ -16,11 +16,17 @@ from phalanx import constants
 from phalanx.api import patterns
 from phalanx.api.config import OperatorConfig
 from phalanx.api.rules import broken_rules
-from phalanx.api.sweep import MAX_SWEEP_NAME, MAX_TRIALS, OPERATOR_RULES, TrainingSweep
+from phalanx.api.sweep import (
+    MAX_SWEEP_NAME,
+    MAX_TRIALS,
+    OPERATOR_RULES,
+    PARAMETER_PATH,
+    TrainingSweep,
+)
 from phalanx.policy.cluster import sweep_policy_problems
 from phalanx.policy.limits import spec_size_problems, sweep_check_problems
 from phalanx.problems import Problem
-from phalanx.sweep.params import Leaf, Trial, expand, resolve_path, total_trials
+from phalanx.sweep.params import ENV, Leaf, Trial, env_name, expand, resolve_path, total_trials
 from phalanx.validate import field_path, type_problems, wire_form
 
 MAX_PROBLEMS = 20
@@ -104,11 +110,11 @@ def check_sweep(obj: Any, config: OperatorConfig | None = None,
             problems.append(Problem(f"spec.parameters[{i}].path", f"{p.path}: {leaf}", "operator"))
             continue
         leaves[p.path] = leaf
-        if p.range is not None and leaf.kind not in ("int", "float"):
+        if p.range is not None and leaf.kind not in ("int", "float", ENV):
             problems.append(Problem(f"spec.parameters[{i}].range", f"{p.path} is a {leaf.kind} field: a range needs a number field; list its values instead", "operator"))
     for i, trial in enumerate(spec.trials or []):
         for path in trial:
-            leaf = resolve_path(path) if re.fullmatch(r"[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*)*", path) else "not a field path like training.lr"
+            leaf = resolve_path(path) if re.fullmatch(PARAMETER_PATH, path) else "not a field path like training.lr or env.LR"
             if isinstance(leaf, str):
                 problems.append(Problem(f"spec.trials[{i}]", f"{path}: {leaf}", "operator"))
             else:
@@ -148,13 +154,23 @@ def trial_object(sweep: TrainingSweep, trial: Trial) -> dict[str, Any]:
     }
 
 
+def _field(trial: Trial, path: str) -> str:
+    """Where a parameter lands in the trial's TrainingJob: spec.<path>, or spec.env[i] for env.NAME."""
+    name = env_name(path)
+    if name is None:
+        return f"spec.{path}"
+    index = next((i for i, e in enumerate(trial.spec.get("env") or []) if e.get("name") == name), None)
+    return f"spec.env[{index}]"
+
+
 def _attribute(trial: Trial, problem: Problem, sweep: TrainingSweep) -> tuple[str, str]:
     """(field, message) naming the parameter and value the problem comes from, or the trial."""
     # The problem's field is the parameter's, under it, or above only it (spec.parallelism for
     # parallelism.tensor when no other parameter is under spec.parallelism).
-    above = [p for p in trial.parameters if f"spec.{p}".startswith(problem.field + ".")]
+    fields = {path: _field(trial, path) for path in trial.parameters}
+    above = [p for p, f in fields.items() if f.startswith(problem.field + ".")]
     for path, value in trial.parameters.items():
-        if problem.field == f"spec.{path}" or problem.field.startswith(f"spec.{path}.") or above == [path]:
+        if problem.field == fields[path] or problem.field.startswith(f"{fields[path]}.") or above == [path]:
             where = trial.source
             if where == "spec.parameters":
                 index = next((i for i, p in enumerate(sweep.spec.parameters) if p.path == path), None)

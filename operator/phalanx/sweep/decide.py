@@ -137,11 +137,25 @@ def refuse_invalid(ctx: SweepPass) -> SweepPlan | None:
     return ctx.refuse("; ".join(str(p) for p in ctx.expansion.problems))
 
 
+# Optional spec fields added after v1alpha1 shipped (parent, key): left out of the digest when
+# unset, so a sweep started by an operator without them keeps its digest across an upgrade.
+ADDED_OPTIONAL_FIELDS = (("objective", "aggregate"),)
+
+
+def hashed_spec(spec: TrainingSweepSpec) -> dict[str, Any]:
+    """What the sweep's spec digest covers: all but maxParallel (and ADDED_OPTIONAL_FIELDS when unset)."""
+    out = spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"})
+    for parent, key in ADDED_OPTIONAL_FIELDS:
+        if out.get(parent, {}).get(key, 0) is None:
+            del out[parent][key]
+    return out
+
+
 def refuse_changed_spec(ctx: SweepPass) -> SweepPlan | None:
     """The trials come from the spec the sweep started with: only maxParallel may change (the CRD
     refuses other edits, but for the free-form trials list, which CEL cannot compare)."""
     st = ctx.st
-    digest = spec_hash(ctx.spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"}))
+    digest = spec_hash(hashed_spec(ctx.spec))
     if st.s.spec_hash is not None and st.s.spec_hash != digest:
         return ctx.refuse("the spec changed after the sweep started; only maxParallel may change "
                           "(create a new sweep to try other parameters or trials)")
@@ -170,7 +184,7 @@ def observe_trials(ctx: SweepPass) -> None:
         if rec.phase in sweep_status.FINISHED:
             # Final. A stopped trial resumed by hand (spec.suspend: false) runs on its own.
             if job is not None and rec.phase == sweep_status.STOPPED and ctx.ours(job):
-                sweep_status.record_progress(rec, job.get("status") or {}, ctx.spec.objective.metric, [])  # the step it saved at
+                sweep_status.record_progress(rec, job.get("status") or {}, ctx.spec.objective, [])  # the step it saved at
         elif job is None:
             if rec.phase != sweep_status.WAITING:
                 ctx.recreate.append(rec)  # created before, gone now (or not yet in our view)
@@ -182,18 +196,35 @@ def observe_trials(ctx: SweepPass) -> None:
             _observe(ctx, rec, job)
 
 
+# The steps of a command job that has not reported its totalSteps: its milestones are bounded by
+# MAX_MILESTONES alone.
+UNKNOWN_STEPS = 1 << 62
+
+
+def trial_steps(spec: dict[str, Any], status: dict[str, Any]) -> int:
+    """The steps a trial runs, which bound its milestones: the built-in runtime's training.steps;
+    a command job's totalSteps as it reports them (unbounded until then: MAX_MILESTONES caps)."""
+    if spec.get("model") is not None:
+        return spec.get("training", {}).get("steps", 0)
+    total = status.get("totalSteps")
+    return total if type(total) is int and total > 0 else UNKNOWN_STEPS
+
+
 def _observe(ctx: SweepPass, rec: TrialStatus, job: dict[str, Any]) -> None:
     """An unfinished trial from its own TrainingJob; an Event when it has just finished."""
-    metric, st = ctx.spec.objective.metric, ctx.st
+    objective, st = ctx.spec.objective, ctx.st
     before = rec.phase
     status = job.get("status") or {}
-    steps = earlystop.milestones(ctx.spec.early_stopping, ctx.by_name[rec.name].spec.get("training", {}).get("steps", 0))
-    ctx.reached[rec.name] = sweep_status.record_progress(rec, status, metric, steps)
+    steps = earlystop.milestones(ctx.spec.early_stopping, trial_steps(ctx.by_name[rec.name].spec, status))
+    ctx.reached[rec.name] = sweep_status.record_progress(rec, status, objective, steps)
     rec.phase = sweep_status.trial_phase(rec, job)
     if rec.phase == before:
         return
     if rec.phase == sweep_status.SUCCEEDED:
-        value = "no value reported" if rec.value is None else f"{metric} {rec.value:.6g}"
+        if rec.value is None:
+            rec.message = value = f"never reported {sweep_status.source(objective)}"
+        else:
+            value = f"{objective.label()} {rec.value:.6g}"
         st.event(SweepReason.TRIAL_SUCCEEDED, f"{rec.name} succeeded: {value}")
     elif rec.phase == sweep_status.FAILED:
         rec.reason, rec.message = SweepReason.TRIAL_FAILED, status.get("message")
@@ -247,7 +278,7 @@ def launch(ctx: SweepPass) -> None:
 
 def summarize(ctx: SweepPass) -> SweepPlan:
     """Counts, best trial, phase, conditions."""
-    sweep_status.summarize(ctx.st, ctx.spec.objective.metric, ctx.spec.objective.goal, len(ctx.active), ctx.blocked)
+    sweep_status.summarize(ctx.st, ctx.spec.objective, len(ctx.active), ctx.blocked)
     return ctx.done()
 
 

@@ -19,7 +19,7 @@ from phalanx.sweep.loop import run_sweep
 
 def _slim_trial(body: kopf.Body) -> dict[str, Any]:
     meta, status = body["metadata"], body.get("status") or {}
-    keep = ("phase", "step", "totalSteps", "loss", "tokensPerSecond", "message", "lastCheckpoint")
+    keep = ("phase", "step", "totalSteps", "loss", "tokensPerSecond", "metrics", "message", "lastCheckpoint")
     return {
         "metadata": {"name": meta["name"], "uid": meta.get("uid"), "labels": dict(meta.get("labels") or {}),
                      "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}

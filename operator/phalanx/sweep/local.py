@@ -2,17 +2,22 @@
 
 The same decisions as the operator's (sweep/decide.py) drive ``phalanx local TRIAL.yaml`` runs
 (the TrainingJob runner, one process tree per trial, at most ``maxParallel`` at once): their
-progress is read from each trial's metrics log (``<trial dir>/metrics.jsonl``, written by rank 0
-every step), an early-stopped trial gets SIGTERM (it checkpoints and exits, as a suspended
-trial's pods do), and a trial's final loss and tokens/s come from its ``--json`` summary.
+progress is read from each trial's metrics log (``<trial dir>/metrics.jsonl``, which rank 0 of
+the built-in runtime, or a command job's script through the reporting client, appends to: step,
+loss, tokens/s and every reported metric, e.g. eval_loss), an early-stopped trial gets SIGTERM (it
+checkpoints and exits, as a suspended trial's pods do), and a trial's final step, loss, tokens/s
+and metrics come from its ``--json`` summary.
 Checkpoints and logs are under ``--checkpoint-dir`` (a rerun resumes each trial) or a
 temporary directory.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +35,87 @@ from phalanx.sweep.check import check_sweep
 from phalanx.sweep.decide import decide
 
 LOCAL_UID = "local"
+# A metrics.jsonl record's own keys; every other finite number in it is a reported metric.
+RECORD_KEYS = frozenset({"step", "loss", "tokens_per_s", "time"})
+MAX_READ_BYTES = 1 << 20  # of the metrics log per poll; the rest at the next polls
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def _add_metrics(metrics: dict[str, float], record: dict[str, Any]) -> None:
+    """Each reported metric of ``record`` into ``metrics``: finite numbers under names the operator
+    would accept, at most MAX_REPORTED_METRICS names."""
+    for name, value in record.items():
+        if (name in RECORD_KEYS or not _number(value) or not math.isfinite(value)
+                or not re.fullmatch(constants.METRIC_NAME_PATTERN, name)):
+            continue
+        if name in metrics or len(metrics) < constants.MAX_REPORTED_METRICS:
+            metrics[name] = float(value)
+
+
+def apply_record(progress: dict[str, Any], record: Any) -> None:
+    """One metrics.jsonl record onto ``progress`` (TrainingJob status keys): its step, loss and
+    tokens/s, and each reported metric's latest value. A record without an integer step is skipped."""
+    if not isinstance(record, dict) or type(record.get("step")) is not int:
+        return
+    progress["step"] = record["step"]
+    for key, status_key in (("loss", "loss"), ("tokens_per_s", "tokensPerSecond")):
+        if _number(record.get(key)):
+            progress[status_key] = record[key]
+    metrics = progress.get("metrics", {})
+    _add_metrics(metrics, record)
+    if metrics:
+        progress["metrics"] = metrics
+
+
+class MetricsLog:
+    """A trial's metrics log, read as it grows: each poll reads the lines added since the last."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.progress: dict[str, Any] = {}
+
+    def read(self, final: bool = False) -> dict[str, Any]:
+        """The progress so far (TrainingJob status keys). A last line without its newline is read
+        only when ``final`` (the writer has exited): until then it may still be being written."""
+        try:
+            with self.path.open("rb") as log:
+                log.seek(self.offset)
+                data = log.read(MAX_READ_BYTES)
+        except OSError:
+            return self.progress
+        end = len(data) if final else data.rfind(b"\n") + 1
+        if end == 0 and len(data) == MAX_READ_BYTES:
+            end = len(data)  # one line longer than a read: not a record
+        for line in data[:end].splitlines():
+            try:
+                apply_record(self.progress, json.loads(line))
+            except ValueError:
+                continue  # a torn or foreign line
+        self.offset += end
+        return self.progress
+
+
+def final_progress(summary: dict[str, Any]) -> dict[str, Any]:
+    """TrainingJob status keys from a `phalanx local --json` summary: the built-in runtime's
+    (steps, final_loss, tokens_per_s) or a command job's (step, loss, metrics)."""
+    out: dict[str, Any] = {}
+    step = summary.get("steps", summary.get("step"))
+    if type(step) is int:
+        out["step"] = step
+    for keys, status_key in ((("final_loss", "loss"), "loss"), (("tokens_per_s",), "tokensPerSecond")):
+        value = next((summary[k] for k in keys if _number(summary.get(k))), None)
+        if value is not None:
+            out[status_key] = value
+    metrics: dict[str, float] = {}
+    if isinstance(summary.get("metrics"), dict):
+        _add_metrics(metrics, summary["metrics"])
+    if metrics:
+        out["metrics"] = metrics
+    return out
 
 
 class LocalTrial:
@@ -41,6 +127,7 @@ class LocalTrial:
         self.dir = work / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = work / f"{self.name}.log"
+        self.metrics = MetricsLog(self.dir / constants.METRICS_LOG_FILE)
         self.job: dict[str, Any] = {
             "metadata": {"name": self.name, "ownerReferences": [{"uid": LOCAL_UID, "controller": True}]},
             "spec": {"suspend": False}, "status": {"phase": "Pending"},
@@ -67,38 +154,20 @@ class LocalTrial:
         if self.proc is None:
             return
         status = self.job["status"]
-        last = _last_record(self.dir / constants.METRICS_LOG_FILE)
-        if last:
-            status.update({k: v for k, v in (("step", last.get("step")), ("loss", last.get("loss")),
-                                              ("tokensPerSecond", last.get("tokens_per_s"))) if v is not None})
         code = self.proc.poll()
+        status.update(copy.deepcopy(self.metrics.read(final=code is not None)))
         if code is None:
             return
         if code == 0:
-            summary = _summary(self.log)
-            status.update({"phase": "Succeeded", "step": summary.get("steps", status.get("step")),
-                           "loss": summary.get("final_loss", status.get("loss")),
-                           "tokensPerSecond": summary.get("tokens_per_s", status.get("tokensPerSecond"))})
+            final = final_progress(_summary(self.log))
+            if "metrics" in final:  # the summary's values over the log's (the last word)
+                final["metrics"] = {**status.get("metrics", {}), **final["metrics"]}
+            status.update(final, phase="Succeeded")
         elif self.job["spec"]["suspend"]:
             status["phase"] = "Suspended"
         else:
             status.update({"phase": "Failed", "message": f"exited with code {code}; log: {self.log}"})
         self.proc = None
-
-
-def _last_record(path: Path) -> dict[str, Any] | None:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a torn last line
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            return rec
-    return None
 
 
 def _summary(log: Path) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A sweep's trials, as a pure function of its spec: parameter paths resolved against the
-TrainingJob spec model, values sampled (grid, random with a seed, an explicit list; ensembles
-multiply each configuration by N seeds), each trial's spec built from the template.
+TrainingJob spec model (or ``env.NAME``: one variable of the trainer's ``spec.env``), values
+sampled (grid, random with a seed, an explicit list; ensembles multiply each configuration by N
+seeds), each trial's spec built from the template.
 
 Deterministic: the same spec always gives the same trials in the same order (trial ``i`` is
 named ``<sweep>-<i>``), so a restarted operator re-derives exactly what it created before.
@@ -11,28 +12,42 @@ from __future__ import annotations
 import copy
 import enum
 import itertools
+import json
 import math
 import random
+import re
 import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from phalanx.api.sweep import MAX_TRIALS, Algorithm, Scale, TrainingSweepSpec
+from phalanx.api.kubetypes import EnvVar
+from phalanx.api.rules import broken_rules
+from phalanx.api.sweep import (
+    ENV_PARAMETER_NAME,
+    ENV_PARAMETER_PREFIX,
+    MAX_TRIALS,
+    Algorithm,
+    Scale,
+    TrainingSweepSpec,
+)
 from phalanx.api.types import TrainingJobSpec
 
 SEED_PATH = "training.seed"
+ENV = "env"  # the Leaf kind of an env.NAME parameter
 
 
 @dataclass(frozen=True)
 class Leaf:
-    """What a parameter path names: a scalar field of the TrainingJob spec."""
+    """What a parameter path names: a scalar field of the TrainingJob spec, or an env variable."""
 
     path: str
-    kind: str  # "int", "float", "bool", "str" (enums, literals and quantities are "str"-like)
+    # "int", "float", "bool", "str" (enums, literals and quantities are "str"-like); ENV: an env
+    # variable, any value (set as text), a range sampled as for a float field
+    kind: str
     choices: tuple[str, ...] = ()  # enum / literal values, for the messages
 
 
@@ -78,8 +93,35 @@ def _fields(model: type[BaseModel]) -> dict[str, Any]:
     return {(info.alias or name): info for name, info in model.model_fields.items()}
 
 
+def env_name(path: str) -> str | None:
+    """The variable an ``env.NAME`` path sets (None: a spec field path)."""
+    return path[len(ENV_PARAMETER_PREFIX):] if path.startswith(ENV_PARAMETER_PREFIX) else None
+
+
+def env_text(value: Any) -> str:
+    """A parameter value as an env variable's text: strings as they are, numbers and booleans as
+    JSON writes them (0.001, 1e-05, 3, true), which float(), int() and json.loads() read back."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _resolve_env(path: str, name: str) -> Leaf | str:
+    if not re.fullmatch(ENV_PARAMETER_NAME, name):
+        return (f"spec.env: {path} names one environment variable, NAME of letters, digits and '_' "
+                "(not starting with a digit), e.g. env.LR")
+    try:
+        var = EnvVar.model_validate({"name": name, "value": ""})
+    except ValidationError as exc:  # longer than an env name may be (a list trial's key is unbounded)
+        return f"spec.env: {name[:64]}…: {exc.errors()[0]['msg']}"
+    broken = next(broken_rules(var, ""), None)  # PHALANX_*, the rendezvous, device-plugin variables
+    return Leaf(path, ENV) if broken is None else f"spec.env: {name}: {broken[1]}"
+
+
 def resolve_path(path: str) -> Leaf | str:
-    """The scalar field ``path`` names in the TrainingJob spec, or why it names none."""
+    """The scalar field ``path`` names in the TrainingJob spec (or the env variable of an
+    ``env.NAME`` path), or why it names none."""
+    name = env_name(path)
+    if name is not None:
+        return _resolve_env(path, name)
     model: type[BaseModel] = TrainingJobSpec
     parts = path.split(".")
     where = "spec"
@@ -123,7 +165,8 @@ def _leaf(path: str, where: str, members: list[Any]) -> Leaf | str:
         elif m is str:
             kinds.append("str")
         elif origin in (list, dict) or m in (list, dict):
-            return f"{where} is a {'list' if (origin or m) is list else 'map'}; a parameter sets one scalar field"
+            env_hint = f" (one variable: {ENV_PARAMETER_PREFIX}NAME)" if where == "spec.env" else ""
+            return f"{where} is a {'list' if (origin or m) is list else 'map'}; a parameter sets one scalar field{env_hint}"
         else:
             return f"{where} cannot be a sweep parameter"
     if "float" in kinds:
@@ -136,6 +179,18 @@ def _leaf(path: str, where: str, members: list[Any]) -> Leaf | str:
 
 
 def set_path(spec: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` in a wire-form spec; ``env.NAME`` replaces the entry of spec.env named NAME
+    (a value or a valueFrom) with the value as text, or appends one."""
+    name = env_name(path)
+    if name is not None:
+        env = spec.setdefault("env", [])
+        entry = {"name": name, "value": env_text(value)}
+        at = next((i for i, e in enumerate(env) if e.get("name") == name), None)
+        if at is None:
+            env.append(entry)
+        else:
+            env[at] = entry
+        return
     node = spec
     parts = path.split(".")
     for part in parts[:-1]:
@@ -147,6 +202,9 @@ def set_path(spec: dict[str, Any], path: str, value: Any) -> None:
 
 
 def get_path(spec: dict[str, Any], path: str) -> Any:
+    name = env_name(path)
+    if name is not None:
+        return next((e.get("value") for e in spec.get("env") or [] if e.get("name") == name), None)
     node: Any = spec
     for part in path.split("."):
         if not isinstance(node, dict):

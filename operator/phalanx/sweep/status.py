@@ -1,5 +1,12 @@
 """A sweep's status, pure: each trial's record (phase, step, objective value, milestones) from
-its TrainingJob, the counts, the best trial, the phase and conditions."""
+its TrainingJob, the counts, the best trial, the phase and conditions.
+
+A built-in objective metric (finalLoss, bestLoss, tokensPerSecond) reads the status's loss and
+tokensPerSecond; any other names a metric the trial reports, read from the status's ``metrics``
+(``loss``: the training loss when not among them). The sweep samples each trial's status, so a
+reported metric's ``best`` is over the values it saw (and the final one), and a milestone gets
+the metric's latest value when the trial is first seen at or past it, or, when the trial has not
+reported the metric by then, at the first sample after that has one."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from phalanx.api.sweep import (
     BestTrial,
     Metric,
     Milestone,
+    Objective,
     SweepPhase,
     TrainingSweepStatus,
     TrialStatus,
@@ -71,22 +79,57 @@ def metric_value(metric: str, status: dict[str, Any], best_loss: float | None) -
     return loss, best_loss
 
 
-def record_progress(rec: TrialStatus, status: dict[str, Any], metric: str, steps: list[int]) -> list[int]:
+def reported_value(name: str, status: dict[str, Any]) -> float | None:
+    """The last value of metric ``name`` a trial's TrainingJob status carries (None: not reported,
+    or not a finite number)."""
+    metrics = status.get("metrics")
+    value = _finite(metrics.get(name)) if isinstance(metrics, dict) else None
+    if value is None and name == "loss":
+        value = _finite(status.get("loss"))
+    return value
+
+
+def aggregate(objective: Objective, kept: float | None, latest: float | None) -> float | None:
+    """The trial's value from the one kept so far and the latest sample (reported metrics)."""
+    if latest is None:
+        return kept
+    if objective.keeps_best and kept is not None and not better(objective.goal, latest, kept):
+        return kept
+    return latest
+
+
+def new_milestones(steps: list[int], recorded: set[int], step: int | None, value: float | None) -> list[int]:
+    """The milestones a trial at ``step`` with ``value`` (None: nothing to record yet) records now."""
+    if value is None or step is None:
+        return []
+    return [m for m in steps if m not in recorded and step >= m]
+
+
+def record_progress(rec: TrialStatus, status: dict[str, Any], objective: Objective, steps: list[int]) -> list[int]:
     """Bring ``rec`` up to the trial's status; returns the milestones first reached now."""
     step = status.get("step")
     if type(step) is int:
         rec.step = step
-    value, rec.best_loss = metric_value(metric, status, rec.best_loss)
-    if value is not None:
-        rec.value = value
-    new: list[int] = []
-    have = {m.step for m in rec.milestones}
-    if rec.value is not None and rec.step is not None:
-        for m in steps:
-            if m not in have and rec.step >= m:
-                rec.milestones.append(Milestone(step=m, value=rec.value, at=rec.step))
-                new.append(m)
+    if objective.reported:
+        at_milestone = reported_value(objective.metric, status)  # its latest value; None: not reported yet
+        _, rec.best_loss = metric_value(Metric.FINAL_LOSS, status, rec.best_loss)
+        rec.value = aggregate(objective, rec.value, at_milestone)
+    else:
+        value, rec.best_loss = metric_value(objective.metric, status, rec.best_loss)
+        if value is not None:
+            rec.value = value
+        at_milestone = rec.value  # the trial's value (bestLoss: the best so far)
+    new = new_milestones(steps, {m.step for m in rec.milestones}, rec.step, at_milestone)
+    for m in new:
+        rec.milestones.append(Milestone(step=m, value=at_milestone, at=rec.step))
     return new
+
+
+def source(objective: Objective) -> str:
+    """What a trial reports that the objective reads, for messages."""
+    if objective.reported:
+        return objective.metric
+    return "tokensPerSecond" if objective.metric == Metric.TOKENS_PER_SECOND else "a loss"
 
 
 def trial_phase(rec: TrialStatus, job: dict[str, Any]) -> str:
@@ -123,8 +166,9 @@ def describe(best: BestTrial, metric: str) -> str:
     return f"{best.name}: {metric} {best.value:.6g}" + (f" ({values})" if values else "")
 
 
-def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked: str | None) -> None:
+def summarize(st: SweepStatusView, objective: Objective, active: int, blocked: str | None) -> None:
     """Counts, best trial, phase and conditions from the trial records."""
+    metric, goal = objective.label(), objective.goal
     s = st.s
     recs = s.trials
     s.total_trials = len(recs)
@@ -142,7 +186,8 @@ def summarize(st: SweepStatusView, metric: str, goal: str, active: int, blocked:
         ok = best is not None
         reason = SweepReason.SWEEP_COMPLETE if ok else SweepReason.NO_TRIAL_SUCCEEDED
         counts = f"{s.succeeded_trials} succeeded, {s.stopped_trials} stopped early, {s.failed_trials} failed"
-        message = f"{counts}; best {describe(best, metric)}" if best else f"no trial succeeded ({counts})"
+        failed = f"no trial that succeeded reported {source(objective)}" if s.succeeded_trials else "no trial succeeded"
+        message = f"{counts}; best {describe(best, metric)}" if best else f"{failed} ({counts})"
         phase = SweepPhase.SUCCEEDED if ok else SweepPhase.FAILED
         if s.phase != phase:
             st.event(reason, message, warning=not ok)

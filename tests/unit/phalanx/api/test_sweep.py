@@ -6,6 +6,8 @@ from pathlib import Path
 
 from phalanx.api.sweep import (
     OPERATOR_RULES,
+    Objective,
+    ParameterRange,
     TrainingSweepSpec,
     build_sweep_crd,
     sweep_crd_yaml,
@@ -48,10 +50,7 @@ def test_schema_is_structural_and_template_is_the_trainingjob_spec():
 
 
 def test_every_cel_rule_has_a_python_twin():
-    twins = {r.cel for cls in (TrainingSweepSpec,) for r in cls.checks}
-    from phalanx.api.sweep import ParameterRange
-
-    twins |= {r.cel for r in ParameterRange.checks}
+    twins = {r.cel for cls in (TrainingSweepSpec, ParameterRange, Objective) for r in cls.checks}
     spec = build_sweep_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     found = []
 

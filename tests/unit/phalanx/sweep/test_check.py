@@ -38,10 +38,43 @@ def messages(obj) -> list[str]:
     ({"typo": 1}, "spec.typo: unknown field"),
     ({"template": {"spec": {"image": "x", "model": {"preset": "debug"}, "parallelism": {"tensor": 3}}}},
      "spec.template.spec.parallelism"),
+    ({"objective": {"metric": "finalLoss", "aggregate": "best"}},
+     "spec.objective.aggregate: objective.aggregate is for a reported metric; finalLoss, bestLoss, tokensPerSecond are built in"),
+    ({"objective": {"metric": "eval loss"}}, "spec.objective.metric: String should match pattern"),
+    ({"objective": {"metric": "m" * 65}}, "spec.objective.metric: String should"),
+    ({"objective": {"metric": "eval_loss", "aggregate": "mean"}}, "spec.objective.aggregate: Input should be 'last' or 'best'"),
+    ({"parameters": [{"path": "env.PHALANX_LR", "values": [0.1]}]},
+     "spec.parameters[0].path: env.PHALANX_LR: spec.env: PHALANX_LR: PHALANX_* variables are set by the operator"),
+    ({"parameters": [{"path": "env.A.B", "values": [0.1]}]}, "spec.parameters[0].path: env.A.B: spec.env: env.A.B names one"),
+    ({"parameters": [{"path": "env.1A", "values": [0.1]}]}, "spec.parameters[0].path: String should match pattern"),
+    ({"algorithm": "list", "parameters": [], "trials": [{"env.bad-name": 1}]},
+     "spec.trials[0]: env.bad-name: not a field path like training.lr or env.LR"),
+    ({"algorithm": "list", "parameters": [], "trials": [{"env.PHALANX_X": 1}]}, "spec.trials[0]: env.PHALANX_X: spec.env: PHALANX_X"),
 ])
 def test_bad_sweeps_are_refused_naming_the_field(spec, words):
     found = messages(sweep(**spec))
     assert any(words in m for m in found), found
+
+
+@pytest.mark.parametrize("spec", [
+    {"objective": {"metric": "eval_loss"}},
+    {"objective": {"metric": "eval_accuracy", "aggregate": "best", "goal": "maximize"}},
+    {"objective": {"metric": "loss", "aggregate": "last"}},
+    {"objective": {"metric": "lr/group0"}},
+    {"parameters": [{"path": "env.LR", "range": {"min": 0.001, "max": 0.1, "scale": "log"}}], "algorithm": "random", "maxTrials": 2},
+    {"algorithm": "list", "parameters": [], "trials": [{"env.LR": "0.1", "training.lr": 0.1}, {"env.LR": 1}]},
+    {"template": {"spec": {"image": "x", "command": ["python3", "train.py"]}},
+     "parameters": [{"path": "env.LR", "values": [0.1, 0.01]}], "ensemble": {"size": 2}},
+])
+def test_reported_metrics_and_env_parameters_are_valid(spec):
+    expansion = check_sweep(sweep(**spec))
+    assert expansion.valid, expansion.problems
+
+
+def test_a_problem_of_another_parameter_is_named_beside_an_env_parameter():
+    obj = sweep(parameters=[{"path": "env.LR", "values": [0.1]}, {"path": "training.lr", "values": [-1.0]}])
+    assert any(m.startswith("spec.parameters[1].values[0]: training.lr=-1.0: Input should be greater than 0")
+               for m in messages(obj)), messages(obj)
 
 
 def test_a_cross_field_problem_of_one_combination_names_the_trial():

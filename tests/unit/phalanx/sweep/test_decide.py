@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from phalanx.sweep.decide import decide, refused
+from phalanx.api.sweep import EarlyStopping
+from phalanx.sweep import earlystop
+from phalanx.sweep.decide import decide, refused, trial_steps
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 UID = "sweep-uid"
@@ -265,3 +267,90 @@ def test_objective_metrics(metric, goal, expected):
     c.set("lr-0", phase="Succeeded", step=100, loss=2.8, tokensPerSecond=1200.0)
     c.step()
     assert c.status()["bestTrial"]["value"] == expected
+
+
+# --- reported metrics and command-job trials -----------------------------------------------------
+
+COMMAND = {"spec": {"image": "x", "command": ["python3", "train.py"]}}
+
+
+def eval_sweep(**spec) -> dict:
+    base = {"template": COMMAND, "objective": {"metric": "eval_loss"}, "maxParallel": 4,
+            "parameters": [{"path": "env.LR", "values": [0.3, 0.1, 0.03, 3.0]}]}
+    return sweep(**{**base, **spec})
+
+
+def test_a_reported_metric_is_the_objective_and_a_trial_that_never_reported_it_has_no_value():
+    c = Cluster(eval_sweep())
+    c.step()
+    assert [j["spec"]["env"] for j in c.jobs.values()][0] == [{"name": "LR", "value": "0.3"}]
+    c.set("lr-0", phase="Succeeded", step=50, loss=1.0, metrics={"eval_loss": 2.2})  # lowest loss, not eval_loss
+    c.set("lr-1", phase="Succeeded", step=50, loss=1.5, metrics={"eval_loss": 1.8, "eval_accuracy": 0.7})
+    c.set("lr-2", phase="Succeeded", step=50, loss=1.2)  # never reported eval_loss
+    c.set("lr-3", phase="Failed", message="diverged")
+    plan = c.step()
+    s = c.status()
+    assert s["bestTrial"] == {"name": "lr-1", "index": 1, "value": 1.8, "parameters": {"env.LR": 0.1}}
+    assert c.trial("lr-2").get("value") is None and c.trial("lr-2")["message"] == "never reported eval_loss"
+    assert ("Normal", "TrialSucceeded", "lr-2 succeeded: never reported eval_loss") in plan.events
+    assert ("Normal", "TrialSucceeded", "lr-1 succeeded: eval_loss 1.8") in plan.events
+    assert s["phase"] == "Succeeded" and "best lr-1: eval_loss 1.8 (env.LR=0.1)" in s["message"]
+
+
+def test_a_sweep_whose_succeeded_trials_never_reported_the_metric_fails_saying_so():
+    c = Cluster(eval_sweep(parameters=[{"path": "env.LR", "values": [0.1]}]))
+    c.step()
+    c.set("lr-0", phase="Succeeded", step=50, loss=1.0)
+    c.step()
+    s = c.status()
+    assert s["phase"] == "Failed" and s["message"].startswith("no trial that succeeded reported eval_loss (1 succeeded")
+
+
+def test_best_of_a_reported_metric_is_over_what_the_sweep_saw():
+    c = Cluster(eval_sweep(parameters=[{"path": "env.LR", "values": [0.1]}],
+                           objective={"metric": "eval_accuracy", "aggregate": "best", "goal": "maximize"}))
+    c.step()
+    for step, accuracy in ((10, 0.6), (20, 0.9), (30, 0.8)):
+        c.set("lr-0", phase="Running", step=step, metrics={"eval_accuracy": accuracy})
+        c.step()
+    c.set("lr-0", phase="Succeeded", step=40, metrics={"eval_accuracy": 0.85})
+    plan = c.step()
+    assert c.status()["bestTrial"]["value"] == 0.9
+    assert ("Normal", "TrialSucceeded", "lr-0 succeeded: best eval_accuracy 0.9") in plan.events
+
+
+def test_median_rule_on_a_reported_metric_a_milestone_waits_for_its_first_value():
+    c = Cluster(eval_sweep(earlyStopping={"rule": "median", "graceSteps": 10, "minTrials": 2}))
+    c.step()
+    for name in ("lr-0", "lr-1", "lr-2"):  # equal to the median of the others: each continues
+        c.set(name, phase="Running", step=10, loss=1.0, metrics={"eval_loss": 2.0})
+    c.set("lr-3", phase="Running", step=12, loss=0.5)  # past the milestone, no eval_loss yet
+    assert c.step().suspend == []
+    assert c.trial("lr-3").get("milestones", []) == []
+    c.set("lr-3", step=14, metrics={"eval_loss": 9.0})  # first reported: recorded and judged now
+    plan = c.step()
+    assert plan.suspend == ["lr-3"]
+    assert c.trial("lr-3")["milestones"] == [{"step": 10, "value": 9.0, "at": 14}]
+    assert c.trial("lr-3")["message"].startswith("median rule, eval_loss at step 10: 9 is worse than the median 2 of 3")
+
+
+@pytest.mark.parametrize(("status", "milestones"), [
+    ({}, 12),  # a command job that has not said how many steps it runs: MAX_MILESTONES
+    ({"totalSteps": 35}, 3),  # milestones below its totalSteps: 10, 20, 30
+    ({"totalSteps": 0}, 12),
+    ({"totalSteps": "35"}, 12),
+])
+def test_a_command_trials_milestones_are_bounded_by_its_reported_total_steps(status, milestones):
+    rule = EarlyStopping(rule="median", grace_steps=10)
+    assert len(earlystop.milestones(rule, trial_steps(COMMAND["spec"], status))) == milestones
+    # the built-in runtime runs training.steps, whatever the status says
+    assert trial_steps({"model": {"preset": "debug"}, "training": {"steps": 100}}, {"totalSteps": 35}) == 100
+
+
+def test_a_sweep_without_aggregate_keeps_the_digest_it_was_started_with():
+    """An operator without objective.aggregate wrote this digest for this spec: an upgrade must not
+    refuse the running sweep as changed."""
+    obj = sweep(objective={"metric": "bestLoss", "goal": "minimize"}, earlyStopping={"rule": "median"})
+    plan = decide(obj, {}, NOW)
+    assert plan.status["specHash"] == "3b50a03b3664f640"
+    assert decide(sweep(objective={"metric": "eval_loss", "aggregate": "best"}), {}, NOW).status["specHash"] != "3b50a03b3664f640"

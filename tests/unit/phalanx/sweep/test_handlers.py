@@ -15,7 +15,8 @@ TRIAL = {
                  "ownerReferences": [{"uid": "sweep-uid", "controller": True, "kind": "TrainingSweep", "name": "lr-sweep"}]},
     "spec": {"image": "phalanx/runtime:dev", "nodes": 8, "suspend": True},
     "status": {"phase": "Running", "step": 12, "totalSteps": 40, "loss": 3.5, "tokensPerSecond": 900.0,
-               "message": "m", "lastCheckpoint": {"step": 10}, "placement": {"n0": 0}, "readyNodes": 8,
+               "metrics": {"eval_loss": 3.7}, "resumedStep": 10, "message": "m", "lastCheckpoint": {"step": 10},
+               "placement": {"n0": 0}, "readyNodes": 8,
                "conditions": [{"type": constants.COND_SCHEDULABLE, "status": "True", "reason": "Placed",
                                "message": "long", "lastTransitionTime": "2026-01-01T00:00:00Z"},
                               {"type": constants.COND_LOSS_NOT_FINITE, "status": "False", "reason": "Finite"},
@@ -31,7 +32,7 @@ def test_the_index_keeps_what_the_sweep_decides_on_and_nothing_else():
                      "ownerReferences": [{"uid": "sweep-uid", "controller": True}]},
         "spec": {"suspend": True},
         "status": {"phase": "Running", "step": 12, "totalSteps": 40, "loss": 3.5, "tokensPerSecond": 900.0,
-                   "message": "m", "lastCheckpoint": {"step": 10},
+                   "metrics": {"eval_loss": 3.7}, "message": "m", "lastCheckpoint": {"step": 10},
                    "conditions": [{"type": constants.COND_SCHEDULABLE, "status": "True", "reason": "Placed"},
                                   {"type": constants.COND_LOSS_NOT_FINITE, "status": "False", "reason": "Finite"}]},
     }

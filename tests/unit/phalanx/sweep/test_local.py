@@ -20,21 +20,61 @@ from phalanx.sweep.local import LocalTrial, run_local_sweep, trial_line
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "sweep-lr.yaml"
 
 
-@pytest.mark.parametrize("lines, record", [
-    ([], None),
+@pytest.mark.parametrize("lines, progress", [
+    ([], {}),
     (['{"step": 1, "loss": 5.0}', '{"step": 2, "loss": 4.0}'], {"step": 2, "loss": 4.0}),
     (['{"step": 1, "loss": 5.0}', '{"step": 2, "lo'], {"step": 1, "loss": 5.0}),  # a torn last line
     (['{"step": 1}', '{"step": "2"}', "[1, 2]"], {"step": 1}),  # a record has an integer step
-    (["not json"], None),
+    (["not json"], {}),
+    # the reporter's lines: each metric's latest value, whichever line last carried it
+    (['{"step": 10, "loss": 2.0, "eval_loss": 2.5, "time": 1.0}', '{"step": 11, "loss": 1.9, "tokens_per_s": 900}'],
+     {"step": 11, "loss": 1.9, "tokensPerSecond": 900, "metrics": {"eval_loss": 2.5}}),
+    (['{"step": 1, "eval_loss": 3.0}', '{"step": 2, "eval_loss": 2.0, "eval_accuracy": 0.5}'],
+     {"step": 2, "metrics": {"eval_loss": 2.0, "eval_accuracy": 0.5}}),
+    # what the operator would drop: non-finite, not numbers, names outside the pattern
+    (['{"step": 1, "eval_loss": NaN, "flag": true, "note": "x", "bad name": 1, "lr/group0": 0.1}'],
+     {"step": 1, "metrics": {"lr/group0": 0.1}}),
+    (['{"step": 1, "loss": NaN}'], {"step": 1, "loss": pytest.approx(float("nan"), nan_ok=True)}),  # LossNotFinite's input
 ])
-def test_the_last_record_of_a_metrics_log(tmp_path, lines, record):
+def test_the_progress_a_metrics_log_shows(tmp_path, lines, progress):
     path = tmp_path / constants.METRICS_LOG_FILE
     path.write_text("\n".join(lines))
-    assert local._last_record(path) == record
+    assert local.MetricsLog(path).read(final=True) == progress
 
 
-def test_a_missing_metrics_log_has_no_record(tmp_path):
-    assert local._last_record(tmp_path / constants.METRICS_LOG_FILE) is None
+def test_a_missing_metrics_log_shows_nothing(tmp_path):
+    assert local.MetricsLog(tmp_path / constants.METRICS_LOG_FILE).read() == {}
+
+
+def test_reported_metrics_are_bounded():
+    progress: dict = {}
+    local.apply_record(progress, {"step": 1, **{f"m{i}": i for i in range(constants.MAX_REPORTED_METRICS + 5)}})
+    assert len(progress["metrics"]) == constants.MAX_REPORTED_METRICS
+    local.apply_record(progress, {"step": 2, "m0": 7.0, "late": 1.0})  # a known name updates; no new one
+    assert progress["metrics"]["m0"] == 7.0 and "late" not in progress["metrics"]
+
+
+def test_the_log_is_read_as_it_grows_a_partial_line_once_complete(tmp_path):
+    path = tmp_path / constants.METRICS_LOG_FILE
+    log = local.MetricsLog(path)
+    path.write_text('{"step": 1, "eval_loss": 3.0}\n{"step": 2, "eval_')
+    assert log.read() == {"step": 1, "metrics": {"eval_loss": 3.0}}
+    with path.open("a") as f:
+        f.write('loss": 2.0}\n{"step": 3, "loss": 1.0}\n')
+    assert log.read() == {"step": 3, "loss": 1.0, "metrics": {"eval_loss": 2.0}}
+    assert log.offset == path.stat().st_size
+
+
+@pytest.mark.parametrize("summary, progress", [
+    ({"final_loss": 2.5, "steps": 40, "tokens_per_s": 1200.0, "world_size": 2},  # the built-in runtime's
+     {"step": 40, "loss": 2.5, "tokensPerSecond": 1200.0}),
+    ({"mode": "command", "step": 30, "loss": 1.5, "metrics": {"eval_loss": 1.7, "bad": "x"}},  # a command job's
+     {"step": 30, "loss": 1.5, "metrics": {"eval_loss": 1.7}}),
+    ({"mode": "command", "world_size": 1, "exit_codes": [0]}, {}),  # a command job that reported nothing
+    ({"step": None, "loss": None, "metrics": None}, {}),
+])
+def test_the_final_progress_of_a_summary(summary, progress):
+    assert local.final_progress(summary) == progress
 
 
 @pytest.mark.parametrize("trial, words", [
@@ -67,6 +107,14 @@ def test_a_trial_that_exits_0_succeeded_with_its_summarys_results(tmp_path):
                       metrics={"step": 39, "loss": 2.6, "tokens_per_s": 1100.0})
     assert trial.job["status"] == {"phase": "Succeeded", "step": 40, "loss": 2.5, "tokensPerSecond": 1200.0}
     assert trial.proc is None
+
+
+def test_a_command_trials_summary_metrics_are_the_last_word_over_its_log(tmp_path):
+    summary = json.dumps({"mode": "command", "step": 30, "loss": 1.5, "metrics": {"eval_loss": 1.7}})
+    trial = _finished(tmp_path, 0, output=summary,
+                      metrics={"step": 29, "loss": 1.6, "eval_loss": 1.8, "eval_accuracy": 0.9})
+    assert trial.job["status"] == {"phase": "Succeeded", "step": 30, "loss": 1.5,
+                                   "metrics": {"eval_loss": 1.7, "eval_accuracy": 0.9}}
 
 
 def test_a_trial_without_a_summary_keeps_its_last_logged_progress(tmp_path):

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from phalanx.sweep.check import check_sweep
-from phalanx.sweep.params import Leaf, get_path, resolve_path, sample_range, set_path
+from phalanx.sweep.params import ENV, Leaf, env_text, get_path, resolve_path, sample_range, set_path
 
 
 def sweep(**spec) -> dict:
@@ -36,7 +36,7 @@ def test_resolve_scalar_paths(path, kind):
 @pytest.mark.parametrize(("path", "words"), [
     ("training.lrr", "unknown field 'lrr' in spec.training; known: steps"),
     ("training", "is an object; name one of its fields"),
-    ("env", "is a list"),
+    ("env", "is a list; a parameter sets one scalar field (one variable: env.NAME)"),
     ("nodeSelector", "is a map"),
     ("training.lr.x", "is not an object"),
     ("procs_per_node", "unknown field 'procs_per_node'"),
@@ -44,6 +44,45 @@ def test_resolve_scalar_paths(path, kind):
 def test_resolve_refuses_what_is_not_one_scalar_field(path, words):
     found = resolve_path(path)
     assert isinstance(found, str) and words in found
+
+
+@pytest.mark.parametrize("path", ["env.LR", "env.LEARNING_RATE", "env._x", "env.lr2"])
+def test_env_paths_name_one_variable(path):
+    assert resolve_path(path) == Leaf(path, ENV)
+
+
+@pytest.mark.parametrize(("path", "words"), [
+    ("env.A.B", "env.A.B names one environment variable, NAME of letters, digits and '_'"),
+    ("env.PHALANX_LR", "spec.env: PHALANX_LR: PHALANX_* variables are set by the operator"),
+    ("env.MASTER_ADDR", "spec.env: MASTER_ADDR:"),  # the rendezvous is the operator's
+    ("env.NVIDIA_VISIBLE_DEVICES", "spec.env: NVIDIA_VISIBLE_DEVICES:"),
+    ("env." + "A" * 300, "String should have at most 256 characters"),  # a list trial's key is unbounded  # device grants are the device plugin's
+])
+def test_env_paths_the_trainer_cannot_have_are_refused(path, words):
+    found = resolve_path(path)
+    assert isinstance(found, str) and words in found, found
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.001, "0.001"), (1e-05, "1e-05"), (3, "3"), (True, "true"), (False, "false"), ("adamw", "adamw"), ("", ""),
+])
+def test_env_values_are_text_a_script_reads_back(value, text):
+    assert env_text(value) == text
+
+
+@pytest.mark.parametrize(("env", "after"), [
+    (None, [{"name": "LR", "value": "0.01"}]),  # appended
+    ([{"name": "A", "value": "1"}], [{"name": "A", "value": "1"}, {"name": "LR", "value": "0.01"}]),
+    ([{"name": "LR", "value": "1"}, {"name": "B", "value": "2"}],  # replaced in place
+     [{"name": "LR", "value": "0.01"}, {"name": "B", "value": "2"}]),
+    ([{"name": "LR", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],  # the parameter wins
+     [{"name": "LR", "value": "0.01"}]),
+])
+def test_set_an_env_path(env, after):
+    spec: dict = {"image": "x"} if env is None else {"image": "x", "env": env}
+    set_path(spec, "env.LR", 0.01)
+    assert spec["env"] == after and get_path(spec, "env.LR") == "0.01"
+    assert get_path(spec, "env.OTHER") is None
 
 
 def test_enum_and_literal_choices_are_known():
@@ -91,6 +130,21 @@ def test_random_is_seeded_typed_and_in_range():
         assert 1e-5 <= t.parameters["training.lr"] <= 1e-2
         assert type(t.parameters["parallelism.microbatches"]) is int and 1 <= t.parameters["parallelism.microbatches"] <= 8
         assert t.parameters["training.precision"] in ("fp32", "bf16")
+
+
+def test_an_env_parameter_of_a_command_job_sets_the_trials_variable():
+    command = {"image": "x", "command": ["python3", "train.py"], "args": ["--lr", "$(LR)"],
+               "env": [{"name": "DATA", "value": "/data"}, {"name": "LR", "value": "0.1"}]}
+    e = check_sweep(sweep(template={"spec": command}, algorithm="random", maxTrials=3, seed=1,
+                          parameters=[{"path": "env.LR", "range": {"min": 1e-4, "max": 1e-1, "scale": "log"}},
+                                      {"path": "env.OPTIMIZER", "values": ["adamw", "sgd"]}]))
+    assert e.valid, e.problems
+    for t in e.trials:
+        lr = t.parameters["env.LR"]
+        assert type(lr) is float and 1e-4 <= lr <= 1e-1  # the parameter keeps the number
+        assert t.spec["env"] == [{"name": "DATA", "value": "/data"}, {"name": "LR", "value": env_text(lr)},
+                                 {"name": "OPTIMIZER", "value": t.parameters["env.OPTIMIZER"]}]
+        assert t.spec["args"] == ["--lr", "$(LR)"] and "model" not in t.spec
 
 
 def test_sample_range_edges():
