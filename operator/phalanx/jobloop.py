@@ -151,6 +151,7 @@ class JobLoop:
         self.fits = fits
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
+        self.progress_attempt: Any = None  # status.restartAttempt when self.progress was read
         self.failures = _Failures()
         self.status_written_at = -math.inf
         self.namespace_read = False
@@ -186,6 +187,7 @@ class JobLoop:
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
             self.progress = await _poll_progress(self.memo.kube, pods)
+            self.progress_attempt = status.get("restartAttempt")
         spec = dict(body.get("spec") or {})
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
@@ -193,7 +195,8 @@ class JobLoop:
             service_exists=bool(owned(indexes.job_services, (ns, service_name(name)), uid)),
             config_map_exists=bool(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)),
             network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
-            progress=self.progress,
+            # an earlier attempt's report says nothing of this one (its step, where it resumed)
+            progress=self.progress if self.progress_attempt == status.get("restartAttempt") else None,
             lost_nodes=_lost_nodes(pods, indexes.cluster_nodes),
             config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),

@@ -40,7 +40,7 @@ def pattern_problem(pattern: str) -> str | None:
         return f"does not compile: {str(exc)[:80]}"
     if not compiled.groupindex:
         return "has no named group such as (?P<step>\\d+) or (?P<loss>[0-9.e+-]+)"
-    bad = [name for name in compiled.groupindex if name not in PATTERN_FIELDS and not _METRIC_NAME.match(name)]
+    bad = [name for name in compiled.groupindex if name not in PATTERN_FIELDS and not _METRIC_NAME.fullmatch(name)]
     return f"group name {bad[0][:40]!r} is not a metric name (ASCII, at most 64 characters)" if bad else None
 
 
