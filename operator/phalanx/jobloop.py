@@ -37,6 +37,7 @@ from phalanx.decision import Fits, GangStep, Observed, Plan, Schedulable
 from phalanx.expectations import await_expectations
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
+from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES, attach_log_tail, log_lines
 from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.refusals import (
@@ -164,6 +165,8 @@ class JobLoop:
         plan = await self.decide(obj, observed)
         if plan is None:
             return True
+        if plan.log_tail is not None:
+            await self.attach_log_tail(plan)
         self.hold_ready_counts(obj, plan)
         refusals = await self.execute(obj, plan, started)
         if refusals is None:
@@ -264,6 +267,13 @@ class JobLoop:
         if plan.status is not None and not refusals:
             self.status_written_at = time.monotonic()
         return refusals
+
+    async def attach_log_tail(self, plan: Plan) -> None:
+        """A hang: rank 0's last log lines into the plan's Events and conditions (read now, the
+        only time the operator reads a log; decide() stays pure)."""
+        raw = await self.memo.kube.pod_log_tail(self.namespace, plan.log_tail.pod, constants.CONTAINER_NAME,
+                                                LOG_TAIL_LINES, LOG_TAIL_BYTES)
+        attach_log_tail(plan, log_lines(raw))
 
     def booking_ends(self) -> None:
         """The pass stopped before its release was done (API trouble, a refusal): a placement it

@@ -245,6 +245,18 @@ class Kube:
         except (OSError, TimeoutError):
             return None
 
+    async def pod_log_tail(self, namespace: str, name: str, container: str, tail_lines: int,
+                           limit_bytes: int) -> bytes | None:
+        """The last ``tail_lines`` lines of a pod's container log, at most ``limit_bytes``, unparsed
+        (user output: lifecycle.logtail cleans it). None when it cannot be read (the pod gone, no
+        log yet, forbidden): the caller goes on without it."""
+        try:
+            return await self._call("log", self.core.read_namespaced_pod_log, name, namespace, container=container,
+                                    tail_lines=tail_lines, limit_bytes=limit_bytes)
+        except Exception as exc:  # noqa: BLE001 - a message without the lines is still the message
+            log.warning("cannot read the log of %s/%s (%s)", namespace, name, getattr(exc, "status", exc))
+            return None
+
     async def _create_all(self, objs: list[dict[str, Any]], dry_run: bool = False) -> list[Refusal]:
         """Create concurrently; return the API server's refusals (quota, admission, ...)."""
         results = await asyncio.gather(*(self.create(o, dry_run=dry_run) for o in objs), return_exceptions=True)
