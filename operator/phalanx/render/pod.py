@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from phalanx import constants
+from phalanx.api.progress import collected, wraps_command
 from phalanx.api.slots import (
     Slot,
     role_counts,
@@ -19,7 +20,6 @@ from phalanx.api.slots import (
     slot_resources,
     worker,
 )
-from phalanx.api.progress import collected, wraps_command
 from phalanx.api.types import TrainingJob
 from phalanx.frameworks import plugin_for
 from phalanx.render.names import config_map_name, master_addr, metadata, service_name
