@@ -24,6 +24,8 @@ from phalanx.pending import as_sendable
 
 log = logging.getLogger("phalanx.kube")
 
+# A pod's log is read through its kubelet: one that does not answer must not hold the pass long.
+LOG_READ_TIMEOUT_SECONDS = 10.0
 # Gang-backend objects the operator may create (Volcano/coscheduling PodGroup, Workload API).
 CUSTOM_PLURALS = {"PodGroup": "podgroups", "Workload": "workloads"}
 _SNAKE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "NetworkPolicy": "network_policy"}
@@ -246,13 +248,13 @@ class Kube:
             return None
 
     async def pod_log_tail(self, namespace: str, name: str, container: str, tail_lines: int,
-                           limit_bytes: int) -> bytes | None:
+                           limit_bytes: int, timeout: float = LOG_READ_TIMEOUT_SECONDS) -> bytes | None:
         """The last ``tail_lines`` lines of a pod's container log, at most ``limit_bytes``, unparsed
-        (user output: lifecycle.logtail cleans it). None when it cannot be read (the pod gone, no
-        log yet, forbidden): the caller goes on without it."""
+        (user output: lifecycle.logtail cleans it). None when it cannot be read within ``timeout``
+        (the pod gone, no log yet, forbidden, a kubelet not answering): the caller goes on without it."""
         try:
             return await self._call("log", self.core.read_namespaced_pod_log, name, namespace, container=container,
-                                    tail_lines=tail_lines, limit_bytes=limit_bytes)
+                                    tail_lines=tail_lines, limit_bytes=limit_bytes, _request_timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - a message without the lines is still the message
             log.warning("cannot read the log of %s/%s (%s)", namespace, name, getattr(exc, "status", exc))
             return None
