@@ -169,8 +169,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not curves.records:
         print(f"error: {log_path(args.path)}: no steps logged", file=sys.stderr)
         return 1
+    metrics = tuple(args.metric or ())
+    for name in metrics:
+        if not curves.series(name)[0]:
+            print(f"warning: {log_path(args.path)}: no values of {name} logged", file=sys.stderr)
     try:
-        out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name)
+        out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name,
+                        metrics=metrics)
     except ImportError:
         print("error: phalanx plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
@@ -246,7 +251,8 @@ def _offline_commands(sub: Any) -> None:
     p = sub.add_parser("local", help="run a job's runtime on this machine as local processes",
                        description="Run a job's runtime (or a sweep's trials) on this machine as local processes, "
                        "after the operator's verdict; --json ends with one JSON line: final_loss, steps, "
-                       "tokens_per_s, world_size (command jobs: exit_codes, seconds).")
+                       "tokens_per_s, world_size (command jobs: exit_codes, seconds, and step, loss, totalSteps, metrics when "
+                       "rank 0 reported them).")
     p.add_argument("job", metavar=JOB_FILE, help="TrainingJob or TrainingSweep YAML file")
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this many seconds (exit 124)")
@@ -270,13 +276,16 @@ def _cluster_commands(sub: Any) -> None:
     p.set_defaults(fn=cmd_watch)
 
     p = sub.add_parser("plot", help="write a PNG of a job's loss, tokens/s, MFU and step time from its metrics log",
-                       description=f"Write a PNG of a job's loss, tokens/s, MFU and step time from the "
-                       f"{constants.METRICS_LOG_FILE} rank 0 appends to in the job's checkpoint dir.")
+                       description=f"Write a PNG of a job's loss, tokens/s, MFU and step time (those logged) and the "
+                       f"reported metrics asked for from the {constants.METRICS_LOG_FILE} rank 0 appends to in the "
+                       "job's checkpoint dir.")
     p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job> on its checkpoint volume, or "
                                 f"phalanx local's --checkpoint-dir) or its {constants.METRICS_LOG_FILE}; a job without a "
                                 "checkpoint volume writes none")
     p.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="PNG to write (default: curves.png)")
     p.add_argument("--title", metavar="TITLE", help="figure title (default: the job's directory name)")
+    p.add_argument("--metric", action="append", metavar="NAME",
+                   help="also plot this reported metric (e.g. eval_loss; repeatable)")
     p.set_defaults(fn=cmd_plot)
 
     p = sub.add_parser("operator", help="run the operator (in-cluster, or given a kubeconfig)",

@@ -418,6 +418,7 @@ class Reason(StrEnum):
     LOSS_NOT_FINITE = "LossNotFinite"
     LOSS_FINITE = "LossFinite"
     RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
+    RESUMED_FROM_CHECKPOINT = "ResumedFromCheckpoint"  # a command job's script resumed at a step
 
 
 class UnschedulableReason(StrEnum):

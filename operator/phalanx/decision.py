@@ -68,6 +68,16 @@ class Observed:
     quotas: tuple[dict[str, Any], ...] = ()
 
 
+@dataclass(frozen=True)
+class LogTail:
+    """A pod's last log lines, for a failure the log explains better than its exit (a hang):
+    the executor reads them — only then, the one log read — and appends them after ``text``
+    wherever the plan's Events and conditions say it (lifecycle.logtail)."""
+
+    pod: str
+    text: str  # the failure as the plan's messages carry it (Failure.describe())
+
+
 @dataclass
 class Plan:
     create: list[dict[str, Any]] = field(default_factory=list)
@@ -82,3 +92,4 @@ class Plan:
     # Dry-run the new attempt's objects first: a permanent refusal then leaves nothing behind.
     dry_run: bool = False
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on lost nodes
+    log_tail: LogTail | None = None  # a hang: rank 0's last log lines go into its messages

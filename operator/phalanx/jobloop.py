@@ -37,6 +37,7 @@ from phalanx.decision import Fits, GangStep, Observed, Plan, Schedulable
 from phalanx.expectations import await_expectations
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
+from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES, attach_log_tail, log_lines
 from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.refusals import (
@@ -151,6 +152,7 @@ class JobLoop:
         self.fits = fits
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
+        self.progress_attempt: Any = None  # status.restartAttempt when self.progress was read
         self.failures = _Failures()
         self.status_written_at = -math.inf
         self.namespace_read = False
@@ -163,6 +165,8 @@ class JobLoop:
         plan = await self.decide(obj, observed)
         if plan is None:
             return True
+        if plan.log_tail is not None:
+            await self.attach_log_tail(plan)
         self.hold_ready_counts(obj, plan)
         refusals = await self.execute(obj, plan, started)
         if refusals is None:
@@ -186,6 +190,7 @@ class JobLoop:
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
             self.progress = await _poll_progress(self.memo.kube, pods)
+            self.progress_attempt = status.get("restartAttempt")
         spec = dict(body.get("spec") or {})
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
@@ -193,7 +198,8 @@ class JobLoop:
             service_exists=bool(owned(indexes.job_services, (ns, service_name(name)), uid)),
             config_map_exists=bool(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)),
             network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
-            progress=self.progress,
+            # an earlier attempt's report says nothing of this one (its step, where it resumed)
+            progress=self.progress if self.progress_attempt == status.get("restartAttempt") else None,
             lost_nodes=_lost_nodes(pods, indexes.cluster_nodes),
             config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
@@ -261,6 +267,13 @@ class JobLoop:
         if plan.status is not None and not refusals:
             self.status_written_at = time.monotonic()
         return refusals
+
+    async def attach_log_tail(self, plan: Plan) -> None:
+        """A hang: rank 0's last log lines into the plan's Events and conditions (read now, the
+        only time the operator reads a log; decide() stays pure)."""
+        raw = await self.memo.kube.pod_log_tail(self.namespace, plan.log_tail.pod, constants.CONTAINER_NAME,
+                                                LOG_TAIL_LINES, LOG_TAIL_BYTES)
+        attach_log_tail(plan, log_lines(raw))
 
     def booking_ends(self) -> None:
         """The pass stopped before its release was done (API trouble, a refusal): a placement it

@@ -55,6 +55,9 @@ LOSS = Family(f"{PREFIX}loss", "gauge", "Training loss of the last step (global 
 TOKENS_PER_SECOND = Family(f"{PREFIX}tokens_per_second", "gauge", "Global training throughput of the last step")
 MFU = Family(f"{PREFIX}mfu_ratio", "gauge", "Model FLOPs utilisation of the last step (0-1)")
 STEP_DURATION = Family(f"{PREFIX}step_duration_seconds", "gauge", "Wall time of the last step")
+REPORTED_METRIC = Family(f"{PREFIX}reported_metric", "gauge",
+                         "The last value of each metric rank 0 reported (eval_loss, learning_rate, ...; at most "
+                         f"{constants.MAX_REPORTED_METRICS} per job)", ("metric",))
 RESTARTS = Family(f"{PREFIX}restarts_total", "counter", "Whole-gang restarts of this job (status.restarts)")
 LAST_PROGRESS = Family(f"{PREFIX}last_progress_timestamp_seconds", "gauge",
                        "When the step last advanced (or the current gang started running)")
@@ -68,7 +71,7 @@ PENDING_SINCE = Family(f"{PREFIX}pending_since_timestamp_seconds", "gauge",
 
 FAMILIES: tuple[Family, ...] = (
     STATUS_PHASE, STATUS_CONDITION, NODES_DESIRED, NODES_READY, ROLE_PODS_DESIRED, ROLE_PODS_READY, STEP, PROGRESS_RATIO, ESTIMATED_REMAINING,
-    LOSS, TOKENS_PER_SECOND, MFU, STEP_DURATION, RESTARTS, LAST_PROGRESS, LAST_CHECKPOINT,
+    LOSS, TOKENS_PER_SECOND, MFU, STEP_DURATION, REPORTED_METRIC, RESTARTS, LAST_PROGRESS, LAST_CHECKPOINT,
     LAST_CHECKPOINT_STEP, CHECKPOINT_INTERVAL, PENDING_SINCE,
 )
 
@@ -112,12 +115,24 @@ def job_samples(job: dict[str, Any], progress: dict[str, Any] | None = None) -> 
     add(TOKENS_PER_SECOND, _first(live.get("tokensPerSecond"), status.get("tokensPerSecond")))
     add(MFU, live.get("mfu"))
     add(STEP_DURATION, live.get("stepTimeSeconds"))
+    for name, value in _reported_metrics(live, status).items():
+        add(REPORTED_METRIC, value, name)
     add(RESTARTS, status.get("restarts", 0))
     add(LAST_PROGRESS, _epoch(status.get("lastProgressTime")))
     _checkpoint_samples(add, spec, status)
     if phase in WAITING_PHASES:
         add(PENDING_SINCE, _pending_since(meta, status), pending_reason(status))
     return out
+
+
+def _reported_metrics(live: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """Each reported metric's last value: the status's (a bounded map the operator wrote), then
+    rank 0's fresher ones (parsed and bounded the same way); at most MAX_REPORTED_METRICS."""
+    merged: dict[str, Any] = {}
+    for source in (status.get(constants.ProgressKey.METRICS), live.get(constants.ProgressKey.METRICS)):
+        if isinstance(source, dict):
+            merged |= {name: value for name, value in source.items() if isinstance(name, str)}
+    return dict(list(merged.items())[-constants.MAX_REPORTED_METRICS:])
 
 
 def _number(value: Any) -> float | None:

@@ -24,6 +24,8 @@ from phalanx.pending import as_sendable
 
 log = logging.getLogger("phalanx.kube")
 
+# A pod's log is read through its kubelet: one that does not answer must not hold the pass long.
+LOG_READ_TIMEOUT_SECONDS = 10.0
 # Gang-backend objects the operator may create (Volcano/coscheduling PodGroup, Workload API).
 CUSTOM_PLURALS = {"PodGroup": "podgroups", "Workload": "workloads"}
 _SNAKE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "NetworkPolicy": "network_policy"}
@@ -243,6 +245,18 @@ class Kube:
         try:
             return await asyncio.wait_for(http_get(pod_ip, port, "/progress"), timeout)
         except (OSError, TimeoutError):
+            return None
+
+    async def pod_log_tail(self, namespace: str, name: str, container: str, tail_lines: int,
+                           limit_bytes: int, timeout: float = LOG_READ_TIMEOUT_SECONDS) -> bytes | None:
+        """The last ``tail_lines`` lines of a pod's container log, at most ``limit_bytes``, unparsed
+        (user output: lifecycle.logtail cleans it). None when it cannot be read within ``timeout``
+        (the pod gone, no log yet, forbidden, a kubelet not answering): the caller goes on without it."""
+        try:
+            return await self._call("log", self.core.read_namespaced_pod_log, name, namespace, container=container,
+                                    tail_lines=tail_lines, limit_bytes=limit_bytes, _request_timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - a message without the lines is still the message
+            log.warning("cannot read the log of %s/%s (%s)", namespace, name, getattr(exc, "status", exc))
             return None
 
     async def _create_all(self, objs: list[dict[str, Any]], dry_run: bool = False) -> list[Refusal]:

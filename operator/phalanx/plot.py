@@ -1,5 +1,6 @@
-"""`phalanx plot`: a PNG of a job's curves (loss, tokens/s, MFU, step time) from the per-step log
-the runtime's rank 0 appends on shared storage (``<checkpoint dir>/metrics.jsonl``)."""
+"""`phalanx plot`: a PNG of a job's curves (loss, tokens/s, MFU, step time, and any metric a script
+reported) from the per-step log rank 0 appends on shared storage (``<checkpoint dir>/metrics.jsonl``:
+the built-in runtime's, or ``phalanx_common.report``'s for a command job, with the same keys)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.constants import METRICS_LOG_FILE
+from phalanx.constants import METRICS_LOG_FILE, ProgressKey
 
 # (record key, panel title, scale): one panel each.
 PANELS = (
@@ -30,8 +31,26 @@ class Curves:
     resumes: list[int] = field(default_factory=list)
 
     def series(self, key: str, scale: float = 1.0) -> tuple[list[int], list[float]]:
-        rows = [r for r in self.records if isinstance(r.get(key), int | float)]
-        return [r["step"] for r in rows], [float(r[key]) * scale for r in rows]
+        """(steps, values) of ``key``: a record's own key, or a reported metric of that name."""
+        points = [(r["step"], value) for r in self.records if (value := record_value(r, key)) is not None]
+        return [step for step, _ in points], [value * scale for _, value in points]
+
+
+def record_value(record: dict[str, Any], key: str) -> float | None:
+    """``record[key]``, else ``record["metrics"][key]`` (where a reporter may nest what the script
+    reported), when it is a number."""
+    metrics = record.get(ProgressKey.METRICS)
+    for value in (record.get(key), metrics.get(key) if isinstance(metrics, dict) else None):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def panels(curves: Curves, metrics: tuple[str, ...] = ()) -> list[tuple[str, str, float]]:
+    """The panels to draw: the loss, the other PANELS that have points (a command job's log may have
+    no MFU or step time), then one per metric asked for."""
+    shown = [p for p in PANELS if p[0] == "loss" or curves.series(p[0])[0]]
+    return shown + [(name, name, 1.0) for name in metrics if name not in {p[0] for p in shown}]
 
 
 def log_path(path: str | Path) -> Path:
@@ -78,15 +97,19 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-def write_png(curves: Curves, out: str | Path, title: str = "") -> Path:
-    """Four panels over the step, dashed lines where a gang resumed."""
+def write_png(curves: Curves, out: str | Path, title: str = "", metrics: tuple[str, ...] = ()) -> Path:
+    """A panel per curve (:func:`panels`) over the step, two a row, dashed lines where a gang resumed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharex=True)
-    for ax, (key, label, scale) in zip(axes.flat, PANELS, strict=True):
+    shown = panels(curves, metrics)
+    rows, cols = math.ceil(len(shown) / 2), min(2, len(shown))
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.25 * rows), sharex=True, squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.set_visible(False)
+    for ax, (key, label, scale) in zip(axes.flat, shown, strict=False):
         steps, values = curves.series(key, scale)
         ax.plot(steps, values, lw=1, alpha=0.45 if key == "loss" else 0.9, color="tab:blue")
         if key == "loss" and len(values) > 2:
@@ -97,7 +120,7 @@ def write_png(curves: Curves, out: str | Path, title: str = "") -> Path:
             ax.axvline(step, ls="--", lw=0.8, color="tab:red")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
-    for ax in axes[1]:
+    for ax in axes.flat[max(0, len(shown) - cols):len(shown)]:
         ax.set_xlabel("step")
     fig.suptitle(title or "training curves")
     fig.tight_layout()

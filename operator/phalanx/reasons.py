@@ -115,7 +115,8 @@ REASONS: dict[Reason, ReasonDoc] = {
                            "check the node; nothing to do for the job", RESTARTING_T),
     Reason.POD_LOST: _doc(OTHER, "a pod of the created gang disappeared: a retryable failure", "find who deleted it "
                           "(Events, audit log)", RESTARTING_T),
-    Reason.HANG: _doc(OTHER, "no step progress for `failurePolicy.hangTimeoutSeconds`: a retryable failure",
+    Reason.HANG: _doc(OTHER, "no step progress for `failurePolicy.hangTimeoutSeconds`: a retryable failure; the "
+                      "`Restarting` (or `Failed`) condition and Event carry rank 0's last log lines",
                       "look for a stuck collective in the pods' logs (NCCL_DEBUG=INFO), or raise `hangTimeoutSeconds`",
                       RESTARTING_T),
     Reason.EXITED: _doc(OTHER, "a pod's trainer exited with a code `failurePolicy` counts as retryable (128 and up: "
@@ -142,6 +143,10 @@ REASONS: dict[Reason, ReasonDoc] = {
                                           "(`checkpoint.resume`)", "if unintended, use another checkpoint volume or "
                                           "`checkpoint.resume: false`",
                                           _on(ConditionType.RESUMED_FROM_PREDECESSOR, "True"), EVENT),
+    Reason.RESUMED_FROM_CHECKPOINT: _doc(OTHER, "rank 0 reported that this attempt resumed from its checkpoint at the "
+                                         "step the message names (`status.resumedStep`; a script reports it through "
+                                         "`phalanx_common.report.latest_checkpoint()`); the Running message says so too",
+                                         "", EVENT),
 }
 
 UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {

@@ -14,11 +14,13 @@ from phalanx.termchart import chart, sparkline
 
 FINISHED = {"Succeeded": 0, "Failed": 1}
 CHART_WIDTH = 60
+WATCH_METRICS = 3  # reported metrics on a status line (status.metrics has up to 32)
 ERASE_LINES_UP = "\x1b[{n}F\x1b[J"  # cursor to the start of the line n up, clear to the end
 
 
 def progress_line(status: dict[str, Any]) -> str:
-    """One human line from a TrainingJob status: phase, nodes, step, loss, tokens/s, checkpoint."""
+    """One human line from a TrainingJob status: phase, nodes, step, loss, tokens/s, reported
+    metrics, checkpoint."""
     parts = [f"{status.get('phase') or 'Pending':<10}", f"nodes {status.get('nodes', '0/0')}"]
     if isinstance(status.get("rolesReady"), str):
         parts.append(f"roles {status['rolesReady']}")
@@ -29,6 +31,7 @@ def progress_line(status: dict[str, Any]) -> str:
         parts.append(f"loss {status['loss']:.4f}")
     if status.get("tokensPerSecond") is not None:
         parts.append(f"{status['tokensPerSecond']:.0f} tok/s")
+    parts += _metric_words(status.get("metrics"))
     if status.get("restarts"):
         parts.append(f"restarts {status['restarts']}")
     ckpt = status.get("lastCheckpoint") or {}
@@ -38,6 +41,15 @@ def progress_line(status: dict[str, Any]) -> str:
     if reason:
         parts.append(f"({reason})")
     return "  ".join(parts)
+
+
+def _metric_words(metrics: Any) -> list[str]:
+    """The first WATCH_METRICS reported metrics as "name value" (then "+N metrics")."""
+    if not isinstance(metrics, dict) or not metrics:
+        return []
+    numbers = [(name, value) for name, value in metrics.items() if isinstance(value, int | float)]
+    words = [f"{name} {value:.4g}" for name, value in numbers[:WATCH_METRICS]]
+    return words + ([f"+{len(numbers) - WATCH_METRICS} metrics"] if len(numbers) > WATCH_METRICS else [])
 
 
 def _latest_reason(status: dict[str, Any]) -> str | None:

@@ -120,7 +120,8 @@ MODES = """\
 | `parallelism`, `training`, `data`, `model` | used, with the layout rules below | `model` and `data` unused; `framework: deepspeed` renders `parallelism` and `training` into its config, `tensorflow`, `horovod` and `deepspeed` refuse the fields they cannot honour (listed below); otherwise your script splits its world itself |
 | layout rule | nodes × procsPerNode = data × tensor × pipeline, batch arithmetic, model shape | nodes × procsPerNode = world, nothing more |
 | `checkpoint` | sharded DCP checkpoints, resume, interval, keepLast | `volume` mounted at `mountPath`, `PHALANX_CHECKPOINT_DIR` set; the rest is yours |
-| `failurePolicy.hangTimeoutSeconds` | from the runtime's step progress | refused (no progress is reported) |
+| `progress` | refused (the runtime reports its own progress) | how rank 0's progress is read: `client` (the script calls `phalanx_common.report`), a log collector wrapped around the workers' command, `regex` or `jsonl`; then step, loss, metrics, hang detection and sweeps work as for the built-in runtime |
+| `failurePolicy.hangTimeoutSeconds` | from the runtime's step progress | from the step `progress` reports; refused without `progress` |
 | everything else | gang, topology, network profile, env, volumes, restarts, elastic, suspend | the same |
 
 A command that wraps the runtime (`command: [bash, -c, "... && phalanx-runtime"]` with `model`

@@ -28,6 +28,7 @@ from phalanx.api.kubetypes import (
     VolumeSource,
     reserved_env,
 )
+from phalanx.api.progress import PROGRESS_RULES, ProgressSpec
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
 from phalanx.api.rules import Rule, default_unless, parallelism_default
@@ -403,9 +404,10 @@ SPEC_RULES = (
     Rule("!has(self.elastic) || (self.elastic.minNodes <= self.nodes && self.nodes <= self.elastic.maxNodes)",
          "elastic.minNodes <= nodes <= elastic.maxNodes",
          lambda s: s.elastic is None or s.elastic.min_nodes <= s.nodes <= s.elastic.max_nodes, ".elastic"),
-    Rule("has(self.model) || self.failurePolicy.hangTimeoutSeconds == 0",
-         "hang detection reads the built-in runtime's progress endpoint; a command-only job reports no progress",
-         lambda s: s.model is not None or s.failure_policy.hang_timeout_seconds == 0,
+    Rule("has(self.model) || has(self.progress) || self.failurePolicy.hangTimeoutSeconds == 0",
+         "failurePolicy.hangTimeoutSeconds reads rank 0's step progress: the built-in runtime reports it, a "
+         "command job only with spec.progress",
+         lambda s: s.model is not None or s.progress is not None or s.failure_policy.hang_timeout_seconds == 0,
          ".failurePolicy.hangTimeoutSeconds"),
     Rule(f"!{_MULTI_NODE_CEL} || !has(self.checkpoint.volume) || !({_PER_NODE_CEL})",
          "a multi-node job's checkpoints need storage every node shares; "
@@ -479,6 +481,9 @@ class TrainingJobSpec(Model):
     resources: Resources = Field(default_factory=Resources)
     parallelism: Parallelism = Field(default_factory=Parallelism)
     model: ModelSpec | None = Field(None, description="Built-in runtime mode: what it trains. Absent for command-only jobs.")
+    progress: ProgressSpec | None = Field(
+        None, description="Command jobs: how rank 0's progress (step, loss, metrics) is read, for the status, "
+        "hang detection and sweeps (docs/your-code.md).")
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -511,7 +516,7 @@ class TrainingJobSpec(Model):
         "chief for framework tensorflow with a chief role).")
 
     # the order of the CRD's x-kubernetes-validations
-    checks = (SPEC_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES
+    checks = (SPEC_RULES + PROGRESS_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES
               + TENSORFLOW_ROLE_RULES + HOROVOD_RULES)
 
     @field_validator("roles")
@@ -631,6 +636,10 @@ class TrainingJobStatus(Model):
     step: int | None = None
     total_steps: int | None = None
     loss: float | None = None
+    metrics: dict[str, float] | None = Field(
+        None, max_length=constants.MAX_REPORTED_METRICS,
+        description="The last value of each metric rank 0 reported (eval_loss, learning_rate, ...).")
+    resumed_step: int | None = Field(None, description="The step the current attempt's script resumed from (its checkpoint).")
     tokens_per_second: float | None = None
     progress_percentage: int | None = None
     estimated_remaining_seconds: int | None = None

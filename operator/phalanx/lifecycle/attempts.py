@@ -14,6 +14,7 @@ def start_new_attempt(ctx: Pass) -> None:
     a re-plan, a recreation, a resize); the caller records why."""
     ctx.view.status.restart_attempt += 1
     ctx.view.status.attempt_created = False
+    ctx.view.status.resumed_step = None  # the new attempt's script says where it resumed
     ctx.plan.delete_pods += undeleted_names(ctx.current)
     ctx.current = []
 

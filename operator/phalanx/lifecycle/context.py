@@ -52,8 +52,10 @@ class Pass:
         return self.view.status.restart_attempt
 
     def done(self) -> Plan:
+        # a command job's total is its script's (the report's totalSteps), not training.steps
+        total = (self.view.status.total_steps or 0) if self.job is None or self.job.spec.uses_runtime else None
         for report in self.reports:
-            apply_progress(self.view, report, self.view.status.total_steps or 0, self.meta.get("uid"))
+            apply_progress(self.view, report, total, self.meta.get("uid"))
         self.plan.status = self.view.dump()
         self.plan.events = self.view.events
         return self.plan

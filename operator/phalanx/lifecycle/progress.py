@@ -23,9 +23,12 @@ from phalanx.api.types import CheckpointStatus, Phase
 from phalanx.constants import (
     CONTAINER_NAME,
     LABEL_NODE_RANK,
+    MAX_REPORTED_METRICS,
+    METRIC_NAME_PATTERN,
     PORT_NAME_PROGRESS,
     PROGRESS_PORT,
     ConditionType,
+    ProgressKey,
     Reason,
 )
 from phalanx.lifecycle.conditions import get_condition, is_true
@@ -38,8 +41,10 @@ MAX_STRING = 1024
 MAX_COUNT = 2**53  # steps, world size: exact in a float and in int64
 MAX_RATE = 1e15  # tokens/s, seconds, MFU, epoch seconds: finite and far from overflow
 MAX_ETA_SECONDS = 2**31 - 1  # estimatedRemainingSeconds from a huge stepTimeSeconds stays an int32
+MAX_NAMED_IN_PROBLEM = 5  # dropped metric names a problem lists (then "and N more")
 _BAD = object()
 _TOKENS = re.compile(r'[\\"\[\]{}]')
+_METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
 
 
 def _count(value: Any) -> Any:
@@ -76,20 +81,56 @@ def _record(fields: dict[str, Callable[[Any], Any]], required: tuple[str, ...]) 
     return check
 
 
+def _metric_value(value: Any) -> float | None:
+    """A reported metric's value: a finite number within ±MAX_RATE (a bool is not one)."""
+    if type(value) not in (int, float) or not -MAX_RATE <= value <= MAX_RATE:  # NaN and ±inf fail too
+        return None
+    return float(value)
+
+
+def _metrics(value: Any) -> Any:
+    """``{name: number}``: the valid entries, at most MAX_REPORTED_METRICS of them in the order
+    sent; the invalid ones (name, value or past the bound) are left out and named by
+    :func:`dropped_metrics`. Not a mapping at all: invalid."""
+    if not isinstance(value, dict):
+        return _BAD
+    out: dict[str, float] = {}
+    for name, raw in value.items():
+        number = _metric_value(raw)
+        if number is not None and isinstance(name, str) and _METRIC_NAME.fullmatch(name) and len(out) < MAX_REPORTED_METRICS:
+            out[name] = number
+    return out
+
+
+def dropped_metrics(sent: dict[Any, Any], kept: dict[str, float]) -> str | None:
+    """A problem naming the entries of ``sent`` that :func:`_metrics` left out (bounded), or None."""
+    dropped = [name for name in sent if name not in kept]
+    if not dropped:
+        return None
+    named = ", ".join(repr(str(name)[:40]) for name in dropped[:MAX_NAMED_IN_PROBLEM])
+    more = f" and {len(dropped) - MAX_NAMED_IN_PROBLEM} more" if len(dropped) > MAX_NAMED_IN_PROBLEM else ""
+    return (f"{ProgressKey.METRICS}: dropped {named}{more} (a name matching {METRIC_NAME_PATTERN}, a finite number, "
+            f"at most {MAX_REPORTED_METRICS} entries)")
+
+
 FIELDS: dict[str, Callable[[Any], Any]] = {
-    "phase": _string(32),
-    "step": _count,
-    "totalSteps": _count,
-    "worldSize": _count,
-    "loss": _loss,
-    "tokensPerSecond": _rate,
-    "mfu": _rate,
-    "stepTimeSeconds": _rate,
-    "startTime": _rate,
-    "updatedAt": _rate,
-    "lastCheckpoint": _record({"step": _count, "path": _string(MAX_STRING), "time": _string(64)}, ("step", "path")),
+    ProgressKey.PHASE: _string(32),
+    ProgressKey.STEP: _count,
+    ProgressKey.TOTAL_STEPS: _count,
+    ProgressKey.WORLD_SIZE: _count,
+    ProgressKey.LOSS: _loss,
+    ProgressKey.TOKENS_PER_SECOND: _rate,
+    ProgressKey.MFU: _rate,
+    ProgressKey.STEP_TIME_SECONDS: _rate,
+    ProgressKey.START_TIME: _rate,
+    ProgressKey.UPDATED_AT: _rate,
+    ProgressKey.EPOCH: _rate,
+    ProgressKey.METRICS: _metrics,
+    ProgressKey.LAST_CHECKPOINT: _record({"step": _count, "path": _string(MAX_STRING), "time": _string(64)}, ("step", "path")),
+    # The step this attempt's script resumed from (phalanx_common.report's latest_checkpoint()).
+    ProgressKey.RESUMED_STEP: _count,
     # Set by the runtime when it resumed a checkpoint another job uid wrote ("" = unrecorded).
-    "resumedFrom": _record({"uid": _string(128), "step": _count}, ("uid", "step")),
+    ProgressKey.RESUMED_FROM: _record({"uid": _string(128), "step": _count}, ("uid", "step")),
 }
 
 
@@ -170,8 +211,10 @@ def parse_progress(raw: bytes | str | dict | None, problems: list[str] | None = 
         value = check(obj[key])
         if value is _BAD:
             problems.append(f"{key}: invalid value {str(obj[key])[:40]!r}")
-        else:
-            out[key] = value
+            continue
+        out[key] = value
+        if key == ProgressKey.METRICS and (dropped := dropped_metrics(obj[key], value)):
+            problems.append(dropped)
     return out
 
 
@@ -223,27 +266,55 @@ def final_progress(pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] |
     return None
 
 
-def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int, uid: str | None) -> None:
-    """A parsed progress report (:func:`parse_progress`) into the status."""
+def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int | None, uid: str | None) -> None:
+    """A parsed progress report (:func:`parse_progress`) into the status. ``total``: the steps the
+    spec asks for (the built-in runtime's training.steps); None for a command job, whose script
+    says how many it runs (the report's totalSteps)."""
     if not report:
         return
-    step = report.get("step")
+    step = report.get(ProgressKey.STEP)
     if step is not None and step != view.status.step:
         view.status.last_progress_time = view.now
     view.status.step = step if step is not None else view.status.step
-    if "loss" in report:
-        _apply_loss(view, report["loss"])
-    if report.get("tokensPerSecond") is not None:
-        view.status.tokens_per_second = round(report["tokensPerSecond"], 1)
+    if total is None:
+        view.status.total_steps = report.get(ProgressKey.TOTAL_STEPS, view.status.total_steps)
+        total = view.status.total_steps or 0
+    if ProgressKey.LOSS in report:
+        _apply_loss(view, report[ProgressKey.LOSS])
+    if report.get(ProgressKey.TOKENS_PER_SECOND) is not None:
+        view.status.tokens_per_second = round(report[ProgressKey.TOKENS_PER_SECOND], 1)
     if view.status.step is not None and total:
         view.status.progress_percentage = min(100, int(100 * view.status.step / total))
-    step_time = report.get("stepTimeSeconds")
+    step_time = report.get(ProgressKey.STEP_TIME_SECONDS)
     if step_time and view.status.step is not None:
         view.status.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - view.status.step) * step_time))
-    if report.get("lastCheckpoint"):
-        view.status.last_checkpoint = CheckpointStatus.model_validate(report["lastCheckpoint"])
-    if report.get("resumedFrom") and report["resumedFrom"]["uid"] != uid:
-        _resumed_from_predecessor(view, report["resumedFrom"])
+    if report.get(ProgressKey.METRICS):
+        view.status.metrics = merged_metrics(view.status.metrics, report[ProgressKey.METRICS])
+    if report.get(ProgressKey.LAST_CHECKPOINT):
+        view.status.last_checkpoint = CheckpointStatus.model_validate(report[ProgressKey.LAST_CHECKPOINT])
+    if report.get(ProgressKey.RESUMED_STEP) is not None:
+        _resumed_at_step(view, report[ProgressKey.RESUMED_STEP])
+    if report.get(ProgressKey.RESUMED_FROM) and report[ProgressKey.RESUMED_FROM]["uid"] != uid:
+        _resumed_from_predecessor(view, report[ProgressKey.RESUMED_FROM])
+
+
+def merged_metrics(before: dict[str, float] | None, reported: dict[str, float]) -> dict[str, float]:
+    """status.metrics: each metric's last reported value (a script may report its eval metrics at
+    other steps than its training ones), the newly reported first, at most MAX_REPORTED_METRICS."""
+    merged = {**reported, **{name: value for name, value in (before or {}).items() if name not in reported}}
+    return dict(list(merged.items())[:MAX_REPORTED_METRICS])
+
+
+def _resumed_at_step(view: StatusView, step: int) -> None:
+    """The script of this attempt resumed from its checkpoint at ``step``: status.resumedStep,
+    "resumed from step N" in the Running message and one Normal Event per attempt (an attempt
+    starts with no resumedStep: lifecycle/attempts.py)."""
+    message = f"resumed from step {step}"
+    if view.status.resumed_step != step:
+        view.events.append(("Normal", Reason.RESUMED_FROM_CHECKPOINT, message))
+    view.status.resumed_step = step
+    if view.status.phase == Phase.RUNNING and message not in (view.status.message or ""):
+        view.status.message = f"{view.status.message}; {message}" if view.status.message else message
 
 
 def _apply_loss(view: StatusView, loss: float) -> None:

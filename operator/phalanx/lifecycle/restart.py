@@ -12,6 +12,7 @@ from phalanx.decision import Plan
 from phalanx.lifecycle.attempts import start_new_attempt
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failures import Failure, backoff_seconds, first_failure
+from phalanx.lifecycle.logtail import rank0_log_tail
 from phalanx.lifecycle.pods import alive_names
 from phalanx.lifecycle.status import count_ready, iso, parse_iso
 
@@ -28,6 +29,8 @@ def restart_or_fail(ctx: Pass, failure: Failure) -> Plan:
     view, plan, policy = ctx.view, ctx.plan, ctx.spec.failure_policy
     what = failure.describe()
     view.status.last_failure = failure.record(view.now)
+    if failure.reason == Reason.HANG:  # what rank 0 last wrote says more than "no progress"
+        plan.log_tail = rank0_log_tail(ctx.current, what)
     if not failure.retryable or view.status.restarts >= policy.max_restarts:
         if failure.retryable:
             view.finish(Phase.FAILED, Reason.MAX_RESTARTS_EXCEEDED,

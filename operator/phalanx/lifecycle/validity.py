@@ -43,4 +43,5 @@ def accept(ctx: Pass) -> None:
     view.status.total_nodes = spec.nodes
     view.role_totals = role_counts(spec) if spec.roles else None
     view.status.world_size = spec.world_size
-    view.status.total_steps = spec.training.steps
+    if spec.uses_runtime:  # a command job's script reports its own (lifecycle/progress.py)
+        view.status.total_steps = spec.training.steps

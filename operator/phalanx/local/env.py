@@ -5,7 +5,9 @@ replicas, each with its role's command/args and env.
 
 Local differences from the pods: the rendezvous host is 127.0.0.1, config and checkpoints are local
 paths, no metrics port (the processes share this host), a progress port only on worker 0 when
-asked for, and a tensorflow job's TF_CONFIG lists 127.0.0.1:<a free port per task> instead of the
+asked for, each process's termination message a file of its own in the run's directory, a log
+collector (spec.progress) around worker 0's command only (the pods' other workers run theirs
+unread), and a tensorflow job's TF_CONFIG lists 127.0.0.1:<a free port per task> instead of the
 pods' DNS names (``PHALANX_SUBDOMAIN`` is kept as rendered: the pods' names do not resolve here).
 """
 
@@ -17,6 +19,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from phalanx.api.progress import collected, wraps_command
 from phalanx.api.slots import Slot, role_of, slot_pod_name, slots, worker
 from phalanx.api.slots import slot_command as slots_command
 from phalanx.api.types import ObjectMeta, TrainingJob, TrainingJobSpec
@@ -36,6 +39,7 @@ from phalanx.constants import (
     ENV_PET_RDZV_ENDPOINT,
     ENV_PROGRESS_PORT,
     ENV_STOP_GRACE_SECONDS,
+    ENV_TERMINATION_LOG,
     ENV_TF_CONFIG,
     ENV_WORLD_SIZE,
 )
@@ -152,11 +156,21 @@ def slot_command(cfg: LocalJob, slot: Slot) -> list[str]:
 
 
 def node_argv(cfg: LocalJob, env: dict[str, str], config_path: str, slot: Slot | None = None) -> list[str]:
-    """The pod's command: the user's (command jobs; with the parent-death trampoline) or the launcher."""
-    user = slot_command(cfg, slot or worker(0))
-    if user:
-        return trampoline([expand_refs(a, env) for a in user])
-    return [sys.executable, "-m", "phalanx_runtime.launch", "--config", config_path]
+    """The pod's command: the user's (command jobs; with the parent-death trampoline; worker 0's
+    under spec.progress's log collector) or the launcher."""
+    slot = slot or worker(0)
+    user = [expand_refs(a, env) for a in slot_command(cfg, slot)]
+    if not user:
+        return [sys.executable, "-m", "phalanx_runtime.launch", "--config", config_path]
+    if slot == worker(0) and wraps_command(cfg.spec.progress):
+        user = collected(user, python=sys.executable)
+    return trampoline(user)
+
+
+def termination_log(d: str, slot: Slot) -> str:
+    """Where ``slot``'s process writes its termination message (final progress, or a failure
+    report) in the run's directory ``d``: a file per process, as each pod has its own."""
+    return os.path.join(d, f"termination-log.{slot.role}-{slot.index}")
 
 
 def slot_envs(cfg: LocalJob, d: str, *, env, checkpoint_dir, progress_port,
@@ -178,5 +192,6 @@ def slot_envs(cfg: LocalJob, d: str, *, env, checkpoint_dir, progress_port,
     ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
     return [(slot, {**base, **pod_env(cfg, slot, master_port=master_port, config_path=os.path.join(d, "config.json"),
                                       checkpoint_dir=ckpt, progress_port=progress_port, tf_cluster=cluster,
-                                      horovod_port=horovod_port)})
+                                      horovod_port=horovod_port),
+                    ENV_TERMINATION_LOG: termination_log(d, slot)})
             for slot in gang]

@@ -34,10 +34,12 @@ import time
 from pathlib import Path
 
 from phalanx.api.manifests import read_documents  # the one YAML reader (duplicate keys refused)
+from phalanx.api.slots import worker
 from phalanx.api.types import TrainingJob
-from phalanx.constants import LOCAL_STOP_GRACE_SECONDS
+from phalanx.constants import LOCAL_STOP_GRACE_SECONDS, ProgressKey
 from phalanx.frameworks import plugin_for
-from phalanx.local.env import LocalJob, node_argv, slot_envs, slot_label
+from phalanx.lifecycle.progress import parse_progress
+from phalanx.local.env import LocalJob, node_argv, slot_envs, slot_label, termination_log
 from phalanx.render.configmap import runtime_config
 from phalanx_common import contract, proc
 from phalanx_common.layout import check_layout
@@ -336,6 +338,22 @@ def role_exit_codes(gang: list, codes: list[int | None]) -> dict[str, list[int |
     return out
 
 
+# What a command job's summary takes from rank 0's final progress record (its termination log).
+REPORTED_KEYS = (ProgressKey.STEP, ProgressKey.LOSS, ProgressKey.TOTAL_STEPS, ProgressKey.METRICS,
+                 ProgressKey.LAST_CHECKPOINT, ProgressKey.RESUMED_STEP)
+
+
+def reported_progress(path: str | os.PathLike) -> dict:
+    """Rank 0's last progress (REPORTED_KEYS) from its termination-log file, parsed as the operator
+    parses it (the script's output); {} when there is none, or it is a failure report."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return {}
+    report = parse_progress(raw) or {}
+    return {str(key): report[key] for key in REPORTED_KEYS if key in report}
+
+
 def _summary(cfg: LocalJob, d: str, codes: list[int | None], seconds: float, gang: list) -> dict:
     world = cfg.spec.nodes * cfg.spec.procs_per_node
     if cfg.spec.command:
@@ -344,7 +362,8 @@ def _summary(cfg: LocalJob, d: str, codes: list[int | None], seconds: float, gan
         if cfg.spec.roles:  # the success roles exited 0; the others may have been stopped after it
             s["roles"] = role_exit_codes(gang, codes)
             s["success_roles"] = list(cfg.spec.success_roles)
-        return s
+        # a script that reports (spec.progress, or phalanx_common.report on its own) wrote one
+        return s | reported_progress(termination_log(d, worker(0)))
     full = _json.loads(Path(d, "result.json").read_text())
     return {"final_loss": full["final_loss"], "steps": full["steps"], "tokens_per_s": full["tokens_per_s"],
             "world_size": full["world_size"], "losses": full.get("losses", []),
@@ -355,16 +374,27 @@ def _summary(cfg: LocalJob, d: str, codes: list[int | None], seconds: float, gan
 def _print_summary(cfg: LocalJob, s: dict, json: bool) -> None:
     sys.stdout.flush()
     if json:
-        keys = (("mode", "world_size", "nodes", "exit_codes", "seconds", "roles", "success_roles")
+        keys = (("mode", "world_size", "nodes", "exit_codes", "seconds", "roles", "success_roles", *REPORTED_KEYS)
                 if cfg.spec.command else ("final_loss", "steps", "tokens_per_s", "world_size"))
         print(_json.dumps({k: s[k] for k in keys if k in s}), flush=True)
     elif cfg.spec.command:
         roles = "".join(f", {r} {codes}" for r, codes in s.get("roles", {}).items() if r != "worker")
         print(f"job {cfg.name}: command finished on {s['nodes']} nodes ({s['world_size']} ranks{roles}) in "
-              f"{s['seconds']:.1f}s", flush=True)
+              f"{s['seconds']:.1f}s{_reported_words(s)}", flush=True)
     else:
         print(f"job {cfg.name}: {s['steps']} steps on {s['world_size']} ranks, final loss {s['final_loss']:.4f}, "
               f"{s['tokens_per_s']:.0f} tokens/s", flush=True)
+
+
+def _reported_words(s: dict) -> str:
+    """", step 40/80, loss 1.2345" from what rank 0 reported; "" when it reported nothing."""
+    words = []
+    if ProgressKey.STEP in s:
+        total = s.get(ProgressKey.TOTAL_STEPS)
+        words.append(f"step {s[ProgressKey.STEP]}" + (f"/{total}" if total else ""))
+    if ProgressKey.LOSS in s:
+        words.append(f"loss {s[ProgressKey.LOSS]:.4f}")
+    return "".join(f", {w}" for w in words)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,11 @@ shm, checkpoint volume, gang gate."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from phalanx import constants
+from phalanx.api.progress import collected, wraps_command
 from phalanx.api.slots import (
     Slot,
     role_counts,
@@ -95,14 +97,41 @@ def role_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
     ]
 
 
+def progress_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
+    """spec.progress, for the workers (rank 0 among them reports): the collector, and the regex
+    collector's patterns (a JSON list) or the jsonl collector's file."""
+    progress = job.spec.progress
+    if progress is None or not slot.is_worker:
+        return []
+    env = [_env(constants.ENV_PROGRESS_COLLECTOR, progress.collector)]
+    if progress.patterns is not None:
+        env.append(_env(constants.ENV_PROGRESS_PATTERNS, json.dumps(progress.patterns)))
+    if progress.file is not None:
+        env.append(_env(constants.ENV_PROGRESS_FILE, progress.file))
+    return env
+
+
 def rendezvous_env(job: TrainingJob, slot: Slot | int, attempt: int, master_port: int) -> list[dict[str, Any]]:
     """A pod's env from the operator. Workers get their torch rank; every pod gets MASTER_ADDR
-    (worker 0) and, with spec.roles, its role; then what its framework wires (TF_CONFIG, Horovod's)."""
+    (worker 0) and, with spec.roles, its role; then what its framework wires (TF_CONFIG, Horovod's)
+    and, for the workers of a job with spec.progress, how their progress is read."""
     slot = worker(slot) if isinstance(slot, int) else slot
     addr = master_addr(job.metadata.name)
     ranked = _rank_env(job, slot.index, attempt, master_port) if slot.is_worker else []
     return ([_env(constants.ENV_MASTER_ADDR, addr), _env(constants.ENV_MASTER_PORT, master_port)] + ranked + _job_env(job, attempt)
-            + role_env(job, slot) + plugin_for(job.spec).slot_env(job, slot, master_port))
+            + role_env(job, slot) + plugin_for(job.spec).slot_env(job, slot, master_port) + progress_env(job, slot))
+
+
+def container_command(job: TrainingJob, slot: Slot) -> tuple[list[str], list[str] | None]:
+    """(command, args) of ``slot``'s container: the runtime's entrypoint, or the user's command;
+    a worker's under the log collector when spec.progress names one (outermost: it reads what
+    the command and everything it starts write; args stay the command's)."""
+    command, args = slot_command(job.spec, slot)
+    if command is None:
+        return list(RUNTIME_COMMAND), args
+    if slot.is_worker and wraps_command(job.spec.progress):
+        return collected(command), args
+    return command, args
 
 
 def gpu_visibility_env(job: TrainingJob, slot: Slot) -> list[dict[str, str]]:
@@ -180,7 +209,7 @@ def build_pod(
     spec, name = job.spec, job.metadata.name
     slot = worker(rank) if isinstance(rank, int) else rank
     role = role_of(spec, slot.role)
-    command, args = slot_command(spec, slot)
+    command, args = container_command(job, slot)
     master_port = wiring.master_port
     shm_size = str(spec.shm_size or wiring.shm_size or default_shm_size)
     volumes, mounts = _volumes(job, shm_size)
@@ -188,7 +217,7 @@ def build_pod(
         "name": constants.CONTAINER_NAME,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": command or list(RUNTIME_COMMAND),
+        "command": command,
         "env": rendezvous_env(job, slot, attempt, master_port) + scratch_env() + gpu_visibility_env(job, slot)
         + [e.to_kube() for e in spec.env]
         + ([e.to_kube() for e in role.env] if role is not None else []),

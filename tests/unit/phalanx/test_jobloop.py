@@ -309,3 +309,36 @@ def test_a_loops_wakeup_exists_while_it_runs_and_a_changed_row_wakes_it():
     assert wake.is_set()
     gangs.forget("ns", "j")
     assert not gangs.alive("ns", "j") and not gangs.wakeups
+
+
+class _LogKube:
+    def __init__(self, raw):
+        self.raw, self.reads = raw, []
+
+    async def pod_log_tail(self, namespace, name, container, tail_lines, limit_bytes):
+        self.reads.append((namespace, name, container, tail_lines, limit_bytes))
+        return self.raw
+
+
+@pytest.mark.parametrize("raw, suffix", [
+    (b"loading shard 3\n\x1b[33mNCCL WARN\x1b[0m timeout\n", "\nrank 0's last log lines:\n  loading shard 3\n  NCCL WARN timeout"),
+    (None, ""),  # unreadable: the message as decided
+])
+def test_a_hangs_messages_get_rank_0s_log_lines_before_they_are_written(raw, suffix):
+    from phalanx.decision import LogTail
+    from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES
+
+    async def main():
+        memo = startup.new_memo()
+        memo.kube = _LogKube(raw)
+        loop_ = job_loop(memo, "j", indexes())
+        plan = Plan(events=[("Warning", "Restarting", "after hang")], log_tail=LogTail("j-node-0-0", "hang"),
+                    status={"conditions": [{"type": "Restarting", "message": "after hang"}]})
+        await loop_.attach_log_tail(plan)
+        memo.decider.shutdown()
+        return plan, memo.kube.reads
+
+    plan, reads = asyncio.run(main())
+    assert reads == [("default", "j-node-0-0", constants.CONTAINER_NAME, LOG_TAIL_LINES, LOG_TAIL_BYTES)]
+    assert plan.events == [("Warning", "Restarting", "after hang" + suffix)]
+    assert plan.status["conditions"][0]["message"] == "after hang" + suffix

@@ -179,3 +179,33 @@ def test_role_pods_per_role_and_nothing_for_a_malformed_entry():
     assert v[("phalanx_trainingjob_role_pods_desired", ("ps",))] == 2 and v[("phalanx_trainingjob_role_pods_ready", ("worker",))] == 3
     assert len([k for k in v if k[0] == "phalanx_trainingjob_role_pods_ready"]) == 2
     assert not [k for k in values(job_samples(job(status=RUNNING))) if k[0].startswith("phalanx_trainingjob_role_pods")]
+
+
+COMMAND_SPEC = {"nodes": 2, "command": ["python", "train.py"], "progress": {"collector": "huggingface"}}
+
+
+def test_a_command_job_with_progress_has_the_same_series():
+    status = {"phase": "Running", "step": 40, "totalSteps": 80, "loss": 1.25, "tokensPerSecond": 500.0,
+              "metrics": {"eval_loss": 1.5, "learning_rate": 2e-5}}
+    v = values(job_samples(job(spec=COMMAND_SPEC, status=status), {"metrics": {"learning_rate": 1e-5, "grad_norm": 0.5}}))
+    assert v[("phalanx_trainingjob_step", ())] == 40 and v[("phalanx_trainingjob_progress_ratio", ())] == 0.5
+    assert v[("phalanx_trainingjob_loss", ())] == 1.25 and v[("phalanx_trainingjob_tokens_per_second", ())] == 500
+    reported = {labels[0]: value for (name, labels), value in v.items() if name == "phalanx_trainingjob_reported_metric"}
+    assert reported == {"eval_loss": 1.5, "learning_rate": 1e-5, "grad_norm": 0.5}  # rank 0's fresher value wins
+
+
+def test_reported_metrics_are_bounded_and_garbage_is_no_sample():
+    status = {"phase": "Running", "metrics": {f"s{i}": i for i in range(30)}}
+    live = {"metrics": {**{f"l{i}": i for i in range(30)}, "text": "1", "list": [1]}}
+    v = values(job_samples(job(status=status), live))
+    names = [labels[0] for (name, labels), _ in v.items() if name == "phalanx_trainingjob_reported_metric"]
+    assert len(names) <= 32 and "text" not in names and "list" not in names
+    assert values(job_samples(job(status={"metrics": "junk"}), {"metrics": 7})) is not None  # never raises
+
+
+def test_a_deleted_jobs_reported_metrics_are_gone():
+    jm = JobMetrics()
+    jm.observe(job("c", spec=COMMAND_SPEC, status={"phase": "Running", "metrics": {"eval_loss": 1.0}}))
+    assert any(name == "phalanx_trainingjob_reported_metric" for name, _ in scrape(jm))
+    jm.forget("ml", "c")
+    assert scrape(jm) == {}

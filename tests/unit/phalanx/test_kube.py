@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from phalanx import constants
-from phalanx.kube import Kube, Outcome, api_message, expected_outcome
+from phalanx.kube import LOG_READ_TIMEOUT_SECONDS, Kube, Outcome, api_message, expected_outcome
 from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS
 
@@ -307,3 +307,14 @@ def test_the_namespace_read_gives_none_when_forbidden_or_unreachable():
     for error in (ApiException(status=403, reason="forbidden"), ConnectionResetError("reset")):
         assert asyncio.run(read(error)) is None
 
+
+
+@pytest.mark.parametrize("status, result", [(200, b'{"metadata": {"name": "x"}}'), (404, None), (403, None), (500, None)])
+def test_a_pods_log_tail_is_read_bounded_and_counted(status, result):
+    before = API_REQUESTS.labels("log")._value.get()
+    got, calls = _run_call(lambda kube: kube.pod_log_tail("ns", "j-node-0-1", "trainer", 10, 4096), status)
+    assert got == result  # unreadable: None, the hang is reported without the lines
+    assert calls == [("read_namespaced_pod_log", ("j-node-0-1", "ns"),
+                      {"container": "trainer", "tail_lines": 10, "limit_bytes": 4096,
+                       "_request_timeout": LOG_READ_TIMEOUT_SECONDS})]
+    assert API_REQUESTS.labels("log")._value.get() == before + 1

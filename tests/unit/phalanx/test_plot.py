@@ -71,3 +71,45 @@ def test_phalanx_plot_without_steps_fails_clearly(tmp_path, capsys):
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 1
     assert "no steps logged" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "nowhere")]) == 2  # no such file
+
+
+def write_reported(directory, records):
+    """What phalanx_common.report writes for a command job: step, loss, tokens_per_s, time and the
+    reported metrics (flat or under "metrics")."""
+    with (directory / "metrics.jsonl").open("a") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+@pytest.mark.parametrize("record, key, value", [
+    ({"step": 1, "eval_loss": 2.5}, "eval_loss", 2.5),
+    ({"step": 1, "metrics": {"eval_loss": 2}}, "eval_loss", 2.0),
+    ({"step": 1, "metrics": {"eval_loss": True}}, "eval_loss", None),
+    ({"step": 1, "metrics": "junk", "loss": 1}, "eval_loss", None),
+    ({"step": 1, "loss": 1}, "loss", 1.0),
+])
+def test_a_reported_metric_is_a_curve(record, key, value):
+    from phalanx.plot import record_value
+
+    assert record_value(record, key) == value
+
+
+def test_a_command_jobs_log_plots_the_panels_it_has(tmp_path):
+    from phalanx.plot import panels
+
+    write_reported(tmp_path, [{"step": s, "loss": 3.0 / s, "tokens_per_s": 100.0, "time": 1.8e9 + s,
+                               "metrics": {"eval_loss": 3.5 / s}} for s in range(1, 6)])
+    curves = read_curves(tmp_path)
+    assert [p[0] for p in panels(curves)] == ["loss", "tokens_per_s"]  # no MFU or step time logged
+    assert [p[0] for p in panels(curves, ("eval_loss", "loss"))] == ["loss", "tokens_per_s", "eval_loss"]
+    assert curves.series("eval_loss") == ([1, 2, 3, 4, 5], [3.5 / s for s in range(1, 6)])
+
+
+def test_phalanx_plot_draws_a_reported_metric(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_reported(tmp_path, [{"step": s, "loss": 3.0 / s, "eval_accuracy": s / 10} for s in range(1, 11)])
+    out = tmp_path / "m.png"
+    assert main(["plot", str(tmp_path), "-o", str(out), "--metric", "eval_accuracy", "--metric", "absent"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    captured = capsys.readouterr()
+    assert "no values of absent logged" in captured.err and "steps 1–10" in captured.out

@@ -65,7 +65,7 @@ def test_minimal_is_valid():
         ({"elastic": {"minNodes": 3, "maxNodes": 4}}, "spec.elastic", "elastic.minNodes <= nodes <= elastic.maxNodes"),
         ({"failurePolicy": {"retryableExitCodes": [3], "permanentExitCodes": [3]}}, "spec.failurePolicy", "both retryable and permanent"),
         ({"checkpoint": {"intervalSteps": 10}}, "spec.checkpoint.intervalSteps", "needs checkpoint.volume"),
-        ({"model": None, "command": ["python", "x.py"], "failurePolicy": {"hangTimeoutSeconds": 60}}, "spec.failurePolicy.hangTimeoutSeconds", "reports no progress"),
+        ({"model": None, "command": ["python", "x.py"], "failurePolicy": {"hangTimeoutSeconds": 60}}, "spec.failurePolicy.hangTimeoutSeconds", "a command job only with spec.progress"),
         ({"nodes": 0}, "spec.nodes", "greater than or equal to 1"),
         ({"parallelism": {"zero": 4}}, "spec.parallelism.zero", "less than or equal to 3"),
         ({"parallelism": {"pipelineSchedule": "Looping"}}, "spec.parallelism.pipelineSchedule", "Input should be"),

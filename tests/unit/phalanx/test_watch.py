@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from phalanx.watch import progress_line, watch
 
 
@@ -93,3 +95,18 @@ def test_watch_no_chart():
 def test_progress_line_shows_each_roles_readiness():
     line = progress_line({"phase": "Running", "nodes": "2/2", "rolesReady": "worker:2/2 ps:1/2"})
     assert "nodes 2/2  roles worker:2/2 ps:1/2" in line
+
+
+@pytest.mark.parametrize("metrics, words", [
+    (None, ""),
+    ({}, ""),
+    ({"eval_loss": 1.23456, "learning_rate": 2e-5}, "eval_loss 1.235  learning_rate 2e-05"),
+    ({f"m{i}": i for i in range(5)}, "m0 0  m1 1  m2 2  +2 metrics"),
+    ({"junk": "x", "ok": 1}, "ok 1"),
+    ("not a map", ""),
+])
+def test_progress_line_shows_a_command_jobs_reported_metrics(metrics, words):
+    status = {"phase": "Running", "nodes": "2/2", "step": 40, "totalSteps": 80, "loss": 1.5, "metrics": metrics}
+    line = progress_line(status)
+    assert line.startswith("Running     nodes 2/2  step 40/80  loss 1.5000")
+    assert line.endswith(words) if words else line.endswith("loss 1.5000")

@@ -8,6 +8,7 @@ import copy
 import json
 import math
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -19,6 +20,7 @@ from phalanx.lifecycle.progress import (
     decode,
     http_body,
     loss_not_finite,
+    merged_metrics,
     parse_progress,
     progress_port,
 )
@@ -268,3 +270,110 @@ def test_observed_progress_may_be_raw_bytes(job_obj):
     obj = copy.deepcopy(sim.obj)
     plan = decide(obj, Observed(pods=list(sim.pods.values()), progress=json.dumps(GOOD).encode()), T0)
     assert plan.status["step"] == 12 and plan.status["lastCheckpoint"]["step"] == 10
+
+
+# ------------------------------------------------------- any code's record: epoch, metrics, resumedStep
+
+
+@pytest.mark.parametrize(("body", "kept", "problem"), [
+    ({"step": 3, "epoch": 1.5}, {"step": 3, "epoch": 1.5}, None),
+    ({"step": 3, "epoch": -1}, {"step": 3}, "epoch"),
+    ({"step": 3, "resumedStep": 2}, {"step": 3, "resumedStep": 2}, None),
+    ({"step": 3, "resumedStep": 2.5}, {"step": 3}, "resumedStep"),
+    ({"step": 3, "resumedStep": True}, {"step": 3}, "resumedStep"),
+    ({"metrics": {"eval_loss": 2.5, "lr": 3, "eval/acc-top.1": -0.5}},
+     {"metrics": {"eval_loss": 2.5, "lr": 3.0, "eval/acc-top.1": -0.5}}, None),
+    ({"metrics": {}}, {"metrics": {}}, None),
+    ({"metrics": [1, 2]}, {}, "metrics: invalid value"),
+    ({"metrics": "eval_loss=2"}, {}, "metrics: invalid value"),
+    ({"metrics": {"ok": 1.0, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}}, {"metrics": {"ok": 1.0}},
+     "dropped 'nan', 'inf', '-inf'"),
+    ({"metrics": {"ok": 1, "flag": True, "text": "1.0", "none": None, "nested": {"a": 1}, "list": [1]}},
+     {"metrics": {"ok": 1.0}}, "dropped 'flag', 'text', 'none', 'nested', 'list'"),
+    ({"metrics": {"9lives": 1, "has space": 2, "x" * 65: 3, "eval_loss\n": 4, "\u00e9": 5, "": 6}}, {"metrics": {}},
+     "dropped '9lives', 'has space', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx', 'eval_loss\\n', '\u00e9' and 1 more"),
+    ({"metrics": {"big": 1e16, "huge": 10**400, "fine": -1e15}}, {"metrics": {"fine": -1e15}}, "dropped 'big', 'huge'"),
+    ({"metrics": {f"m{i}": i for i in range(40)}}, {"metrics": {f"m{i}": float(i) for i in range(32)}},
+     "dropped 'm32', 'm33', 'm34', 'm35', 'm36' and 3 more"),
+])
+def test_reported_metrics_epoch_and_resumed_step(body, kept, problem):
+    problems: list[str] = []
+    assert parse_progress(body, problems) == kept
+    assert (problems == []) if problem is None else (len(problems) == 1 and problem in problems[0])
+    json.dumps(kept, allow_nan=False)
+
+
+def test_hostile_metrics_bodies_stay_bounded():
+    many = json.dumps({"step": 1, "metrics": {f"m{i}": i for i in range(3000)}}).encode()  # under MAX_BYTES
+    problems: list[str] = []
+    report = parse_progress(many, problems)
+    assert len(report["metrics"]) == constants.MAX_REPORTED_METRICS and len(problems[0]) < 400
+    nested = b'{"step": 1, "metrics": {"a": {"b": {"c": {"d": 1}}}}}'
+    assert parse_progress(nested) is None  # deeper than MAX_DEPTH: the whole report is refused
+    huge_name = json.dumps({"step": 1, "metrics": {"n" * 50_000: 1}}).encode()
+    problems = []
+    assert parse_progress(huge_name, problems) == {"step": 1, "metrics": {}} and len(problems[0]) < 400
+
+
+COMMAND_JOB = {"model": None, "command": ["python", "train.py"], "progress": {"collector": "huggingface"}}
+
+
+def command_sim(job_obj):
+    job_obj["spec"].update(COMMAND_JOB)
+    del job_obj["spec"]["model"]
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    return sim
+
+
+def test_a_command_jobs_total_is_its_scripts(job_obj):
+    sim = command_sim(job_obj)
+    assert "totalSteps" not in sim.status  # not training.steps: the script did not say yet
+    sim.step(progress={"step": 10, "totalSteps": 40, "loss": 2.0, "stepTimeSeconds": 0.5})
+    assert (sim.status["step"], sim.status["totalSteps"], sim.status["progressPercentage"]) == (10, 40, 25)
+    assert sim.status["estimatedRemainingSeconds"] == 15 and sim.status["loss"] == 2.0
+    sim.step(progress={"step": 20})  # a report without totalSteps keeps the last one
+    assert (sim.status["totalSteps"], sim.status["progressPercentage"]) == (40, 50)
+
+
+def test_a_built_in_jobs_total_stays_training_steps(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 10, "totalSteps": 999})
+    assert sim.status["totalSteps"] == job_obj["spec"].get("training", {}).get("steps", 100)
+
+
+def test_metrics_keep_each_last_value(job_obj):
+    sim = command_sim(job_obj)
+    sim.step(progress={"step": 1, "metrics": {"learning_rate": 1e-4, "grad_norm": 2.0}})
+    sim.step(progress={"step": 2, "metrics": {"eval_loss": 1.5, "grad_norm": 1.0}})
+    assert sim.status["metrics"] == {"eval_loss": 1.5, "grad_norm": 1.0, "learning_rate": 1e-4}
+    json.dumps(sim.status, allow_nan=False)
+
+
+@pytest.mark.parametrize(("before", "reported", "after"), [
+    (None, {"a": 1.0}, {"a": 1.0}),
+    ({"a": 1.0, "b": 2.0}, {"b": 3.0}, {"b": 3.0, "a": 1.0}),
+    ({f"old{i}": 0.0 for i in range(32)}, {"new": 1.0}, {"new": 1.0, **{f"old{i}": 0.0 for i in range(31)}}),
+])
+def test_merged_metrics_are_bounded_newest_first(before, reported, after):
+    assert merged_metrics(before, reported) == after
+    assert list(merged_metrics(before, reported)) == list(after)
+
+
+def test_resumed_step_is_said_once_per_attempt(job_obj):
+    sim = command_sim(job_obj)
+    sim.step(progress={"step": 101, "resumedStep": 100})
+    sim.step(progress={"step": 102, "resumedStep": 100})
+    assert sim.status["resumedStep"] == 100
+    assert sim.status["message"] == "all 2 nodes running; resumed from step 100"
+    resumed = [e for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT]
+    assert resumed == [("Normal", "ResumedFromCheckpoint", "resumed from step 100")]
+    sim.set_pods("Failed", ready=False, exit_code=137, only=1)  # a retryable failure: a new attempt
+    sim.step()
+    assert sim.status["phase"] == "Restarting" and "resumedStep" not in sim.status
+    sim.now += timedelta(minutes=5)
+    sim.run_until_running()
+    sim.step(progress={"step": 101, "resumedStep": 100})  # the same checkpoint again: said again
+    assert [e[2] for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT] == ["resumed from step 100"] * 2
+    assert sim.status["message"].endswith("; resumed from step 100")

@@ -99,3 +99,39 @@ def test_slot_envs_one_env_per_pod_with_distinct_local_ports(tmp_path):
     assert len(ports) == 5 and envs[0][constants.ENV_MASTER_PORT] not in ports  # chosen together: none repeats
     assert all(json.loads(e[constants.ENV_TF_CONFIG])["cluster"] == cluster for e in envs)
     assert [e.get(constants.ENV_ROLE) for e in envs] == ["worker", "worker", "chief", "ps", "ps", "evaluator"]
+
+
+# --- spec.progress: the collector around worker 0's command, a termination log per process --------
+
+REGEX = {"collector": "regex", "patterns": ["step (?P<step>\\d+)"]}
+
+
+def test_a_log_collector_wraps_worker_0s_command_only():
+    import sys
+
+    c = cfg(progress={"collector": "huggingface"}, roles=[{"name": "ps"}])
+    zero, one, ps = (node_argv(c, {}, "/c.json", slot) for slot in (worker(0), worker(1), Slot("ps", 0)))
+    assert zero[:4] == [sys.executable, "-m", "phalanx_runtime.lifetime", "--"]
+    assert zero[4:] == [sys.executable, "-m", constants.COLLECT_MODULE, "--", "python", "train.py", "--spec-arg"]
+    assert one[4:] == ps[4:] == ["python", "train.py", "--spec-arg"]
+    for progress in (None, {"collector": "client"}):  # the script reports itself, or not at all
+        assert node_argv(cfg(progress=progress), {}, "/c.json")[4:] == ["python", "train.py", "--spec-arg"]
+
+
+def test_every_worker_gets_the_progress_env():
+    c = cfg(progress=REGEX, roles=[{"name": "ps"}])
+    for rank in (0, 1):
+        env = env_of(c, worker(rank))
+        assert env[constants.ENV_PROGRESS_COLLECTOR] == "regex"
+        assert json.loads(env[constants.ENV_PROGRESS_PATTERNS]) == REGEX["patterns"]
+    assert constants.ENV_PROGRESS_COLLECTOR not in env_of(c, Slot("ps", 0))
+    assert constants.ENV_PROGRESS_COLLECTOR not in env_of(cfg(), worker(0))
+
+
+def test_each_process_writes_its_own_termination_log(tmp_path):
+    c = cfg(roles=[{"name": "ps"}])
+    gang = slot_envs(c, str(tmp_path), env={constants.ENV_TERMINATION_LOG: "/dev/termination-log"},
+                     checkpoint_dir=None, progress_port=None, grace=1.0)
+    logs = [env[constants.ENV_TERMINATION_LOG] for _, env in gang]
+    assert logs == [str(tmp_path / "termination-log.worker-0"), str(tmp_path / "termination-log.worker-1"),
+                    str(tmp_path / "termination-log.ps-0")]

@@ -4,13 +4,22 @@ processes all exited 0, a failure, a stop) and which processes the job's success
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from phalanx.api.slots import slots
-from phalanx.local.env import (
-    slot_label,
+from phalanx.api.slots import slots, worker
+from phalanx.local.env import slot_label, termination_log
+from phalanx.local.run import (
+    EXIT_PREEMPTED,
+    _print_summary,
+    _summary,
+    reported_progress,
+    required_processes,
+    role_exit_codes,
+    verdict,
 )
-from phalanx.local.run import EXIT_PREEMPTED, required_processes, role_exit_codes, verdict
 from tests.unit.phalanx.local.test_env import TF_ROLES, cfg
 
 # --- when the run ends ------------------------------------------------------------------------
@@ -62,3 +71,55 @@ def test_role_exit_codes_and_labels():
 
 
 
+
+
+# --- a command job's summary: what rank 0 reported, from its termination log ---------------------
+
+
+FINAL = {"phase": "Succeeded", "step": 80, "totalSteps": 80, "loss": 1.25, "tokensPerSecond": 10.0,
+         "metrics": {"eval_loss": 1.5, "bad name": 1}, "lastCheckpoint": {"step": 80, "path": "/c/80"},
+         "resumedStep": 40, "epoch": 2.0}
+
+
+@pytest.mark.parametrize(("content", "reported"), [
+    (None, {}),  # no file: the script did not report
+    (json.dumps(FINAL), {"step": 80, "loss": 1.25, "totalSteps": 80, "metrics": {"eval_loss": 1.5},
+                         "lastCheckpoint": {"step": 80, "path": "/c/80"}, "resumedStep": 40}),
+    (json.dumps({"phase": "Failed", "error": {"type": "ValueError"}}), {}),  # a failure report
+    ("Killed\n", {}),
+    ("", {}),
+    (json.dumps({"step": "80", "loss": [1]}), {}),
+    ('{"step": 3, "loss": NaN}', {"step": 3, "loss": float("nan")}),
+    (json.dumps({"step": 3, "pad": "x" * 70_000}), {}),  # past the parser's bound
+])
+def test_reported_progress_from_the_termination_log(tmp_path, content, reported):
+    path = tmp_path / "termination-log.worker-0"
+    if content is not None:
+        path.write_text(content)
+    got = reported_progress(path)
+    assert json.dumps(got, sort_keys=True) == json.dumps(reported, sort_keys=True)  # NaN compares as its text
+
+
+def test_a_command_jobs_summary_and_json_line_carry_what_rank_0_reported(tmp_path, capsys):
+    c = cfg(progress={"collector": "huggingface"})
+    gang = slots(c.spec)
+    d = str(tmp_path)
+    Path(termination_log(d, worker(0))).write_text(json.dumps(FINAL))
+    Path(termination_log(d, worker(1))).write_text(json.dumps({"step": 999}))  # not rank 0's: ignored
+    summary = _summary(c, d, [0, 0], 12.5, gang)
+    assert summary["step"] == 80 and summary["totalSteps"] == 80 and summary["metrics"] == {"eval_loss": 1.5}
+    _print_summary(c, summary, json=True)
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == {"mode": "command", "world_size": 2, "nodes": 2, "exit_codes": [0, 0], "seconds": 12.5,
+                    "step": 80, "loss": 1.25, "totalSteps": 80, "metrics": {"eval_loss": 1.5},
+                    "lastCheckpoint": {"step": 80, "path": "/c/80"}, "resumedStep": 40}
+    _print_summary(c, summary, json=False)
+    assert capsys.readouterr().out.strip().endswith("in 12.5s, step 80/80, loss 1.2500")
+
+
+def test_a_command_job_that_reported_nothing_keeps_its_summary(tmp_path, capsys):
+    c = cfg()
+    summary = _summary(c, str(tmp_path), [0, 0], 1.0, slots(c.spec))
+    assert set(summary) == {"mode", "world_size", "nodes", "exit_codes", "seconds"}
+    _print_summary(c, summary, json=False)
+    assert capsys.readouterr().out.strip().endswith("in 1.0s")

@@ -4,6 +4,7 @@ the user's fields, the gang gate."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -169,3 +170,63 @@ def test_pods_share_no_security_context():
     assert second["spec"]["securityContext"]["runAsUser"] == POD_SECURITY_CONTEXT["runAsUser"] == constants.RUNTIME_UID
     assert second["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert CONTAINER_SECURITY_CONTEXT["capabilities"]["drop"] == ["ALL"]
+
+
+# --- spec.progress: the collector's env on the workers, the log collector around their command ----
+COLLECT = ["python3", "-m", constants.COLLECT_MODULE, "--"]
+CMD = {"model": None, "command": ["torchrun", "train.py"], "args": ["--lr", "1e-4"]}
+
+
+def command_job(progress, **spec):
+    return parsed(**CMD, progress=progress, **spec)
+
+
+@pytest.mark.parametrize(("progress", "env"), [
+    (None, {}),
+    ({"collector": "client"}, {constants.ENV_PROGRESS_COLLECTOR: "client"}),
+    ({"collector": "huggingface"}, {constants.ENV_PROGRESS_COLLECTOR: "huggingface"}),
+    ({"collector": "regex", "patterns": ["step (?P<step>\\d+)", "loss=(?P<loss>\\S+)"]},
+     {constants.ENV_PROGRESS_COLLECTOR: "regex", constants.ENV_PROGRESS_PATTERNS: '["step (?P<step>\\\\d+)", "loss=(?P<loss>\\\\S+)"]'}),
+    ({"collector": "jsonl", "file": "/out/metrics.jsonl"},
+     {constants.ENV_PROGRESS_COLLECTOR: "jsonl", constants.ENV_PROGRESS_FILE: "/out/metrics.jsonl"}),
+])
+def test_progress_env_on_every_worker(progress, env):
+    job = command_job(progress)
+    names = (constants.ENV_PROGRESS_COLLECTOR, constants.ENV_PROGRESS_PATTERNS, constants.ENV_PROGRESS_FILE)
+    for rank in (0, 1):
+        rendered = env_of(build_pod(job, rank, 0, NetworkWiring())["spec"]["containers"][0]["env"])
+        assert {k: v for k, v in rendered.items() if k in names} == env
+
+
+def test_progress_patterns_env_is_the_json_list_of_the_patterns():
+    patterns = ['it (?P<step>\\d+)/(?P<total_steps>\\d+) "q" \u00e9 (?P<eval_acc>[0-9.]+)']
+    env = env_of(rendezvous_env(command_job({"collector": "regex", "patterns": patterns}), 0, 0, 29500))
+    assert json.loads(env[constants.ENV_PROGRESS_PATTERNS]) == patterns
+
+
+@pytest.mark.parametrize(("progress", "slot", "command"), [
+    (None, worker(0), ["torchrun", "train.py"]),
+    ({"collector": "client"}, worker(0), ["torchrun", "train.py"]),  # the script reports itself
+    ({"collector": "huggingface"}, worker(0), [*COLLECT, "torchrun", "train.py"]),
+    ({"collector": "lightning"}, worker(1), [*COLLECT, "torchrun", "train.py"]),  # every worker: node 0 reads
+    ({"collector": "jsonl", "file": "/m.jsonl"}, worker(0), [*COLLECT, "torchrun", "train.py"]),
+    ({"collector": "regex", "patterns": ["(?P<step>\\d+)"]}, Slot("ps", 0), ["torchrun", "train.py"]),  # roles keep theirs
+])
+def test_log_collector_wraps_the_workers_command_args_unchanged(progress, slot, command):
+    job = command_job(progress, roles=[{"name": "ps"}])
+    container = build_pod(job, slot, 0, NetworkWiring())["spec"]["containers"][0]
+    assert container["command"] == command and container["args"] == ["--lr", "1e-4"]
+
+
+def test_progress_env_is_for_workers_only():
+    job = command_job({"collector": "huggingface"}, roles=[{"name": "ps", "command": ["ps-server"]}])
+    role = build_pod(job, Slot("ps", 0), 0, NetworkWiring())["spec"]["containers"][0]
+    assert constants.ENV_PROGRESS_COLLECTOR not in env_of(role["env"]) and role["command"] == ["ps-server"]
+
+
+def test_the_collector_stays_outermost_around_a_framework_launcher():
+    launcher = ["python", "-m", "phalanx_runtime.horovod_launch", "--", "python", "train.py"]
+    job = parsed(model=None, command=launcher, framework="horovod", progress={"collector": "client"})
+    assert build_pod(job, 0, 0, NetworkWiring())["spec"]["containers"][0]["command"] == launcher
+    job = parsed(model=None, command=launcher, framework="horovod", progress={"collector": "regex", "patterns": ["(?P<loss>\\S+)"]})
+    assert build_pod(job, 0, 0, NetworkWiring())["spec"]["containers"][0]["command"] == [*COLLECT, *launcher]
