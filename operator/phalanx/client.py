@@ -220,9 +220,8 @@ class Progress:
         return self.phase == Phase.SUCCEEDED
 
     def __str__(self) -> str:
-        metrics = "".join(f"  {key} {value:.4g}" for key, value in sorted(self.metrics.items()))
         resumed = f"  resumed from step {self.resumed_step}" if self.resumed_step is not None else ""
-        return f"{self.name}  {progress_line(self.status)}{metrics}{resumed}"
+        return f"{self.name}  {progress_line(self.status)}{resumed}"  # the watch line names the metrics
 
 
 def progress_of(name: str, status: Any) -> Progress:

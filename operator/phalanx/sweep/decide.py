@@ -137,17 +137,21 @@ def refuse_invalid(ctx: SweepPass) -> SweepPlan | None:
     return ctx.refuse("; ".join(str(p) for p in ctx.expansion.problems))
 
 
-# Optional spec fields added after v1alpha1 shipped (parent, key): left out of the digest when
-# unset, so a sweep started by an operator without them keeps its digest across an upgrade.
-ADDED_OPTIONAL_FIELDS = (("objective", "aggregate"),)
+# Optional spec fields added after v1alpha1 shipped (their wire paths in the sweep's spec): left
+# out of the digest when unset, so a sweep started by an operator without them keeps its digest
+# across an upgrade (test_decide pins a digest: a new optional TrainingJob field belongs here).
+ADDED_OPTIONAL_FIELDS = (("objective", "aggregate"), ("template", "spec", "progress"))
 
 
 def hashed_spec(spec: TrainingSweepSpec) -> dict[str, Any]:
     """What the sweep's spec digest covers: all but maxParallel (and ADDED_OPTIONAL_FIELDS when unset)."""
     out = spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"})
-    for parent, key in ADDED_OPTIONAL_FIELDS:
-        if out.get(parent, {}).get(key, 0) is None:
-            del out[parent][key]
+    for *parents, key in ADDED_OPTIONAL_FIELDS:
+        node = out
+        for parent in parents:
+            node = node.get(parent) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node and node[key] is None:
+            del node[key]
     return out
 
 
