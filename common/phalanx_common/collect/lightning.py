@@ -1,4 +1,5 @@
-"""PyTorch Lightning's progress bar. The tqdm bar (TQDMProgressBar):
+"""PyTorch Lightning's progress bar (tqdm or rich) → the step (approximate: epochs × batches per
+epoch + batch), the epoch, the loss and the bar's metrics. The tqdm bar (TQDMProgressBar):
 ``Epoch E: 40%|████ | b/B [00:01<00:02, 4.1it/s, v_num=0, train_loss=2.30, val_loss=2.41]``; the
 rich bar (RichProgressBar, the default where ``rich`` is installed; without a terminal it prints
 once, at the end): ``Epoch E/M ━━━ b/B 0:00:01 • 0:00:02 4.1it/s v_num: 0.000`` with one

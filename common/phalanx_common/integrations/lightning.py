@@ -1,5 +1,7 @@
-"""``PhalanxCallback`` for PyTorch Lightning (``lightning.pytorch`` or ``pytorch_lightning``:
-whichever the script imported first, else ``lightning`` when installed)::
+"""``PhalanxCallback``: a PyTorch Lightning fit reports its step, loss, metrics and checkpoints
+through phalanx_common.report. It subclasses the Callback of ``lightning.pytorch`` or
+``pytorch_lightning``, whichever the script imported first (else ``lightning`` when installed). In
+a script::
 
     from phalanx_common.integrations.lightning import PhalanxCallback
     from phalanx_common.report import latest_checkpoint

@@ -1,4 +1,5 @@
-"""``PhalanxCallback`` for the transformers Trainer (and TRL's trainers, its subclasses)::
+"""``PhalanxCallback``: a transformers Trainer (TRL's trainers too: its subclasses) reports its
+step, loss, metrics and checkpoints through phalanx_common.report. In a script::
 
     from phalanx_common.integrations.transformers import PhalanxCallback
     from phalanx_common.report import latest_checkpoint
