@@ -307,6 +307,7 @@ class Reporter:
             if self._finished or not self._started:
                 return False
             self._finished = True
+            atexit.unregister(self.finish)
             self._steps.flush()
             self.progress.update(phase=phase)
             return write_final(self.progress, self.termination_log)
