@@ -11,17 +11,17 @@ that failed first names the cause, not the peers that failed because it was gone
 the launcher's report of a worker killed by a signal (the OOM killer's SIGKILL) replaces a peer's
 report, since that worker could write none and its death is what the peers report.
 
-Nothing is written outside a pod (no such file), as for rank 0's final progress.
+Nothing is written outside a pod (no such file), as for rank 0's final progress
+(phalanx_common.termination writes both).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from phalanx_common.contract import (
@@ -34,6 +34,7 @@ from phalanx_common.contract import (
     ErrorKey,
     ErrorSource,
 )
+from phalanx_common.termination import write_message
 
 MAX_REPORT_BYTES = 3072  # well under the kubelet's 4096
 MAX_FRAMES = 4
@@ -41,7 +42,6 @@ MAX_MESSAGE_CHARS = 1000
 MAX_CAUSE_CHARS = 300
 MAX_FRAME_CHARS = 160
 MAX_TYPE_CHARS = 120
-READ_BACK_BYTES = 8192  # of a report already there
 
 
 def _clip(text: str, limit: int) -> str:
@@ -162,17 +162,6 @@ def encode(error: Mapping[str, Any]) -> bytes:
             error = {ErrorKey.TYPE: _clip(str(error.get(ErrorKey.TYPE, "")), 64)}
 
 
-def _existing(data: bytes) -> tuple[bool, Any]:
-    """Whether ``data`` is a report already, and the rank it names."""
-    try:
-        found = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return False, None
-    if not isinstance(found, dict) or not isinstance(found.get(REPORT_KEY_ERROR), dict):
-        return False, None
-    return True, found[REPORT_KEY_ERROR].get(ErrorKey.RANK)
-
-
 def termination_log() -> str:
     return os.environ.get(ENV_TERMINATION_LOG, DEFAULT_TERMINATION_LOG)
 
@@ -183,50 +172,6 @@ def write_report(error: Mapping[str, Any], path: str | None = None, *, replace: 
     rank = error.get(ErrorKey.RANK)
     return write_message(encode(error), path or termination_log(),
                          keep=lambda there, by: there and not (replace and by != rank))
-
-
-def write_message(data: bytes, path: str, keep: Callable[[bool, Any], bool]) -> bool:
-    """Write ``data`` as the termination message at ``path`` (an existing file: in a pod) unless
-    ``keep(is a report, its rank)`` says the message there stays; under a lock, as every process
-    of the pod may write it. False when nothing was written; never raises."""
-    if not os.path.exists(path):
-        return False
-    try:
-        with open(path, "r+b") as f, _locked(f):
-            if keep(*_existing(f.read(READ_BACK_BYTES))):
-                return False
-            f.seek(0)
-            f.truncate()
-            f.write(data)
-            f.flush()  # inside the lock: the next writer must read these bytes, not an empty file
-    except PermissionError:  # writable, not readable: no first-report rule, but a report
-        return _overwrite(path, data)
-    except OSError:
-        return False
-    return True
-
-
-def _overwrite(path: str, data: bytes) -> bool:
-    try:
-        with open(path, "wb") as f:
-            f.write(data)
-    except OSError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def _locked(f):
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no other process of a pod to race with here
-        yield
-        return
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def report_exception(exc: BaseException, *, rank: int | None = None, source: str = ErrorSource.WORKER,
