@@ -14,6 +14,7 @@ The scripts reach the pods in a ConfigMap mounted at /workspace (as tests/e2e/te
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -30,7 +31,11 @@ SCRIPTS = ("hf_trainer.py", "torch_ddp.py")
 DDP_PATTERNS = [r"^step (?P<step>\d+)/(?P<total_steps>\d+) loss=(?P<loss>\S+) lr=(?P<learning_rate>\S+)"]
 HF_STEPS = 200
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(importlib.util.find_spec("phalanx_common.collect") is None,
+                       reason="needs the log collectors (phalanx_common.collect) and spec.progress"),
+]
 
 
 @pytest.fixture
