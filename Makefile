@@ -15,9 +15,10 @@ include hack/cluster/cluster.mk
 help: ## this list
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 26
 
-install: ## pip install -e '.[operator,runtime,dev]'
+install: ## pip install -e '.[operator,runtime,dev]' (and the deepspeed and trainers extras)
 	$(PIP) install -q -e '.[operator,runtime,dev]'
 	DS_BUILD_OPS=0 $(PIP) install -q -e '.[deepspeed]'
+	$(PIP) install -q -e '.[trainers]'
 
 # What `make crds` generates, under the root dir $(1): the CRD (crds/ and the chart's copy), the
 # API reference, the chart's ValidatingAdmissionPolicy and values schema, the chart's appVersion.

@@ -36,6 +36,25 @@ wheelhouse() {
     python3 -m pip download -q -d "$WHEELS" "torch==$torch" "${deps[@]}"
   fi
   deepspeed_wheels
+  hf_wheels "$torch"
+}
+
+# Hugging Face transformers and accelerate (pyproject's `hf` extra: Trainer scripts as command
+# jobs) with every wheel they require. What the wheelhouse has already is held at its version
+# (one wheel per project: runtime_wheels picks by name), torch included, so none is fetched again.
+# Downloaded once: the stamp, named after the pins, is written when all is there.
+hf_wheels() { # torch-version
+  local pins stamp held
+  mapfile -t pins < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["hf"], sep="\n")' "$ROOT/pyproject.toml")
+  stamp="$WHEELS/.hf-$(echo "${pins[*]} torch==$1" | key_of 12)"
+  [[ -e "$stamp" ]] && return
+  log "downloading ${pins[*]} into $WHEELS"
+  held="$(mktemp)"
+  # wheel file names are <name>-<version>-…: one name==version line per project
+  (cd "$WHEELS" && ls -- *.whl) | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' | sort -u -t= -k1,1 >"$held"
+  python3 -m pip download -q -d "$WHEELS" -c "$held" "torch==$1" "${pins[@]}"
+  rm -f "$held"
+  touch "$stamp"
 }
 
 # DeepSpeed (pyproject's `deepspeed` extra, for `framework: deepspeed` jobs) and the pure-Python
@@ -85,7 +104,7 @@ commit_from() { # from tag entrypoint inputs script [user]
 
 labelled() { [[ "$(docker image inspect -f '{{index .Config.Labels "dev.phalanx.inputs"}}' "$1" 2>/dev/null)" == "$2" ]]; }
 
-# The wheels of the runtime image: pyproject's `runtime` and `deepspeed` extras with every wheel
+# The wheels of the runtime image: pyproject's `runtime`, `deepspeed` and `hf` extras with every wheel
 # they require (Requires-Dist, markers evaluated for this Python), as /wheels/ paths. Not triton
 # (see runtime_deps) and none of the operator's (kopf, the kubernetes client and what they pull).
 runtime_wheels() {
@@ -99,7 +118,7 @@ def requires(path):
     meta = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     return [Requirement(line.split(":", 1)[1]) for line in meta.splitlines() if line.startswith("Requires-Dist:")]
 extras = tomllib.load(open(sys.argv[2], "rb"))["project"]["optional-dependencies"]
-todo = [(norm(Requirement(r).name), frozenset()) for r in extras["runtime"] + extras["deepspeed"]]
+todo = [(norm(Requirement(r).name), frozenset()) for r in extras["runtime"] + extras["deepspeed"] + extras["hf"]]
 seen = set()
 while todo:
     name, extras = todo.pop()
@@ -119,7 +138,8 @@ PY
 # DeepSpeed and its small wheels go in this layer too, not in the runtime layer above it: like
 # torch they are pinned third-party code that changes only with the wheelhouse, while the runtime
 # layer is rebuilt on every change to Phalanx's code (reinstalling DeepSpeed there each time would
-# cost ~15 MB and seconds per build for nothing). Adding them rebuilt this layer once.
+# cost ~15 MB and seconds per build for nothing). Adding them rebuilt this layer once. So do
+# transformers and accelerate (the `hf` extra) and theirs, for Hugging Face Trainer scripts.
 runtime_deps() {
   local tag="phalanx/runtime-deps:$VERSION" inputs wheels
   wheels="$(runtime_wheels)"
@@ -139,6 +159,7 @@ runtime_deps() {
       nvidia/nvshmem/lib/*.bc nvidia/cu13/lib/libnvperf*
     /opt/phalanx/bin/python -c 'import torch; torch.nn.Linear(8, 8)(torch.randn(2, 8)).sum().backward()'
     HOME=/tmp DS_ACCELERATOR=cpu /opt/phalanx/bin/python -c 'import deepspeed, deepspeed.runtime.zero.stage_1_and_2'
+    HOME=/tmp /opt/phalanx/bin/python -c 'import accelerate; from transformers import LlamaForCausalLM, Trainer, TrainingArguments'
     find /opt/phalanx -name __pycache__ -prune -exec rm -rf {} +"
   log "built $tag in $((SECONDS - start))s"
   echo "$tag"
