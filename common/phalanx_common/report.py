@@ -138,8 +138,8 @@ class _StepLog:
 
     def flush(self) -> None:
         line, self._pending = self._pending, None
-        if line is None or self.path is None:
-            return
+        if line is None or self.path is None or set(line) <= {"time", "step"}:
+            return  # a step with no value (a start at step 0): nothing to plot
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

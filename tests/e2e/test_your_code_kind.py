@@ -14,7 +14,6 @@ The scripts reach the pods in a ConfigMap mounted at /workspace (as tests/e2e/te
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -33,8 +32,6 @@ HF_STEPS = 200
 
 pytestmark = [
     pytest.mark.timeout(900),
-    pytest.mark.skipif(importlib.util.find_spec("phalanx_common.collect") is None,
-                       reason="needs the log collectors (phalanx_common.collect) and spec.progress"),
 ]
 
 

@@ -7,7 +7,7 @@ once, at the end): ``Epoch E/M ━━━ b/B 0:00:01 • 0:00:02 4.1it/s v_num: 
 
 The step is ``E * B + b``: approximate — it assumes every epoch has B batches and one optimizer
 step per batch (gradient accumulation makes Lightning's global_step smaller). The rich bar's
-``E/M`` also gives the total, ``(M + 1) * B``. The bar's values (``prog_bar=True``) are metrics,
+``E/M`` also gives the total, ``(M + 1) * B`` (M is negative when only max_steps bounds the run). The bar's values (``prog_bar=True``) are metrics,
 ``v_num`` (the logger's version) excepted; ``loss`` or ``train_loss`` (or its ``_step`` form) is
 the loss."""
 
@@ -20,7 +20,7 @@ from phalanx_common.collect.lines import Parsed, key_values, partial, strip_ansi
 LOSS_NAMES = ("loss", "train_loss", "train_loss_step", "loss_step")
 NOT_METRICS = ("v_num",)
 TQDM = re.compile(r"^Epoch (\d{1,9}):\s.*?\|\s*(\d{1,12})/(\d{1,12}) \[([^\]]*)\]")
-RICH = re.compile(r"^Epoch (\d{1,9})/(\d{1,9})\s.*?\s(\d{1,12})/(\d{1,12})\s+\d+:\d\d:\d\d(.*)$")
+RICH = re.compile(r"^Epoch (\d{1,9})/(-?\d{1,9})\s.*?\s(\d{1,12})/(\d{1,12})\s+\d+:\d\d:\d\d(.*)$")
 RICH_CONTINUATION = re.compile(r"^\s{20,}[A-Za-z_][\w./-]*: \S+\s*$")
 
 
@@ -33,7 +33,8 @@ def parse(line: str) -> Parsed:
     found = RICH.match(text)
     if found:
         epoch, last_epoch, done, per_epoch = (int(found.group(i)) for i in (1, 2, 3, 4))
-        return _record(epoch, done, per_epoch, (last_epoch + 1) * per_epoch, key_values(found.group(5), ":"))
+        total = (last_epoch + 1) * per_epoch if last_epoch >= 0 else None  # -2: max_epochs -1 (max_steps)
+        return _record(epoch, done, per_epoch, total, key_values(found.group(5), ":"))
     if RICH_CONTINUATION.match(text):
         return _values(key_values(text, ":"))
     return {}

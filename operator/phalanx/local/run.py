@@ -285,6 +285,8 @@ def run_local(job_yaml_path: str | os.PathLike | LocalJob, json: bool = False, *
         Path(d, "config.json").write_text(_json.dumps(runtime_config(cfg.job())))  # as the ConfigMap's
         _write_framework_files(cfg, d)
         gang = slot_envs(cfg, d, env=env, checkpoint_dir=checkpoint_dir, progress_port=progress_port, grace=grace)
+        for slot, _ in gang:  # as the kubelet creates each container's terminationMessagePath
+            Path(termination_log(d, slot)).touch()
         envs = [e for _, e in gang]
         argvs = [node_argv(cfg, e, os.path.join(d, "config.json"), slot) for slot, e in gang]
         before = set(proc.children(os.getpid()))

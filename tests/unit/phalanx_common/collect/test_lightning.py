@@ -19,6 +19,9 @@ from tests.unit.phalanx_common.collect.samples import merged, parsed
     # the rich bar: Epoch current/last, one value per continuation line
     ("Epoch 1/1  ━━━━━━━━━━━━━━━━━ 5/5 0:00:00 • 0:00:00 429.08it/s v_num: 0.000      ",
      {"step": 10, "totalSteps": 10, "epoch": 2.0}),
+    # max_steps without max_epochs: Lightning prints the last epoch as -2, so there is no total
+    ("Epoch 0/-2 ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 8/8 0:00:00 • 0:00:00 30.21it/s train_loss: 0.491 ",
+     {"step": 8, "epoch": 1.0, "loss": 0.491, "metrics": {"train_loss": 0.491}}),
     ("                                                              train_loss: 0.328 ",
      {"loss": 0.328, "metrics": {"train_loss": 0.328}}),
     ("                                                              val_loss: 0.419   ", {"metrics": {"val_loss": 0.419}}),
