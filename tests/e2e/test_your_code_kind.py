@@ -77,7 +77,15 @@ def test_hf_trainer_shows_step_and_loss_then_succeeds(jobs, runtime_image, user_
                             ["--output-dir", "$(TMPDIR)/hf-out", "--max-steps", str(HF_STEPS),
                              "--eval-steps", "50", "--save-steps", "100"],
                             {"collector": Collector.HUGGINGFACE}, {"maxRestarts": 0}))
-    seen = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 600)
+    rows = []  # what `kubectl get tj` printed while the job ran
+
+    def succeeded(status: dict) -> bool:
+        if status.get("phase") == "Running" and status.get("step"):
+            rows.append(jobs.table_row(name))
+        return status.get("phase") == "Succeeded"
+
+    seen = follow(jobs, name, succeeded, 600)
+    assert any(row["Step"] is not None and row["Loss"] is not None for row in rows), rows
     during = [s for s in seen if s.get("phase") == "Running" and 0 < s.get("step", 0) < HF_STEPS]
     assert during, f"no status showed the run in progress: {seen}"
     assert all(math.isfinite(s["loss"]) for s in during if "loss" in s), during

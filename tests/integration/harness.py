@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -175,6 +176,17 @@ class Jobs:
 
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
+
+    def table_row(self, name: str) -> dict[str, Any]:
+        """The job's row as `kubectl get tj` prints it: the API server's Table (the CRD's printer
+        columns), column name → cell."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.ns}/{PLURAL}/{name}"
+        response = self.custom.api_client.call_api(
+            path, "GET", header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+            auth_settings=["BearerToken"], _preload_content=False)
+        table = json.loads(response[0].data)
+        names = [column["name"] for column in table["columnDefinitions"]]
+        return dict(zip(names, table["rows"][0]["cells"], strict=True))
 
     def condition(self, name: str, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.status(name).get("conditions", []) if c["type"] == type_), None)
