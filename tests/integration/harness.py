@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -180,11 +179,8 @@ class Jobs:
     def table_row(self, name: str) -> dict[str, Any]:
         """The job's row as `kubectl get tj` prints it: the API server's Table (the CRD's printer
         columns), column name → cell."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.ns}/{PLURAL}/{name}"
-        response = self.custom.api_client.call_api(
-            path, "GET", header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-            auth_settings=["BearerToken"], _preload_content=False)
-        table = json.loads(response[0].data)
+        table = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.ns, PLURAL, name, _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
         names = [column["name"] for column in table["columnDefinitions"]]
         return dict(zip(names, table["rows"][0]["cells"], strict=True))
 
