@@ -1,17 +1,17 @@
 """A TrainingSweep over the user's own Hugging Face Trainer script (tests/runtime/user_code/hf_trainer.py,
 unmodified), with real processes: the local sweep (what `phalanx local SWEEP.yaml` runs, polling
-every 0.2 s here) runs each trial as `phalanx local` of a 1-node command job under torchrun, its learning rate from the sweep's ``env.LEARNING_RATE`` parameter
-(``--learning-rate $(LEARNING_RATE)``), its progress read from Trainer's console output by the
-``huggingface`` collector. The sweep picks the learning rate by ``eval_loss`` and the median rule
-stops the hopeless trial at an early evaluation.
+every 0.2 s here) runs each trial as `phalanx local` of a 1-node command job under torchrun, its
+learning rate from the sweep's ``env.LEARNING_RATE`` parameter (``--learning-rate $(LEARNING_RATE)``),
+its progress read from Trainer's console output by the ``huggingface`` collector. The sweep picks
+the learning rate by ``eval_loss`` and the median rule stops the hopeless trial at an early evaluation.
 
 The script trains on random token ids, so nothing it learns carries over to its evaluation set:
 a larger learning rate memorises more noise and its eval_loss rises, while a tiny one learns
-nothing and loses nothing (lr 1e-7 ends within 0.001 of lr 0.001: no use as the hopeless value). On this model, over four seeds of
-its weights and data, eval_loss after 30 steps (Trainer prints 4 significant digits) is
-4.856-4.868 for lr 0.001 and 4.882-4.932 for lr 0.01, at least 0.018 higher in each seed; lr
-0.03's first evaluation (step 3) is 0.044-0.089 above the median of the other two, and it stays
-the highest.
+nothing and loses nothing (lr 1e-7 ends within 0.001 of lr 0.001: no use as the hopeless value).
+On this model, over four seeds of its weights and data, eval_loss after 30 steps (Trainer prints
+4 significant digits) is 4.856-4.868 for lr 0.001 and 4.882-4.932 for lr 0.01, at least 0.018
+higher in each seed; lr 0.03's first evaluation (step 3) is 0.044-0.089 above the median of the
+other two, and it stays the highest.
 """
 
 from __future__ import annotations
