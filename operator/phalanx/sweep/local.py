@@ -242,7 +242,7 @@ def run_local_sweep(obj: dict[str, Any], *, config: OperatorConfig | None = None
         print(f"best: {best['name']} value {best['value']:.6g} {json.dumps(best.get('parameters', {}))}", file=out, flush=True)
     if json_out:
         print(json.dumps({"phase": status.get("phase"), "bestTrial": best,
-                          "trials": [{k: t.get(k) for k in ("name", "parameters", "phase", "step", "value", "reason")}
+                          "trials": [{k: t.get(k) for k in ("name", "parameters", "phase", "step", "value", "reason", "message")}
                                      for t in status.get("trials", [])]}), flush=True)
     return code
 
