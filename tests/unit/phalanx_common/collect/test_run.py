@@ -134,6 +134,13 @@ def test_an_unknown_collector_leaves_the_command_running(tmp_path):
     assert final(tmp_path)["step"] == 0
 
 
+def test_patterns_that_do_not_compile_leave_the_command_running(tmp_path):
+    patterns = json.dumps(["(?P<step>a{4294967296})"])  # OverflowError from re.compile
+    child = collect([sys.executable, "-c", "print('it 1/2 loss 1')"], tmp_path, **{ENV_PROGRESS_PATTERNS: patterns})
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0 and out == b"it 1/2 loss 1\n" and b"not read" in err
+
+
 def test_a_missing_command(tmp_path):
     child = collect([str(tmp_path / "absent")], tmp_path, log=False)
     _, err = child.communicate(timeout=60)
