@@ -155,7 +155,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         _warn(USAGE)
         return 2
     if (env.get(ENV_NODE_RANK) or "0").strip() != "0":
-        os.execvp(command[0], command)  # only node rank 0 reports; the others run the command as it is
+        return become(command)  # only node rank 0 reports; the others run the command as it is
     try:
         parse = parser_for(env)
     except CollectorError as e:
@@ -167,13 +167,26 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     return run(command, Feed(reporter, parse), child_env(env), progress_file)
 
 
+def _not_started(command: list[str], error: OSError) -> int:
+    """The exit code of a command that could not start, as a shell's (one line on stderr says why)."""
+    _warn(f"{command[0]}: {error.strerror or error}")
+    return EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+
+
+def become(command: list[str]) -> int:
+    """Replace this process with ``command``; returns only when it cannot start (its exit code)."""
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        return _not_started(command, e)
+
+
 def run(command: list[str], feed: Feed, env: Mapping[str, str], progress_file: str | None = None) -> int:
     """Run ``command`` as described in the module's docstring; its exit code (128 + N for signal N)."""
     try:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env))
     except OSError as e:
-        _warn(f"{command[0]}: {e.strerror or e}")
-        return EXIT_NOT_FOUND if isinstance(e, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        return _not_started(command, e)
     previous = {sig: signal.signal(sig, lambda signum, _frame: _forward(child, signum)) for sig in FORWARDED_SIGNALS}
     done = threading.Event()
     workers = [threading.Thread(target=pump, args=(child.stdout.fileno(), 1, feed), daemon=True),

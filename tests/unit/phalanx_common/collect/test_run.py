@@ -115,6 +115,12 @@ def test_another_node_runs_the_command_itself(tmp_path):
     assert (tmp_path / "termination-log").read_bytes() == b""
 
 
+def test_another_node_with_a_missing_command_exits_as_a_shell_does(tmp_path):
+    child = collect([str(tmp_path / "absent")], tmp_path, **{ENV_NODE_RANK: "1"})
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 127 and b"absent" in err and b"Traceback" not in err
+
+
 def test_jsonl_reads_the_file_the_script_appends_to(tmp_path):
     progress = tmp_path / "progress.jsonl"
     text = (f"import json\nwith open({str(progress)!r}, 'a') as f:\n"
