@@ -119,7 +119,10 @@ def _utc_now() -> str:
 
 class _StepLog:
     """``metrics.jsonl``: the current step's line is held until a later step (or the end) so that
-    every value reported for a step lands on its one line."""
+    every value reported for a step lands on its one line. A metric named as the line's own keys
+    (``step``, ``time``) stays out of it: the line's step is the step it belongs to."""
+
+    OWN_KEYS = ("time", "step")
 
     def __init__(self, path: Path | None, warn):
         self.path, self._warn = path, warn
@@ -133,7 +136,7 @@ class _StepLog:
             self.flush()
             self._pending = {"time": None, "step": step}
         if self._pending is not None:
-            self._pending.update(values)
+            self._pending.update({key: value for key, value in values.items() if key not in self.OWN_KEYS})
             self._pending["time"] = round(time.time(), 3)
 
     def flush(self) -> None:

@@ -95,6 +95,15 @@ def test_the_record_and_one_metrics_line_per_step(env):
     assert reporter.finish() is False  # once
 
 
+def test_a_metric_named_step_keeps_the_line_on_its_step(env):
+    reporter = Reporter(env)
+    reporter.report(3, 1.0, metrics={"step": 99.0, "time": 5.0})
+    reporter.report(4, 0.5)
+    reporter.finish()
+    assert [line["step"] for line in lines(env)] == [3, 4]
+    assert reporter.progress.snapshot()["metrics"] == {"step": 99.0, "time": 5.0}  # the record keeps them
+
+
 def test_a_nan_loss_is_kept_and_the_metrics_stay_bounded(env):
     reporter = Reporter(env)
     reporter.report(1, math.nan, metrics={f"m{i}": i for i in range(MAX_REPORTED_METRICS - 1)})
