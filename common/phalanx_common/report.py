@@ -335,6 +335,20 @@ _reporter: Reporter | None = None
 _reporter_lock = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    """A forked child (a data-loader worker) is not the process that reports: the reporter it
+    inherits stops (its exit hook would write the parent's final record; its locks may be held by
+    a thread that is not in the child), and a child that reports makes its own from its env."""
+    global _reporter, _reporter_lock
+    if _reporter is not None:
+        _reporter.active = False
+    _reporter, _reporter_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def reporter() -> Reporter:
     """This process's reporter (made on first use from the environment)."""
     global _reporter

@@ -234,6 +234,21 @@ def test_another_rank_writes_nothing_at_exit(env):
     assert Path(env[ENV_TERMINATION_LOG]).read_text() == ""
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_leaves_the_parents_reporter_alone(env, monkeypatch):
+    monkeypatch.setattr(reporting, "_reporter", Reporter(env))
+    reporting.report(1, 1.0)
+    inherited = reporting.reporter()
+    pid = os.fork()
+    if pid == 0:  # the child: its inherited exit hook must write nothing; reporting anew is its own
+        ok = inherited.finish() is False and reporting._reporter is None
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert Path(env[ENV_TERMINATION_LOG]).read_text() == ""  # the parent's final record is the parent's to write
+    assert reporting.reporter() is inherited and inherited.active
+
+
 def test_module_functions_share_one_reporter(monkeypatch):
     monkeypatch.setattr(reporting, "_reporter", None)
     assert reporting.reporter() is reporting.reporter()
