@@ -59,7 +59,8 @@ def _warn(message: str) -> None:
 
 class Feed:
     """Parsed lines → the reporter, in order, from both streams; a step below the highest one
-    read is dropped (the rest of that line's values are kept)."""
+    read is dropped with the total read with it (an evaluation's bar after training counts its own
+    batches), the rest of that line's values are kept."""
 
     def __init__(self, reporter: Reporter, parse: LineParser | None):
         self.reporter, self.parse = reporter, parse
@@ -80,12 +81,13 @@ class Feed:
     def apply(self, parsed: Parsed) -> None:
         with self._lock:
             step = parsed.get(ProgressKey.STEP)
+            total = parsed.get(ProgressKey.TOTAL_STEPS)
             if step is not None:
                 if step < self._step:
-                    step = None
+                    step = total = None
                 else:
                     self._step = step
-            self.reporter.report(step, parsed.get(ProgressKey.LOSS), total_steps=parsed.get(ProgressKey.TOTAL_STEPS),
+            self.reporter.report(step, parsed.get(ProgressKey.LOSS), total_steps=total,
                                  epoch=parsed.get(ProgressKey.EPOCH), metrics=parsed.get(ProgressKey.METRICS))
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx_common.collect.run import child_env, exit_code, final_phase
+from phalanx_common.collect import huggingface
+from phalanx_common.collect.run import Feed, child_env, exit_code, final_phase
 from phalanx_common.contract import (
     COLLECT_MODULE,
     ENV_NODE_RANK,
@@ -27,6 +28,7 @@ from phalanx_common.contract import (
     ENV_TERMINATION_LOG,
 )
 from phalanx_common.net import free_port
+from phalanx_common.report import Reporter
 
 COMMON = Path(__file__).resolve().parents[4] / "common"
 PATTERNS = json.dumps([r"it (?P<step>\d+)/(?P<total_steps>\d+) loss (?P<loss>\S+)", r"acc (?P<eval_accuracy>\S+)"])
@@ -159,3 +161,15 @@ def test_pure_parts():
     assert [final_phase(code) for code in (0, 143, 1)] == ["Succeeded", "Preempted", "Failed"]
     env = child_env({ENV_PROGRESS_PORT: "8080", "A": "b"})
     assert env == {"A": "b", ENV_PYTHONUNBUFFERED: "1"}
+
+
+def test_a_bar_behind_the_training_leaves_its_step_and_total_alone():
+    """trainer.evaluate() after training draws a top-level bar of its own batches: neither its
+    count nor its total is the training's."""
+    reporter = Reporter({ENV_TERMINATION_LOG: ""}, active=True)  # no final record at exit
+    feed = Feed(reporter, huggingface.parse)
+    for line in ("100%|##########| 1000/1000 [00:10<00:00, 99.0it/s]", "{'eval_loss': 0.5}",
+                 "100%|##########| 10/10 [00:00<00:00, 50.0it/s]"):
+        feed.line(line)
+    record = reporter.progress.snapshot()
+    assert record["step"] == 1000 and record["totalSteps"] == 1000 and record["metrics"] == {"eval_loss": 0.5}
