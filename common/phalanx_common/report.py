@@ -103,7 +103,7 @@ def clean_metrics(values: Mapping[str, Any] | None, limit: int = MAX_REPORTED_ME
         if len(out) >= limit:
             break
         number = as_number(value)
-        if isinstance(name, str) and _METRIC_NAME.match(name) and number is not None and math.isfinite(number):
+        if isinstance(name, str) and _METRIC_NAME.fullmatch(name) and number is not None and math.isfinite(number):
             out[name] = number
     return out
 

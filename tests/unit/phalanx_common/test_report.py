@@ -53,7 +53,8 @@ def test_is_global_rank_zero(env, zero):
 
 def test_clean_metrics():
     assert clean_metrics({"eval_loss": 1, "lr": 1e-4, "bad name": 1.0, "nan": math.nan, "inf": math.inf,
-                          "flag": True, "text": "1.0", 3: 1.0, "x" * 65: 1.0}) == {"eval_loss": 1.0, "lr": 1e-4}
+                          "flag": True, "text": "1.0", 3: 1.0, "x" * 65: 1.0,
+                          "acc\n": 1.0}) == {"eval_loss": 1.0, "lr": 1e-4}  # "$" would let a trailing newline by
     many = {f"m{i}": float(i) for i in range(MAX_REPORTED_METRICS + 5)}
     assert list(clean_metrics(many)) == list(many)[:MAX_REPORTED_METRICS]
 
