@@ -286,7 +286,7 @@ def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int |
     if view.status.step is not None and total:
         view.status.progress_percentage = min(100, int(100 * view.status.step / total))
     step_time = report.get(ProgressKey.STEP_TIME_SECONDS)
-    if step_time and view.status.step is not None:
+    if step_time and view.status.step is not None and total:  # no total (a script that did not say): no ETA
         view.status.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - view.status.step) * step_time))
     if report.get(ProgressKey.METRICS):
         view.status.metrics = merged_metrics(view.status.metrics, report[ProgressKey.METRICS])

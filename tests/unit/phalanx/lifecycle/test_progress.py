@@ -336,6 +336,13 @@ def test_a_command_jobs_total_is_its_scripts(job_obj):
     assert (sim.status["totalSteps"], sim.status["progressPercentage"]) == (40, 50)
 
 
+def test_a_command_job_without_a_total_has_no_eta(job_obj):
+    sim = command_sim(job_obj)
+    sim.step(progress={"step": 10, "loss": 2.0, "stepTimeSeconds": 0.5})
+    assert sim.status["step"] == 10 and "estimatedRemainingSeconds" not in sim.status  # not "0 s left"
+    assert "progressPercentage" not in sim.status
+
+
 def test_a_built_in_jobs_total_stays_training_steps(job_obj):
     sim = Sim(job_obj)
     sim.run_until_running()
