@@ -310,7 +310,7 @@ def _resumed_at_step(view: StatusView, step: int) -> None:
     "resumed from step N" in the Running message and one Normal Event per attempt (an attempt
     starts with no resumedStep: lifecycle/attempts.py)."""
     message = f"resumed from step {step}"
-    if view.status.resumed_step != step:
+    if view.status.resumed_step is None:  # the attempt's first: a report that keeps changing it is no Event each poll
         view.events.append(("Normal", Reason.RESUMED_FROM_CHECKPOINT, message))
     view.status.resumed_step = step
     if view.status.phase == Phase.RUNNING and message not in (view.status.message or ""):
