@@ -73,10 +73,10 @@ class Feed:
             return
         try:
             parsed = parse(text)
-        except Exception:  # noqa: BLE001 - a parser's bug must not stop the output or the job
+            if parsed:
+                self.apply(parsed)
+        except Exception:  # noqa: BLE001 - a parser's bug (an exception, or no record) must not stop the output
             return
-        if parsed:
-            self.apply(parsed)
 
     def apply(self, parsed: Parsed) -> None:
         with self._lock:

@@ -173,3 +173,11 @@ def test_a_bar_behind_the_training_leaves_its_step_and_total_alone():
         feed.line(line)
     record = reporter.progress.snapshot()
     assert record["step"] == 1000 and record["totalSteps"] == 1000 and record["metrics"] == {"eval_loss": 0.5}
+
+
+def test_a_parser_that_returns_no_record_stops_nothing():
+    """A reader that raised would stop reading the child's pipe, and the child would block on it."""
+    reporter = Reporter({ENV_TERMINATION_LOG: ""}, active=True)
+    feed = Feed(reporter, lambda line: ["not", "a", "record"])
+    feed.line("it 1/2 loss 1")
+    assert reporter.progress.snapshot()["step"] == 0
