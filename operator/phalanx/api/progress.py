@@ -38,7 +38,6 @@ _METRIC_NAME = re.compile(constants.METRIC_NAME_PATTERN)
 # a pattern's classes, in code points of a range, is bounded (CLASS_COST_LIMIT: ~16 ms at most).
 WIDE_CLASS_COST = 2400  # a class with a member past U+00FF, in code points of a range
 CLASS_COST_LIMIT = 1 << 16
-PATTERN_RANGE = regex_parser.RANGE
 
 
 def class_cost(parsed: regex_parser.SubPattern) -> int:
@@ -51,7 +50,7 @@ def class_cost(parsed: regex_parser.SubPattern) -> int:
             stack.append(node.data)
         elif isinstance(node, tuple) and len(node) == 2 and node[0] is regex_parser.IN:
             members = [(av, av) if op is regex_parser.LITERAL else av for op, av in node[1]
-                       if op in (regex_parser.LITERAL, PATTERN_RANGE)]
+                       if op in (regex_parser.LITERAL, regex_parser.RANGE)]
             cost += sum(high - low + 1 for low, high in members if low != high)
             cost += WIDE_CLASS_COST if any(high > 0xFF for _, high in members) else 0
         elif isinstance(node, list | tuple):
