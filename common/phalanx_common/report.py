@@ -103,7 +103,7 @@ def clean_metrics(values: Mapping[str, Any] | None, limit: int = MAX_REPORTED_ME
         if len(out) >= limit:
             break
         number = as_number(value)
-        if isinstance(name, str) and _METRIC_NAME.match(name) and number is not None and math.isfinite(number):
+        if isinstance(name, str) and _METRIC_NAME.fullmatch(name) and number is not None and math.isfinite(number):
             out[name] = number
     return out
 
@@ -119,7 +119,10 @@ def _utc_now() -> str:
 
 class _StepLog:
     """``metrics.jsonl``: the current step's line is held until a later step (or the end) so that
-    every value reported for a step lands on its one line."""
+    every value reported for a step lands on its one line. A metric named as the line's own keys
+    (``step``, ``time``) stays out of it: the line's step is the step it belongs to."""
+
+    OWN_KEYS = ("time", "step")
 
     def __init__(self, path: Path | None, warn):
         self.path, self._warn = path, warn
@@ -133,7 +136,7 @@ class _StepLog:
             self.flush()
             self._pending = {"time": None, "step": step}
         if self._pending is not None:
-            self._pending.update(values)
+            self._pending.update({key: value for key, value in values.items() if key not in self.OWN_KEYS})
             self._pending["time"] = round(time.time(), 3)
 
     def flush(self) -> None:
@@ -330,6 +333,20 @@ def read_marker(checkpoint_dir: str | os.PathLike | None) -> dict[str, Any] | No
 
 _reporter: Reporter | None = None
 _reporter_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """A forked child (a data-loader worker) is not the process that reports: the reporter it
+    inherits stops (its exit hook would write the parent's final record; its locks may be held by
+    a thread that is not in the child), and a child that reports makes its own from its env."""
+    global _reporter, _reporter_lock
+    if _reporter is not None:
+        _reporter.active = False
+    _reporter, _reporter_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def reporter() -> Reporter:

@@ -33,8 +33,8 @@ def compile_patterns(text: str) -> list[re.Pattern]:
             raise PatternError(f"{str(pattern)[:80]!r}: not a string of at most {MAX_PATTERN_CHARS} characters")
         try:
             compiled.append(re.compile(pattern))
-        except re.error as e:
-            raise PatternError(f"{pattern[:80]!r}: {e}") from None
+        except (re.error, RecursionError, OverflowError, ValueError) as e:  # a{4294967296}, deep nesting
+            raise PatternError(f"{pattern[:80]!r}: {str(e)[:80]}") from None
         if not compiled[-1].groupindex:
             raise PatternError(f"{pattern[:80]!r}: no named group")
     return compiled

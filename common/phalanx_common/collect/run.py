@@ -59,7 +59,8 @@ def _warn(message: str) -> None:
 
 class Feed:
     """Parsed lines → the reporter, in order, from both streams; a step below the highest one
-    read is dropped (the rest of that line's values are kept)."""
+    read is dropped with the total read with it (an evaluation's bar after training counts its own
+    batches), the rest of that line's values are kept."""
 
     def __init__(self, reporter: Reporter, parse: LineParser | None):
         self.reporter, self.parse = reporter, parse
@@ -72,20 +73,21 @@ class Feed:
             return
         try:
             parsed = parse(text)
-        except Exception:  # noqa: BLE001 - a parser's bug must not stop the output or the job
+            if parsed:
+                self.apply(parsed)
+        except Exception:  # noqa: BLE001 - a parser's bug (an exception, or no record) must not stop the output
             return
-        if parsed:
-            self.apply(parsed)
 
     def apply(self, parsed: Parsed) -> None:
         with self._lock:
             step = parsed.get(ProgressKey.STEP)
+            total = parsed.get(ProgressKey.TOTAL_STEPS)
             if step is not None:
                 if step < self._step:
-                    step = None
+                    step = total = None
                 else:
                     self._step = step
-            self.reporter.report(step, parsed.get(ProgressKey.LOSS), total_steps=parsed.get(ProgressKey.TOTAL_STEPS),
+            self.reporter.report(step, parsed.get(ProgressKey.LOSS), total_steps=total,
                                  epoch=parsed.get(ProgressKey.EPOCH), metrics=parsed.get(ProgressKey.METRICS))
 
 
@@ -155,7 +157,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
         _warn(USAGE)
         return 2
     if (env.get(ENV_NODE_RANK) or "0").strip() != "0":
-        os.execvp(command[0], command)  # only node rank 0 reports; the others run the command as it is
+        return become(command)  # only node rank 0 reports; the others run the command as it is
     try:
         parse = parser_for(env)
     except CollectorError as e:
@@ -167,13 +169,26 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     return run(command, Feed(reporter, parse), child_env(env), progress_file)
 
 
+def _not_started(command: list[str], error: OSError) -> int:
+    """The exit code of a command that could not start, as a shell's (one line on stderr says why)."""
+    _warn(f"{command[0]}: {error.strerror or error}")
+    return EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+
+
+def become(command: list[str]) -> int:
+    """Replace this process with ``command``; returns only when it cannot start (its exit code)."""
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        return _not_started(command, e)
+
+
 def run(command: list[str], feed: Feed, env: Mapping[str, str], progress_file: str | None = None) -> int:
     """Run ``command`` as described in the module's docstring; its exit code (128 + N for signal N)."""
     try:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env))
     except OSError as e:
-        _warn(f"{command[0]}: {e.strerror or e}")
-        return EXIT_NOT_FOUND if isinstance(e, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        return _not_started(command, e)
     previous = {sig: signal.signal(sig, lambda signum, _frame: _forward(child, signum)) for sig in FORWARDED_SIGNALS}
     done = threading.Event()
     workers = [threading.Thread(target=pump, args=(child.stdout.fileno(), 1, feed), daemon=True),

@@ -13,7 +13,11 @@ rule (``cel`` None), the rest has its CEL twin. This module imports no other API
 
 from __future__ import annotations
 
+import functools
 import re
+
+# the parse tree of a pattern (class_cost): the re module has no public one
+from re import _parser as regex_parser
 from typing import Annotated
 
 from pydantic import Field
@@ -28,13 +32,41 @@ MAX_PATTERN_LENGTH = 512
 # Named groups the collector reads as the record's own fields; any other group name is a metric's.
 PATTERN_FIELDS = ("step", "loss", "total_steps", "epoch")
 _METRIC_NAME = re.compile(constants.METRIC_NAME_PATTERN)
+# Compiling a character class walks every code point of its ranges (each case-folded under (?i):
+# [\x00-\uffff] takes ~16 ms) and a class with a member past Latin-1 builds a 64 Ki-entry map
+# (~0.6 ms): 512 characters of either would hold the operator for a second a pattern. The cost of
+# a pattern's classes, in code points of a range, is bounded (CLASS_COST_LIMIT: ~16 ms at most).
+WIDE_CLASS_COST = 2400  # a class with a member past U+00FF, in code points of a range
+CLASS_COST_LIMIT = 1 << 16
 
 
+def class_cost(parsed: regex_parser.SubPattern) -> int:
+    """What compiling the character classes of a parsed pattern costs: the code points of its
+    ranges, and WIDE_CLASS_COST for each class with a member past Latin-1."""
+    cost, stack = 0, [parsed.data]
+    while stack:  # a walk of the whole tree, without recursion (groups nest hundreds deep)
+        node = stack.pop()
+        if isinstance(node, regex_parser.SubPattern):
+            stack.append(node.data)
+        elif isinstance(node, tuple) and len(node) == 2 and node[0] is regex_parser.IN:
+            members = [(av, av) if op is regex_parser.LITERAL else av for op, av in node[1]
+                       if op in (regex_parser.LITERAL, regex_parser.RANGE)]
+            cost += sum(high - low + 1 for low, high in members if low != high)
+            cost += WIDE_CLASS_COST if any(high > 0xFF for _, high in members) else 0
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return cost
+
+
+@functools.lru_cache(maxsize=1024)  # every pass validates the job: its patterns are checked once
 def pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a regex collector's pattern (None: it can): it must compile as a
-    Python regular expression and have a named group, each named step, loss, total_steps, epoch or
-    a metric name."""
+    Python regular expression, at a bounded cost (CLASS_COST_LIMIT), and have a named group, each
+    named step, loss, total_steps, epoch or a metric name."""
     try:
+        if class_cost(regex_parser.parse(pattern)) > CLASS_COST_LIMIT:
+            return ("has character classes too wide to compile at once (a range such as [\\x00-\\uffff], or "
+                    "many classes of characters past U+00FF): use \\S, . or a narrower class")
         compiled = re.compile(pattern)
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
         return f"does not compile: {str(exc)[:80]}"
@@ -72,7 +104,8 @@ class ProgressSpec(Model):
         Rule(f"(self.collector == '{constants.Collector.JSONL}') == has(self.file)",
              "progress.file is required with collector jsonl and allowed with it only",
              lambda p: (p.collector == constants.Collector.JSONL) == (p.file is not None), ".file"),
-        Rule(None, "progress.patterns: each must compile as a Python regular expression and have a named group, "
+        Rule(None, "progress.patterns: each must compile as a Python regular expression (its character classes "
+             "not too wide to compile at once) and have a named group, "
              f"each named {', '.join(PATTERN_FIELDS)} or a metric name (ASCII, at most 64 characters)",
              lambda p: patterns_compile(p.patterns), ".patterns"),
     )

@@ -19,7 +19,12 @@ from phalanx.constants import LABEL_NODE_RANK
 from phalanx.decision import LogTail, Plan
 
 LOG_TAIL_LINES = 10
-LOG_TAIL_BYTES = 4096  # a progress bar's carriage returns make long lines: room for the last few
+# The kubelet counts the tail's lines as the container runtime wrote them, then sends the FIRST
+# limitBytes of those. A progress bar redraws itself on carriage returns, so its "line" is long,
+# cut by the runtime into entries of at most RUNTIME_LOG_ENTRY_BYTES: the bound leaves room for
+# every entry the tail counts, or the lines shown would be the oldest of them, not the last.
+RUNTIME_LOG_ENTRY_BYTES = 16 * 1024  # containerd's and docker's split of a long line
+LOG_TAIL_BYTES = LOG_TAIL_LINES * RUNTIME_LOG_ENTRY_BYTES
 LOG_LINE_CHARS = 160
 LOG_TAIL_CHARS = 720  # the lines together; with the failure's description, under an Event's 1024
 HEADER = "rank 0's last log lines:"
@@ -46,12 +51,14 @@ def log_lines(raw: bytes | str | None) -> list[str]:
     if not raw:
         return []
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray) else raw
-    lines = [cleaned for part in re.split(r"\r\n|\r|\n", text) if (cleaned := _clean(part))]
     out: list[str] = []
     used = 0
-    for line in reversed(lines[-LOG_TAIL_LINES:]):
+    for part in reversed(re.split(r"\r\n|\r|\n", text)):  # cleaned from the end, only what is kept
+        line = _clean(part)
+        if not line:
+            continue
         used += len(line) + 1
-        if used > LOG_TAIL_CHARS:
+        if used > LOG_TAIL_CHARS or len(out) == LOG_TAIL_LINES:
             break
         out.append(line)
     return out[::-1]

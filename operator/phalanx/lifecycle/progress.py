@@ -286,7 +286,7 @@ def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int |
     if view.status.step is not None and total:
         view.status.progress_percentage = min(100, int(100 * view.status.step / total))
     step_time = report.get(ProgressKey.STEP_TIME_SECONDS)
-    if step_time and view.status.step is not None:
+    if step_time and view.status.step is not None and total:  # no total (a script that did not say): no ETA
         view.status.estimated_remaining_seconds = min(MAX_ETA_SECONDS, int(max(0, total - view.status.step) * step_time))
     if report.get(ProgressKey.METRICS):
         view.status.metrics = merged_metrics(view.status.metrics, report[ProgressKey.METRICS])
@@ -310,7 +310,7 @@ def _resumed_at_step(view: StatusView, step: int) -> None:
     "resumed from step N" in the Running message and one Normal Event per attempt (an attempt
     starts with no resumedStep: lifecycle/attempts.py)."""
     message = f"resumed from step {step}"
-    if view.status.resumed_step != step:
+    if view.status.resumed_step is None:  # the attempt's first: a report that keeps changing it is no Event each poll
         view.events.append(("Normal", Reason.RESUMED_FROM_CHECKPOINT, message))
     view.status.resumed_step = step
     if view.status.phase == Phase.RUNNING and message not in (view.status.message or ""):

@@ -35,8 +35,9 @@ from phalanx.sweep.check import check_sweep
 from phalanx.sweep.decide import decide
 
 LOCAL_UID = "local"
-# A metrics.jsonl record's own keys; every other finite number in it is a reported metric.
-RECORD_KEYS = frozenset({"step", "loss", "tokens_per_s", "time"})
+# A metrics.jsonl record's own keys (the reporter writes the epoch as one, not as a metric); every
+# other finite number in it is a reported metric.
+RECORD_KEYS = frozenset({"step", "loss", "tokens_per_s", "time", "epoch"})
 MAX_READ_BYTES = 1 << 20  # of the metrics log per poll; the rest at the next polls
 
 

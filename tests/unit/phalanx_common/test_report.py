@@ -53,7 +53,8 @@ def test_is_global_rank_zero(env, zero):
 
 def test_clean_metrics():
     assert clean_metrics({"eval_loss": 1, "lr": 1e-4, "bad name": 1.0, "nan": math.nan, "inf": math.inf,
-                          "flag": True, "text": "1.0", 3: 1.0, "x" * 65: 1.0}) == {"eval_loss": 1.0, "lr": 1e-4}
+                          "flag": True, "text": "1.0", 3: 1.0, "x" * 65: 1.0,
+                          "acc\n": 1.0}) == {"eval_loss": 1.0, "lr": 1e-4}  # "$" would let a trailing newline by
     many = {f"m{i}": float(i) for i in range(MAX_REPORTED_METRICS + 5)}
     assert list(clean_metrics(many)) == list(many)[:MAX_REPORTED_METRICS]
 
@@ -93,6 +94,15 @@ def test_the_record_and_one_metrics_line_per_step(env):
     final = json.loads(Path(env[ENV_TERMINATION_LOG]).read_text())
     assert final["phase"] == "Finished" and final["step"] == 2 and final["metrics"]["eval_loss"] == 2.75
     assert reporter.finish() is False  # once
+
+
+def test_a_metric_named_step_keeps_the_line_on_its_step(env):
+    reporter = Reporter(env)
+    reporter.report(3, 1.0, metrics={"step": 99.0, "time": 5.0})
+    reporter.report(4, 0.5)
+    reporter.finish()
+    assert [line["step"] for line in lines(env)] == [3, 4]
+    assert reporter.progress.snapshot()["metrics"] == {"step": 99.0, "time": 5.0}  # the record keeps them
 
 
 def test_a_nan_loss_is_kept_and_the_metrics_stay_bounded(env):
@@ -223,6 +233,21 @@ def test_another_rank_writes_nothing_at_exit(env):
                 "print(latest_checkpoint())\n", {**env, ENV_RANK: "2"})
     assert done.returncode == 0 and done.stdout == "None\n"
     assert Path(env[ENV_TERMINATION_LOG]).read_text() == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_leaves_the_parents_reporter_alone(env, monkeypatch):
+    monkeypatch.setattr(reporting, "_reporter", Reporter(env))
+    reporting.report(1, 1.0)
+    inherited = reporting.reporter()
+    pid = os.fork()
+    if pid == 0:  # the child: its inherited exit hook must write nothing; reporting anew is its own
+        ok = inherited.finish() is False and reporting._reporter is None
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert Path(env[ENV_TERMINATION_LOG]).read_text() == ""  # the parent's final record is the parent's to write
+    assert reporting.reporter() is inherited and inherited.active
 
 
 def test_module_functions_share_one_reporter(monkeypatch):

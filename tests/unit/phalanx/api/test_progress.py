@@ -4,6 +4,7 @@ the patterns' compile check CEL cannot make, and what a collector does to the wo
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 
@@ -92,10 +93,24 @@ def test_hang_timeout_needs_progress(spec, broken):
     ("(" * 200 + "(?P<step>x)" + ")" * 200, None),  # deep, yet it compiles
     ("plain", "no named group"),
     ("(?P<" + "a" * 65 + ">x)", "is not a metric name"),
+    ("(?P<loss>[\\x00-\\x7f\u4e00-\u9fff]+)", None),  # CJK: a wide class, yet one
+    ("(?i)(?P<step>[\\x00-\\uffff])", "too wide"),  # 65536 case-folded code points
+    ("(?P<step>" + "[\\x01-\\uffff]" * 40 + ")", "too wide"),  # ~0.1 s to compile
+    ("(?P<step>" + "[\u0100\u0300]" * 120 + ")", "too wide"),  # 120 classes past Latin-1
 ])
 def test_pattern_problem(pattern, words):
     problem = pattern_problem(pattern)
     assert problem is None if words is None else words in problem
+
+
+def test_patterns_slow_to_compile_are_refused_before_compiling():
+    """The operator compiles the patterns of every job: 512 characters of case-folded full-range
+    classes took over a second each; the check refuses them before compiling."""
+    pattern = "(?i)(?P<step>" + "[\x01-\uffff]" * 97 + ")"
+    pattern_problem.cache_clear()
+    started = time.perf_counter()
+    assert "too wide" in pattern_problem(pattern)
+    assert time.perf_counter() - started < 0.1
 
 
 def test_the_compile_check_is_an_operator_rule():

@@ -10,8 +10,10 @@ from phalanx.decision import LogTail, Plan
 from phalanx.lifecycle.logtail import (
     HEADER,
     LOG_LINE_CHARS,
+    LOG_TAIL_BYTES,
     LOG_TAIL_CHARS,
     LOG_TAIL_LINES,
+    RUNTIME_LOG_ENTRY_BYTES,
     attach_log_tail,
     log_lines,
     rank0_log_tail,
@@ -34,6 +36,24 @@ from phalanx.lifecycle.logtail import (
 ])
 def test_log_lines_are_cleaned(raw, lines):
     assert log_lines(raw) == lines
+
+
+def kubelet_log(output: bytes, tail_lines: int, limit_bytes: int) -> bytes:
+    """What the kubelet answers: the runtime stored ``output`` as entries of one line each (a line
+    longer than RUNTIME_LOG_ENTRY_BYTES cut into several); the last ``tail_lines`` entries, of
+    which the first ``limit_bytes`` bytes."""
+    entries = []
+    for line in output.split(b"\n"):
+        entries += [line[i:i + RUNTIME_LOG_ENTRY_BYTES] for i in range(0, max(len(line), 1), RUNTIME_LOG_ENTRY_BYTES)]
+    return b"".join(entries[-tail_lines:])[:limit_bytes]
+
+
+def test_a_progress_bar_shows_where_it_stopped():
+    """tqdm redraws on carriage returns: a bar of 2000 steps is one long line of the log; what the
+    hang's message shows is where the bar stood last, not where it stood 100 KiB before."""
+    bar = b"".join(b"\rtrain: %4d/2000 [00:10<00:20, 9.9it/s]" % step for step in range(1, 2001))
+    lines = log_lines(kubelet_log(b"loading data\n" + bar, LOG_TAIL_LINES, LOG_TAIL_BYTES))
+    assert lines[-1].startswith("train: 2000/2000")
 
 
 def test_log_lines_are_bounded():

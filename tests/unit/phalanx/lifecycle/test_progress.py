@@ -336,6 +336,13 @@ def test_a_command_jobs_total_is_its_scripts(job_obj):
     assert (sim.status["totalSteps"], sim.status["progressPercentage"]) == (40, 50)
 
 
+def test_a_command_job_without_a_total_has_no_eta(job_obj):
+    sim = command_sim(job_obj)
+    sim.step(progress={"step": 10, "loss": 2.0, "stepTimeSeconds": 0.5})
+    assert sim.status["step"] == 10 and "estimatedRemainingSeconds" not in sim.status  # not "0 s left"
+    assert "progressPercentage" not in sim.status
+
+
 def test_a_built_in_jobs_total_stays_training_steps(job_obj):
     sim = Sim(job_obj)
     sim.run_until_running()
@@ -377,3 +384,11 @@ def test_resumed_step_is_said_once_per_attempt(job_obj):
     sim.step(progress={"step": 101, "resumedStep": 100})  # the same checkpoint again: said again
     assert [e[2] for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT] == ["resumed from step 100"] * 2
     assert sim.status["message"].endswith("; resumed from step 100")
+
+
+def test_a_resumed_step_that_keeps_changing_is_one_event_per_attempt(job_obj):
+    sim = command_sim(job_obj)
+    for resumed in (100, 200, 100, 200):  # rank 0's report is the script's: it may say anything
+        sim.step(progress={"step": 300, "resumedStep": resumed})
+    assert sim.status["resumedStep"] == 200 and sim.status["message"].endswith("; resumed from step 200")
+    assert [e[2] for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT] == ["resumed from step 100"]

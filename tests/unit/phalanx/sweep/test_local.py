@@ -27,7 +27,7 @@ EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "sweep-lr.yaml"
     (['{"step": 1}', '{"step": "2"}', "[1, 2]"], {"step": 1}),  # a record has an integer step
     (["not json"], {}),
     # the reporter's lines: each metric's latest value, whichever line last carried it
-    (['{"step": 10, "loss": 2.0, "eval_loss": 2.5, "time": 1.0}', '{"step": 11, "loss": 1.9, "tokens_per_s": 900}'],
+    (['{"step": 10, "loss": 2.0, "eval_loss": 2.5, "time": 1.0, "epoch": 0.5}', '{"step": 11, "loss": 1.9, "tokens_per_s": 900}'],
      {"step": 11, "loss": 1.9, "tokensPerSecond": 900, "metrics": {"eval_loss": 2.5}}),
     (['{"step": 1, "eval_loss": 3.0}', '{"step": 2, "eval_loss": 2.0, "eval_accuracy": 0.5}'],
      {"step": 2, "metrics": {"eval_loss": 2.0, "eval_accuracy": 0.5}}),

@@ -34,6 +34,8 @@ def test_a_line(line, expected):
     ('["step \\\\d+"]', "no named group"),
     ("[3]", "not a string"),
     (json.dumps(["x" * 1001]), "not a string"),
+    (json.dumps(["(?P<step>a{4294967296})"]), "too large"),  # OverflowError, not re.error
+    (json.dumps(["(" * 490 + "(?P<step>a)" + ")" * 490]), "recursion"),  # RecursionError
 ])
 def test_invalid_patterns_are_refused(text, message):
     with pytest.raises(PatternError, match=message):

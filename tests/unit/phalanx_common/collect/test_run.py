@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx_common.collect.run import child_env, exit_code, final_phase
+from phalanx_common.collect import huggingface
+from phalanx_common.collect.run import Feed, child_env, exit_code, final_phase
 from phalanx_common.contract import (
     COLLECT_MODULE,
     ENV_NODE_RANK,
@@ -27,6 +28,7 @@ from phalanx_common.contract import (
     ENV_TERMINATION_LOG,
 )
 from phalanx_common.net import free_port
+from phalanx_common.report import Reporter
 
 COMMON = Path(__file__).resolve().parents[4] / "common"
 PATTERNS = json.dumps([r"it (?P<step>\d+)/(?P<total_steps>\d+) loss (?P<loss>\S+)", r"acc (?P<eval_accuracy>\S+)"])
@@ -115,6 +117,12 @@ def test_another_node_runs_the_command_itself(tmp_path):
     assert (tmp_path / "termination-log").read_bytes() == b""
 
 
+def test_another_node_with_a_missing_command_exits_as_a_shell_does(tmp_path):
+    child = collect([str(tmp_path / "absent")], tmp_path, **{ENV_NODE_RANK: "1"})
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 127 and b"absent" in err and b"Traceback" not in err
+
+
 def test_jsonl_reads_the_file_the_script_appends_to(tmp_path):
     progress = tmp_path / "progress.jsonl"
     text = (f"import json\nwith open({str(progress)!r}, 'a') as f:\n"
@@ -134,6 +142,13 @@ def test_an_unknown_collector_leaves_the_command_running(tmp_path):
     assert final(tmp_path)["step"] == 0
 
 
+def test_patterns_that_do_not_compile_leave_the_command_running(tmp_path):
+    patterns = json.dumps(["(?P<step>a{4294967296})"])  # OverflowError from re.compile
+    child = collect([sys.executable, "-c", "print('it 1/2 loss 1')"], tmp_path, **{ENV_PROGRESS_PATTERNS: patterns})
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0 and out == b"it 1/2 loss 1\n" and b"not read" in err
+
+
 def test_a_missing_command(tmp_path):
     child = collect([str(tmp_path / "absent")], tmp_path, log=False)
     _, err = child.communicate(timeout=60)
@@ -146,3 +161,23 @@ def test_pure_parts():
     assert [final_phase(code) for code in (0, 143, 1)] == ["Succeeded", "Preempted", "Failed"]
     env = child_env({ENV_PROGRESS_PORT: "8080", "A": "b"})
     assert env == {"A": "b", ENV_PYTHONUNBUFFERED: "1"}
+
+
+def test_a_bar_behind_the_training_leaves_its_step_and_total_alone():
+    """trainer.evaluate() after training draws a top-level bar of its own batches: neither its
+    count nor its total is the training's."""
+    reporter = Reporter({ENV_TERMINATION_LOG: ""}, active=True)  # no final record at exit
+    feed = Feed(reporter, huggingface.parse)
+    for line in ("100%|##########| 1000/1000 [00:10<00:00, 99.0it/s]", "{'eval_loss': 0.5}",
+                 "100%|##########| 10/10 [00:00<00:00, 50.0it/s]"):
+        feed.line(line)
+    record = reporter.progress.snapshot()
+    assert record["step"] == 1000 and record["totalSteps"] == 1000 and record["metrics"] == {"eval_loss": 0.5}
+
+
+def test_a_parser_that_returns_no_record_stops_nothing():
+    """A reader that raised would stop reading the child's pipe, and the child would block on it."""
+    reporter = Reporter({ENV_TERMINATION_LOG: ""}, active=True)
+    feed = Feed(reporter, lambda line: ["not", "a", "record"])
+    feed.line("it 1/2 loss 1")
+    assert reporter.progress.snapshot()["step"] == 0
