@@ -2,8 +2,8 @@
 and ``latest_checkpoint``, the reporting client of a command job (docs/your-code.md). Standard
 library only, so any image can ``pip install ./common`` (distribution ``phalanx-common``).
 
-Only global rank 0 acts — ``$RANK`` is "0", or ``$RANK`` is unset and ``$NODE_RANK`` and
-``$LOCAL_RANK`` are each "0" or unset; elsewhere every call is a cheap no-op (except
+Only global rank 0 acts — ``$RANK`` (or Horovod's / MPI's rank variable) is "0", or none is set
+and ``$NODE_RANK`` and ``$LOCAL_RANK`` are each "0" or unset; elsewhere every call is a cheap no-op (except
 ``latest_checkpoint``, which every rank may read). Rank 0, lazily on its first call:
 
 - serves the record (phalanx_common.progress) on ``$PHALANX_PROGRESS_PORT`` when set; a port it
@@ -38,6 +38,7 @@ from typing import IO, Any
 from phalanx_common.contract import (
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
+    ENV_HOROVOD_RANK,
     ENV_LOCAL_RANK,
     ENV_NODE_RANK,
     ENV_PROGRESS_PORT,
@@ -61,10 +62,16 @@ MAX_MARKER_BYTES = 64 * 1024
 _METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
 
 
+# Where launchers put a process's global rank: torchrun, Horovod (phalanx_runtime.horovod_launch,
+# horovodrun), Open MPI's and MPICH/Intel MPI's mpirun. The first one set decides.
+GLOBAL_RANK_ENVS = (ENV_RANK, ENV_HOROVOD_RANK, "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
 def is_global_rank_zero(env: Mapping[str, str] | None = None) -> bool:
-    """``$RANK`` "0"; or no ``$RANK`` and ``$NODE_RANK``, ``$LOCAL_RANK`` each "0" or unset."""
+    """The first of GLOBAL_RANK_ENVS set is "0"; or none is set and ``$NODE_RANK`` and
+    ``$LOCAL_RANK`` are each "0" or unset."""
     env = os.environ if env is None else env
-    rank = (env.get(ENV_RANK) or "").strip()
+    rank = next((value.strip() for name in GLOBAL_RANK_ENVS if (value := env.get(name) or "").strip()), "")
     if rank:
         return rank == "0"
     return all((env.get(name) or "0").strip() == "0" for name in (ENV_NODE_RANK, ENV_LOCAL_RANK))

@@ -39,6 +39,7 @@ from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
 from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES, attach_log_tail, log_lines
 from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
+from phalanx.lifecycle.pods import attempt_of
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.refusals import (
     MAX_DECIDE_ERRORS,
@@ -189,7 +190,7 @@ class JobLoop:
         status = dict(body.get("status") or {})
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
-            self.progress = await _poll_progress(self.memo.kube, pods)
+            self.progress = await _poll_progress(self.memo.kube, pods, status.get("restartAttempt") or 0)
             self.progress_attempt = status.get("restartAttempt")
         spec = dict(body.get("spec") or {})
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
@@ -370,9 +371,11 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozen
     return frozenset(lost)
 
 
-async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed."""
-    rank0 = [p for p in pods if p["metadata"]["labels"].get(constants.LABEL_NODE_RANK) == "0" and p["status"].get("podIP")]
+async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
+    """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed.
+    Only the current attempt's rank 0: an earlier attempt's pod may still be terminating."""
+    rank0 = [p for p in pods if p["metadata"]["labels"].get(constants.LABEL_NODE_RANK) == "0"
+             and p["status"].get("podIP") and attempt_of(p) == attempt]
     if not rank0 or kube is None:
         return None
     pod, problems = rank0[-1], []

@@ -342,3 +342,34 @@ def test_a_hangs_messages_get_rank_0s_log_lines_before_they_are_written(raw, suf
     assert reads == [("default", "j-node-0-0", constants.CONTAINER_NAME, LOG_TAIL_LINES, LOG_TAIL_BYTES)]
     assert plan.events == [("Warning", "Restarting", "after hang" + suffix)]
     assert plan.status["conditions"][0]["message"] == "after hang" + suffix
+
+
+class _ProgressKube:
+    """Answers get_progress with a record naming the pod IP it was asked."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT) -> bytes:
+        self.asked.append(pod_ip)
+        return b'{"step": 7}'
+
+
+def _rank_pod(rank: int, attempt: int, ip: str | None) -> dict:
+    return {"metadata": {"name": f"p{rank}-{attempt}", "labels": {constants.LABEL_NODE_RANK: str(rank),
+                                                                 constants.LABEL_RESTART_ATTEMPT: str(attempt)}},
+            "spec": {}, "status": {"podIP": ip} if ip else {}}
+
+
+@pytest.mark.parametrize(("pods", "attempt", "asked"), [
+    ([_rank_pod(0, 1, "10.0.0.1"), _rank_pod(1, 1, "10.0.0.2")], 1, ["10.0.0.1"]),
+    # an earlier attempt's rank 0 still terminating is never read
+    ([_rank_pod(0, 1, "10.0.0.9"), _rank_pod(0, 2, "10.0.0.1")], 2, ["10.0.0.1"]),
+    ([_rank_pod(0, 1, "10.0.0.9")], 2, []),
+    ([_rank_pod(0, 2, None)], 2, []),  # no IP yet
+])
+def test_progress_is_polled_from_the_current_attempts_rank_0(pods, attempt, asked):
+    kube = _ProgressKube()
+    report = asyncio.run(jobloop._poll_progress(kube, pods, attempt))
+    assert kube.asked == asked
+    assert report == ({"step": 7} if asked else None)

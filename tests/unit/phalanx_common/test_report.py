@@ -46,6 +46,10 @@ COMMON = Path(__file__).resolve().parents[3] / "common"
     ({ENV_NODE_RANK: "1"}, False),
     ({ENV_LOCAL_RANK: "2"}, False),
     ({ENV_RANK: ""}, True),
+    ({"HOROVOD_RANK": "2", ENV_NODE_RANK: "0", ENV_LOCAL_RANK: "0"}, False),  # Horovod / mpirun set no RANK
+    ({"OMPI_COMM_WORLD_RANK": "1"}, False),
+    ({"PMI_RANK": "0", ENV_LOCAL_RANK: "0"}, True),
+    ({ENV_RANK: "1", "PMI_RANK": "0"}, False),  # RANK first
 ])
 def test_is_global_rank_zero(env, zero):
     assert is_global_rank_zero(env) is zero
