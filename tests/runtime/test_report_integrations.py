@@ -103,8 +103,9 @@ def test_transformers_trainer(tmp_path):
     assert record["lastCheckpoint"]["path"] == str(out / "checkpoint-3") and record["lastCheckpoint"]["step"] == 3
     marker = json.loads((tmp_path / "ckpt" / LATEST_CHECKPOINT_FILE).read_text())
     assert marker["path"] == str(out / "checkpoint-3") and (out / "checkpoint-3").is_dir()
-    assert [line["step"] for line in _lines(tmp_path)] == [0, 1, 2, 3]
-    assert "loss" in _lines(tmp_path)[1] and "eval_loss" in _lines(tmp_path)[3]
+    # one line per trained step; the start at step 0 carries no value, so it has none
+    assert [line["step"] for line in _lines(tmp_path)] == [1, 2, 3]
+    assert "loss" in _lines(tmp_path)[0] and "eval_loss" in _lines(tmp_path)[2]
 
     resumed = _run(TRANSFORMERS_SCRIPT, tmp_path, str(out), "4")  # a restart: latest_checkpoint() → checkpoint-3
     assert resumed["resumedStep"] == 3 and resumed["step"] == 4 and resumed["totalSteps"] == 4
