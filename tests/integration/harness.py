@@ -129,8 +129,13 @@ def install_crd(cluster) -> None:
     """Every Phalanx CRD (TrainingJob, TrainingSweep), established before an operator starts:
     kopf resolves its resources at start-up."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE.parent))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{plural}.{GROUP}" for plural in (PLURAL, "trainingsweeps")))
+    crds = [f"crd/{plural}.{GROUP}" for plural in (PLURAL, "trainingsweeps")]
+    for _ in range(3):  # kubectl wait fails at once (not after its timeout) on a NotFound
+        done = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, check=False, timeout=70)
+        if done.returncode == 0:
+            return
+        time.sleep(2)
+    raise RuntimeError(f"the CRDs are not Established: kubectl wait said {done.stderr.strip() or done.stdout.strip()}")
 
 
 @pytest.fixture(scope="session")
