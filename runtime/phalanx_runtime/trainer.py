@@ -254,8 +254,9 @@ class Trainer:
         r.grad_norms.append(gnorm)
         r.step_times.append(step_time)
         r.mfu, r.peak_memory_bytes = m.mfu, m.peak_memory_bytes
+        # the same record as any script's: its learning rate and gradient norm are reported metrics
         self.progress.update(step=step, loss=loss, tokensPerSecond=m.tokens_per_s, mfu=m.mfu,
-                             stepTimeSeconds=step_time)
+                             stepTimeSeconds=step_time, metrics={"learning_rate": m.lr, "grad_norm": m.grad_norm})
         total = self.spec.training.steps
         if self.rank == 0 and (step % self.spec.training.log_every == 0 or step == total):
             log.info("step %d/%d loss %.5f gnorm %.4f lr %.3g %.3fs %.0f tok/s mfu %.2f%% mem %.0fMiB",
