@@ -17,7 +17,6 @@ import math
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from tests.e2e.test_kind_e2e import follow, rank0_log
 
@@ -44,15 +43,8 @@ pytestmark = pytest.mark.timeout(1200)
 
 @pytest.fixture
 def script_config_map(jobs):
-    name = "e2e-deepspeed-script"
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
-                              data={"train.py": WRAPPER, "deepspeed_user_script.py": USER_SCRIPT.read_text()})
-    try:
-        jobs.core.delete_namespaced_config_map(name, jobs.ns)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-    jobs.core.create_namespaced_config_map(jobs.ns, body)
+    name = jobs.config_map("e2e-deepspeed-script",
+                           {"train.py": WRAPPER, "deepspeed_user_script.py": USER_SCRIPT.read_text()})
     yield name
     jobs.core.delete_namespaced_config_map(name, jobs.ns)
 

@@ -18,7 +18,6 @@ import math
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from phalanx.constants import ConditionType, Reason
 from phalanx_common.contract import Collector
@@ -37,15 +36,7 @@ pytestmark = [
 
 @pytest.fixture
 def user_code(jobs):
-    name = "e2e-user-code"
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
-                              data={script: (USER_CODE / script).read_text() for script in SCRIPTS})
-    try:
-        jobs.core.delete_namespaced_config_map(name, jobs.ns)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-    jobs.core.create_namespaced_config_map(jobs.ns, body)
+    name = jobs.config_map("e2e-user-code", {script: (USER_CODE / script).read_text() for script in SCRIPTS})
     yield name
     jobs.core.delete_namespaced_config_map(name, jobs.ns)
 

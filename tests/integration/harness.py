@@ -181,6 +181,17 @@ class Jobs:
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
 
+    def config_map(self, name: str, data: dict[str, str]) -> str:
+        """A ConfigMap of files for a job's pods (scripts), replacing one an earlier run left."""
+        try:
+            self.core.delete_namespaced_config_map(name, self.ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        self.core.create_namespaced_config_map(
+            self.ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data=data))
+        return name
+
     def table_row(self, name: str) -> dict[str, Any]:
         """The job's row as `kubectl get tj` prints it: the API server's Table (the CRD's printer
         columns), column name → cell."""
