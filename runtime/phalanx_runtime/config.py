@@ -68,11 +68,46 @@ class ModelOverrides:
         return {key: getattr(self, attr) for key, attr in OVERRIDE_KEYS.items() if getattr(self, attr) is not None}
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A Hugging Face model directory (config.json, safetensors shards, tokenizer files)."""
+
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Lora:
+    """Low-rank adapters on the named projections (Hugging Face / PEFT module names)."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LORA_TARGETS
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     preset: str | None = None
     overrides: ModelOverrides = field(default_factory=ModelOverrides)
     entrypoint: str | None = None
+    pretrained: Pretrained | None = None
+    lora: Lora | None = None
+
+
+@dataclass(frozen=True)
+class DataPrepare:
+    """Raw files turned into a prepared directory (``data.path``) before training, once."""
+
+    inputs: tuple[str, ...] = ()
+    format: str | None = None  # jsonl | parquet | text | arrow; None: from the file names
+    text_field: str = "text"
+    messages_field: str | None = None  # chat data: a list of {role, content}; loss on the answers only
+    tokenizer: str | None = None  # a directory with tokenizer.json; default: model.pretrained.path
+    eval_fraction: float = 0.0
+    eval_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +116,7 @@ class DataSpec:
     path: str | None = None
     dtype: str = "uint16"
     seq_len: int = 256
+    prepare: DataPrepare | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +124,15 @@ class LrSchedule:
     warmup_steps: int = 0
     decay: str = "cosine"
     min_lr_ratio: float = 0.1
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """Held-out evaluation: ``batches`` global batches of the eval split every ``every_steps`` steps
+    (0: only at the end) and at the end."""
+
+    every_steps: int = 0
+    batches: int = 4
 
 
 @dataclass(frozen=True)
@@ -104,6 +149,7 @@ class TrainingSpec:
     grad_compression: str = "none"
     seed: int = 1234
     log_every: int = 1
+    eval: EvalSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +161,7 @@ class CheckpointSpec:
     async_save: bool = field(default=True, metadata={WIRE: "async"})
     resume: bool = True
     export_consolidated: bool = False
+    export_hugging_face: bool = False
 
 
 @dataclass(frozen=True)
