@@ -1,4 +1,4 @@
-"""The `phalanx` command: render | crd | validate | plan | local | watch | plot | operator."""
+"""The `phalanx` command: render | crd | validate | plan | local | export | watch | plot | operator."""
 
 from __future__ import annotations
 
@@ -151,6 +151,30 @@ def cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_argv(args: argparse.Namespace) -> list[str]:
+    """The runtime's exporter (``python -m phalanx_runtime.export``), run as a process of its own:
+    this package never imports the runtime."""
+    argv = [sys.executable, "-m", "phalanx_runtime.export", args.ckpt, "--out", args.out]
+    if args.step is not None:
+        argv += ["--step", str(args.step)]
+    if args.adapter_only:
+        argv.append("--adapter-only")
+    elif args.merge_lora:
+        argv.append("--merge-lora")
+    if args.max_shard_size:
+        argv += ["--max-shard-size", args.max_shard_size]
+    return argv
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import subprocess
+
+    try:
+        return subprocess.call(export_argv(args))
+    except KeyboardInterrupt:
+        return 130
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     if (code := _sweep_cli().watch(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
         return code
@@ -203,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _offline_commands(sub: Any) -> None:
-    """render, validate, crd, plan, local: files in, no cluster."""
+    """render, validate, crd, plan, local, export: files in, no cluster."""
     p = sub.add_parser("render", help="print every object the operator would create for a job (before placement)",
                        description="Print every object the operator would create for a job (a YAML stream, before "
                        "placement), or a sweep's trial TrainingJobs; an invalid one exits 1 naming the field and rule.")
@@ -259,6 +283,21 @@ def _offline_commands(sub: Any) -> None:
     p.add_argument("--checkpoint-dir", metavar="DIR", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
     p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, policy) for the checks")
     p.set_defaults(fn=cmd_local)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (or a PEFT adapter)",
+                       description="Write a committed checkpoint of a built-in transformer job as a Hugging Face "
+                       "model directory transformers loads as it is (safetensors shards, index, config.json, "
+                       "tokenizer files), or its LoRA adapters as a PEFT adapter directory. Runs the runtime's "
+                       "exporter (python -m phalanx_runtime.export: needs torch and safetensors) on this machine.")
+    p.add_argument("ckpt", metavar="CKPT_DIR", help="the job's checkpoint directory (<mountPath>/<namespace>/<job> "
+                   "on its checkpoint volume, or phalanx local's --checkpoint-dir), or one step-N directory in it")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty)")
+    p.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
+    lora = p.add_mutually_exclusive_group()
+    lora.add_argument("--merge-lora", action="store_true", help="LoRA: the model with the adapters merged in (the default)")
+    lora.add_argument("--adapter-only", action="store_true", help="LoRA: only the adapters, as a PEFT adapter directory")
+    p.add_argument("--max-shard-size", metavar="SIZE", help="largest safetensors file, e.g. 2GB (default 5GB)")
+    p.set_defaults(fn=cmd_export)
 
 
 def _cluster_commands(sub: Any) -> None:

@@ -38,5 +38,6 @@ SLURM_NODELIST = "SLURM_NODELIST"
 ENV_BACKEND = "PHALANX_BACKEND"  # process-group backend the launcher chose for its workers
 ENV_DEBUG_FULL_STATE = "PHALANX_DEBUG_FULL_STATE"  # rank 0 dumps the full state at the end (tests)
 ENV_CHECKPOINT_TEST_WRITE_DELAY = "PHALANX_CHECKPOINT_TEST_WRITE_DELAY"  # seconds, kill tests only
+ENV_EXPORT_MAX_SHARD_BYTES = "PHALANX_EXPORT_MAX_SHARD_BYTES"  # in-job Hugging Face export: bytes per shard file
 ENV_CPU_PEAK_FLOPS = "PHALANX_CPU_PEAK_FLOPS"  # MFU denominator on CPU instead of measuring it
 ENV_CORPUS_MAX_BYTES = "PHALANX_CORPUS_MAX_BYTES"  # size of the built-in text corpus

@@ -42,6 +42,8 @@ from phalanx_runtime.env import ENV_DEBUG_FULL_STATE
 from phalanx_runtime.lifetime import EXIT_PREEMPTED
 from phalanx_runtime.models.build import build_model_parts
 from phalanx_runtime.models.entrypoint import ModelContext
+from phalanx_runtime.models.huggingface.export import export_in_job
+from phalanx_runtime.models.huggingface.provenance import model_files_writer
 
 log = logging.getLogger("phalanx_runtime")
 
@@ -166,7 +168,7 @@ class Trainer:
             self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, self.ckpt_dir),
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
-                                     dp_rank=pd.dp_rank, dp_size=pd.layout.dp)
+                                     dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg))
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
 
     def _build_reporting(self, progress_port: int | None, metrics_port: int | None) -> None:
@@ -290,6 +292,8 @@ class Trainer:
             ckpt.close()
             if self.spec.checkpoint.export_consolidated and not r.preempted:
                 ckpt.export_consolidated()
+            if self.spec.checkpoint.export_hugging_face and not r.preempted:
+                export_in_job(ckpt)
             if os.environ.get(ENV_DEBUG_FULL_STATE):
                 ckpt.dump_full_state(os.environ[ENV_DEBUG_FULL_STATE])
             r.last_checkpoint = ckpt.last

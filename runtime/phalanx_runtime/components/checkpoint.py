@@ -6,7 +6,10 @@ run without it makes no Checkpointer)::
 
     step-<N>/                committed: DCP shards + .metadata + rng/rank-<r>.pt + COMMITTED
     .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
+    model/                   what model the checkpoints hold (models/huggingface/provenance.py):
+                             Hugging Face config.json, tokenizer files, phalanx-model.json
     final/model.pt           consolidated model (checkpoint.exportConsolidated)
+    final/hf/, final/adapter/  Hugging Face export (checkpoint.exportHuggingFace)
 
 What a checkpoint holds (one DCP state dict, resharded on load):
 
@@ -71,6 +74,7 @@ log = logging.getLogger("phalanx_runtime.checkpoint")
 COMMIT_MARKER = "COMMITTED"
 STEP_RE = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-step-"
+MODEL_DIR = "model"
 MARKER_MAX_BYTES = 64 * 1024
 
 
@@ -288,8 +292,10 @@ class Checkpointer:
     calls every method (except :meth:`poll`, which is rank-local) at the same step."""
 
     def __init__(self, cfg: CheckpointConfig, *, parts, optimizer, scheduler, loader, progress=None,
-                 layout: str = "", dp_rank: int = 0, dp_size: int = 1):
+                 layout: str = "", dp_rank: int = 0, dp_size: int = 1, model_files=None):
         self.cfg = cfg
+        # model_files(dir) writes what model this is (MODEL_DIR); rank 0 calls it at the first save.
+        self.model_files = model_files
         self.dir = Path(cfg.directory)
         self.parts, self.optimizer, self.scheduler, self.loader = list(parts), optimizer, scheduler, loader
         self.progress = progress
@@ -382,6 +388,8 @@ class Checkpointer:
         self.wait()  # one save in flight at a time
         if self.last and self.last["step"] == step:
             return
+        if self.model_files is not None and self.rank == 0:
+            self._write_model_files()
         t0 = time.perf_counter()
         self._t_start[step] = t0
         tmp = self.dir / f"{TMP_PREFIX}{step}"  # stale ones were removed by rank 0 at start
@@ -412,6 +420,23 @@ class Checkpointer:
             dcp.save(sd, storage_writer=writer, process_group=self.pg)
             self.stall_seconds.append(time.perf_counter() - t0)
             self._commit(step, tmp)
+
+    def _write_model_files(self) -> None:
+        """Replace ``model/`` with this run's (the directory may hold an earlier run's). A failure
+        is logged, not raised: the checkpoint itself is still good (and rank 0 alone is here)."""
+        tmp, final = self.dir / f".tmp-{MODEL_DIR}", self.dir / MODEL_DIR
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.model_files(tmp)
+            if final.exists():
+                trash = self.dir / f".old-{MODEL_DIR}-{os.getpid()}"
+                os.rename(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, final)
+        except Exception as e:  # noqa: BLE001 — the model record is for exports, not for training
+            log.warning("could not record the model in %s (%s: %s): exporting these checkpoints will need it",
+                        final, type(e).__name__, e)
+        self.model_files = None
 
     def before_update(self) -> None:
         """Call before ``optimizer.step()``: an async save's staging copy must be complete before

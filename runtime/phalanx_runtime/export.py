@@ -1,0 +1,104 @@
+"""``python -m phalanx_runtime.export CKPT_DIR --out DIR [--step N] [--merge-lora | --adapter-only]``:
+a committed checkpoint of the built-in transformer as a Hugging Face model directory (safetensors
+shards, index, config.json, tokenizer files) that transformers loads as it is, or its LoRA adapters
+as a PEFT adapter directory. One process, no process group, one tensor in memory at a time
+(``models/huggingface/export.py``). ``phalanx export`` runs this.
+
+CKPT_DIR is a job's checkpoint directory (the newest valid ``step-N``, or ``--step N``) or one
+``step-N`` directory in it; the model is described by the ``model/`` directory the training run
+recorded there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+from phalanx_runtime.components.checkpoint import (
+    COMMIT_MARKER,
+    latest_valid,
+    validate_checkpoint,
+)
+
+EXIT_FAILED = 1
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``5GB`` → 5·10⁹, ``512MiB`` → 512·2²⁰, ``1000`` → 1000 bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 5GB, 500MB, 2GiB)")
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "B").upper()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a shard holds at least one byte")
+    return int(value)
+
+
+def find_step(ckpt: Path, step: int | None) -> Path:
+    """The committed checkpoint to export (ValueError saying why there is none)."""
+    if (ckpt / COMMIT_MARKER).exists():
+        if step is not None:
+            raise ValueError(f"{ckpt} is one checkpoint; --step goes with the directory above it")
+        chosen = ckpt
+    elif step is not None:
+        chosen = ckpt / f"step-{step}"
+    else:
+        found = latest_valid(ckpt)
+        if found is None:
+            raise ValueError(f"{ckpt}: no valid committed checkpoint (step-N with a COMMITTED marker)")
+        return found[1]
+    why = validate_checkpoint(chosen)
+    if why is not None:
+        raise ValueError(f"{chosen}: not a valid committed checkpoint ({why})")
+    return chosen
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.export",
+                                 description="Export a committed checkpoint as a Hugging Face model directory.")
+    ap.add_argument("ckpt", metavar="CKPT_DIR", help="a job's checkpoint directory, or one step-N directory in it")
+    ap.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty)")
+    ap.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
+    lora = ap.add_mutually_exclusive_group()
+    lora.add_argument("--merge-lora", action="store_true",
+                      help="LoRA checkpoints: the model with the adapters merged in (the default)")
+    lora.add_argument("--adapter-only", action="store_true",
+                      help="LoRA checkpoints: only the adapters, as a PEFT adapter directory")
+    ap.add_argument("--max-shard-size", type=parse_size, default="5GB", metavar="SIZE",
+                    help="largest safetensors file (default 5GB; one larger tensor gets a file of its own)")
+    return ap
+
+
+def run(args: argparse.Namespace) -> Path:
+    from phalanx_runtime.models.huggingface.export import export_adapter, export_hf, load_export
+
+    step_dir = find_step(Path(args.ckpt), args.step)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out}: exists and is not an empty directory")
+    export = load_export(step_dir, merge_lora=True, max_shard_bytes=args.max_shard_size)
+    if args.adapter_only:
+        return export_adapter(export, out)
+    return export_hf(export, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        out = run(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""What model a checkpoint directory holds, so that an export needs nothing but the directory.
+
+Rank 0 writes ``<checkpoint dir>/model/`` at a run's first save (``Checkpointer(model_files=…)``):
+
+* ``config.json``: the Hugging Face config — a pretrained model's own (copied), or for a preset one
+  synthesized from its :class:`ModelShape` (``LlamaForCausalLM`` and its kin);
+* the tokenizer files of a pretrained model (and its ``generation_config.json``), copied as they are;
+* ``phalanx-model.json``: what the exporter must know beyond that — the RoPE layout the weights are
+  in (``interleaved``: the preset transformer's, whose wq/wk rows the export permutes; ``half``: a
+  model loaded from Hugging Face, exported by renaming only), the shape, tied embeddings, and the
+  LoRA adapters' rank, alpha and targets (their scaling, and the PEFT adapter config).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from phalanx_common.presets import ModelShape
+
+MODEL_DIR = "model"
+RECORD_FILE = "phalanx-model.json"
+CONFIG_FILE = "config.json"
+# Copied from a pretrained model directory when present (and from model/ into an export).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+                   "generation_config.json")
+RECORD_FORMAT = 1
+ROPE_INTERLEAVED, ROPE_HALF = "interleaved", "half"
+# family → (architecture, model_type) of a synthesized config.
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "llama": ("LlamaForCausalLM", "llama"),
+    "mistral": ("MistralForCausalLM", "mistral"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+}
+
+
+def rope_style(shape: ModelShape) -> str:
+    """The RoPE layout of a shape's weights (the preset transformer's: interleaved pairs)."""
+    return getattr(shape, "rope_style", ROPE_INTERLEAVED)
+
+
+def hf_config_for_shape(shape: ModelShape) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` for the built-in transformer with ``shape`` (the weights as
+    exported: RoPE in half layout). RoPE theta and scaling in the form transformers 4 and 5 read."""
+    family = getattr(shape, "family", "llama")
+    architecture, model_type = ARCHITECTURES.get(family, ARCHITECTURES["llama"])
+    scaling = dict(getattr(shape, "rope_scaling", ()) or ()) or None
+    doc: dict[str, Any] = {
+        "architectures": [architecture], "model_type": model_type, "hidden_act": "silu",
+        "hidden_size": shape.dim, "intermediate_size": shape.ffn_hidden, "num_hidden_layers": shape.n_layers,
+        "num_attention_heads": shape.n_heads, "num_key_value_heads": shape.n_kv_heads,
+        "head_dim": shape.head_dim, "vocab_size": shape.vocab_size, "max_position_embeddings": shape.max_seq_len,
+        "rms_norm_eps": shape.norm_eps, "rope_theta": shape.rope_theta, "rope_scaling": scaling,
+        "tie_word_embeddings": shape.tie_embeddings, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "use_cache": True,
+    }
+    if family == "llama":  # Llama's attention_bias covers o_proj too: only without biases
+        doc.update(attention_bias=False, mlp_bias=False)
+    elif family == "mistral":
+        doc["sliding_window"] = None
+    elif family in ("qwen2", "qwen3"):
+        doc.update(use_sliding_window=False, sliding_window=None)
+    return doc
+
+
+def model_record(shape: ModelShape, *, preset: str | None = None, pretrained: str | None = None,
+                 lora: Any = None) -> dict[str, Any]:
+    """The content of ``phalanx-model.json``."""
+    shape_doc = asdict(shape)
+    shape_doc["head_dim"] = shape.head_dim
+    return {"format": RECORD_FORMAT, "preset": preset, "pretrained": pretrained, "rope_style": rope_style(shape),
+            "shape": shape_doc,
+            "lora": None if lora is None else {"rank": int(lora.rank), "alpha": float(lora.alpha),
+                                               "dropout": float(lora.dropout), "targets": list(lora.targets)}}
+
+
+def write_model_dir(directory: str | os.PathLike, shape: ModelShape, *, preset: str | None = None,
+                    pretrained: str | None = None, lora: Any = None, tokenizer: str | None = None) -> None:
+    """Write ``config.json``, tokenizer files (from ``tokenizer``, default the pretrained model's
+    directory) and ``phalanx-model.json`` into ``directory`` (created)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    if pretrained:
+        shutil.copyfile(Path(pretrained) / CONFIG_FILE, out / CONFIG_FILE)
+    else:
+        (out / CONFIG_FILE).write_text(json.dumps(hf_config_for_shape(shape), indent=2) + "\n")
+    tokenizer_dir = tokenizer or pretrained
+    for name in TOKENIZER_FILES if tokenizer_dir else ():
+        if (Path(tokenizer_dir) / name).is_file():
+            shutil.copyfile(Path(tokenizer_dir) / name, out / name)
+    record = model_record(shape, preset=preset, pretrained=pretrained, lora=lora)
+    (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def model_files_writer(cfg: Any) -> Callable[[Path], None] | None:
+    """For the Checkpointer: writes a run's ``model/`` directory, or None for a model that is not
+    the built-in transformer (a user entrypoint: nothing an export could describe)."""
+    model = cfg.spec.model
+    if model is None or model.entrypoint:
+        return None
+    shape = cfg.shape
+    if shape is None:
+        return None
+    pretrained = model.pretrained.path if model.pretrained is not None and model.pretrained.path else None
+    prepare = cfg.spec.data.prepare
+    tokenizer = prepare.tokenizer if prepare is not None and prepare.tokenizer else None
+    return lambda directory: write_model_dir(directory, shape, preset=model.preset, pretrained=pretrained,
+                                             lora=model.lora, tokenizer=tokenizer)
+
+
+def read_model_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Hugging Face config, record) of a checkpoint's ``model/`` directory; a missing or foreign
+    one raises ValueError saying what is missing."""
+    d = Path(directory)
+    try:
+        config = json.loads((d / CONFIG_FILE).read_text())
+        record = json.loads((d / RECORD_FILE).read_text())
+    except FileNotFoundError as e:
+        raise ValueError(f"{d}: no {Path(e.filename).name}; this checkpoint directory does not record its model "
+                         "(written at the first save of a built-in transformer's run)") from e
+    if not isinstance(config, dict) or not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise ValueError(f"{d / RECORD_FILE}: not a model record of format {RECORD_FORMAT}")
+    return config, record

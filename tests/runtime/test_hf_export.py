@@ -1,0 +1,410 @@
+"""Hugging Face export of checkpoints (models/huggingface/export.py, phalanx_runtime.export):
+
+* a preset model trained by the runtime, exported, loads in transformers with the runtime's logits
+  (the RoPE permutation is right);
+* the in-job export of an FSDP run (2 ranks splitting the shard files) equals the offline export;
+* a LoRA checkpoint: the merged export is base + scaled adapters, and the PEFT adapter on the base
+  model gives the merged model's logits;
+* the pure parts: permutation, shard assignment, index, safetensors header, plans, sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from phalanx_runtime.models.huggingface import export as hf_export
+from phalanx_runtime.models.huggingface.export import (
+    ExportTensor,
+    Param,
+    assign_shards,
+    index_document,
+    interleaved_to_half,
+    plan_adapter,
+    plan_model,
+    rank_files,
+    shard_file_name,
+    write_safetensors,
+)
+
+pytestmark = pytest.mark.runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
+from runtime_parity_util import job  # noqa: E402
+
+REL_TOL = 1e-5
+TINY = {"dim": 32, "nLayers": 2, "nHeads": 4, "nKvHeads": 2, "ffnHidden": 64, "vocabSize": 128}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def export_job(*, world: int = 1, steps: int = 3, zero: int = 0, tie: bool = False, in_job: bool = False) -> dict:
+    doc = job({"zero": zero}, world=world, steps=steps, overrides={**TINY, "tieEmbeddings": tie}, seq_len=16)
+    doc["spec"]["checkpoint"] = {"intervalSteps": 0, "keepLast": 1, "async": False, "exportHuggingFace": in_job}
+    return doc
+
+
+def read_model(step_dir: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's model tensors, full (the test's own reader: DCP with no process group)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    from phalanx_runtime.components.checkpoint import SafeEmptyLoadPlanner, SafeReader
+
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=SafeReader(str(step_dir)), planner=SafeEmptyLoadPlanner(keys={"model"}),
+                     no_dist=True)
+    return sd["model"]
+
+
+def runtime_logits(doc: dict, step_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.models.transformer import build_transformer
+
+    model = build_transformer(RuntimeConfig.from_dict(doc).shape, seed=0)
+    model.load_state_dict(read_model(step_dir), strict=False)  # tied: output.weight is the embedding
+    with torch.no_grad():
+        return model.eval()(tokens)
+
+
+def hf_logits(model_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(tokens).logits
+
+
+def rel_dev(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def tokens(vocab: int, seq: int = 12) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(3))
+
+
+def safetensor_files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.glob("*.safetensors"))}
+
+
+def run_export_cli(argv: list[str]) -> int:
+    """``phalanx export`` (a subprocess running python -m phalanx_runtime.export)."""
+    from phalanx.cli import main
+
+    return main(["export", *argv])
+
+
+# ---------------------------------------------------------------- (a) preset model → transformers
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A preset model trained 3 steps in this process, its checkpoint directory."""
+    from phalanx_common.contract import ENV_CHECKPOINT_DIR, ENV_TERMINATION_LOG
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.train import train
+
+    base = tmp_path_factory.mktemp("trained")
+    doc = export_job()
+    saved = {k: os.environ.get(k) for k in (ENV_CHECKPOINT_DIR, ENV_TERMINATION_LOG)}
+    os.environ.update({ENV_CHECKPOINT_DIR: str(base / "ckpt"), ENV_TERMINATION_LOG: str(base / "termination")})
+    try:
+        train(RuntimeConfig.from_dict(doc))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return doc, base / "ckpt"
+
+
+def test_exported_preset_model_gives_the_runtime_logits_in_transformers(trained, tmp_path, monkeypatch):
+    doc, ckpt = trained
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "common")))
+    out = tmp_path / "hf"
+    assert run_export_cli([str(ckpt), "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"
+    x = tokens(TINY["vocabSize"])
+    ours = runtime_logits(doc, ckpt / "step-3", x)
+    right = rel_dev(hf_logits(out, x), ours)
+    assert right <= REL_TOL
+    # Without the permutation the logits differ beyond the bound (a tiny model's attention is
+    # nearly uniform, so by little; tests of the permutation itself are below).
+    wrong = rel_dev(hf_logits_unpermuted(ckpt, tmp_path, x), ours)
+    print(f"permuted {right:.2e}, unpermuted {wrong:.2e}")
+    assert wrong > max(REL_TOL, 20 * right)
+
+
+def hf_logits_unpermuted(ckpt: Path, tmp_path: Path, x: torch.Tensor) -> torch.Tensor:
+    record_path = ckpt / "model" / "phalanx-model.json"
+    copy = tmp_path / "unpermuted-model"
+    copy.mkdir()
+    for p in (ckpt / "model").iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    record = json.loads(record_path.read_text())
+    (copy / "phalanx-model.json").write_text(json.dumps({**record, "rope_style": "half"}))
+    out = hf_export.export_hf(hf_export.load_export(ckpt / "step-3", copy), tmp_path / "unpermuted")
+    return hf_logits(out, x)
+
+
+def test_export_refuses_a_non_empty_out_and_a_missing_step(trained, tmp_path, capsys):
+    from phalanx_runtime.export import main
+
+    _, ckpt = trained
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert main([str(ckpt), "--out", str(tmp_path / "full")]) == 1
+    assert "not an empty directory" in capsys.readouterr().err
+    assert main([str(ckpt), "--out", str(tmp_path / "o"), "--step", "2"]) == 1
+    assert "step-2: not a valid committed checkpoint" in capsys.readouterr().err
+    assert main([str(ckpt / "step-3"), "--out", str(tmp_path / "o2"), "--max-shard-size", "1KB"]) == 0
+    index = json.loads((tmp_path / "o2" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 3
+
+
+# ---------------------------------------------------------------- (b) in-job export, 2 ranks, FSDP
+
+
+def test_in_job_export_with_fsdp_equals_the_offline_export(tmp_path, monkeypatch):
+    from phalanx_runtime.spawn import run_ranks
+
+    ckpt = tmp_path / "ckpt"
+    monkeypatch.setenv("PHALANX_CHECKPOINT_DIR", str(ckpt))
+    monkeypatch.setenv("PHALANX_TERMINATION_LOG", str(tmp_path / "termination"))
+    monkeypatch.setenv("PHALANX_EXPORT_MAX_SHARD_BYTES", "20000")  # several files, split over the ranks
+    doc = export_job(world=2, zero=3, tie=True, in_job=True)
+    run_ranks(doc, 2, timeout=240)
+    in_job = ckpt / "final" / "hf"
+    offline = hf_export.export_hf(hf_export.load_export(ckpt / "step-3", max_shard_bytes=20000), tmp_path / "off")
+    files = safetensor_files(in_job)
+    assert len(files) >= 3
+    assert files == safetensor_files(offline)
+    for name in ("model.safetensors.index.json", "config.json"):
+        assert (in_job / name).read_text() == (offline / name).read_text()
+    index = json.loads((in_job / "model.safetensors.index.json").read_text())
+    assert "lm_head.weight" not in index["weight_map"]  # tied: transformers ties it back
+    assert not (ckpt / "final" / "adapter").exists() and not list((ckpt / "final").glob(".tmp-*"))
+    x = tokens(TINY["vocabSize"])
+    assert rel_dev(hf_logits(in_job, x), runtime_logits(doc, ckpt / "step-3", x)) <= REL_TOL
+
+
+# ---------------------------------------------------------------- (c) LoRA: merged and PEFT
+
+
+LORA_RANK, LORA_ALPHA = 4, 8.0
+LORA_MODULES = ("attention.wq", "attention.wv", "feed_forward.w2")
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoint(tmp_path_factory):
+    """A checkpoint written by hand: a Hugging Face Llama (the pretrained base, RoPE in halves)
+    under our names, plus adapters on three projections."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from phalanx_common.presets import ModelShape
+    from phalanx_runtime.config import Lora
+    from phalanx_runtime.models.huggingface import keys
+    from phalanx_runtime.models.huggingface.provenance import write_model_dir
+
+    base = tmp_path_factory.mktemp("lora")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).save_pretrained(base / "pretrained")
+    hf = LlamaForCausalLM.from_pretrained(base / "pretrained").state_dict()
+    model = {keys.from_hf(k): v.clone() for k, v in hf.items()}
+    for layer in range(2):
+        for module in LORA_MODULES:
+            out_dim, in_dim = model[f"layers.{layer}.{module}.weight"].shape
+            model[f"layers.{layer}.{module}.lora_a.weight"] = torch.randn(LORA_RANK, in_dim) * 0.1
+            model[f"layers.{layer}.{module}.lora_b.weight"] = torch.randn(out_dim, LORA_RANK) * 0.1
+    step = base / "ckpt" / "step-5"
+    dcp.save({"model": model, "trainer": {"step": 5}}, storage_writer=dcp.FileSystemWriter(str(step)), no_dist=True)
+    (step / "COMMITTED").write_text(json.dumps({"step": 5, "world_size": 0}))
+    shape = ModelShape(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_hidden=64, max_seq_len=64)
+    targets = tuple(keys.LAYER_MODULES[m].split(".")[-1] for m in LORA_MODULES)
+    write_model_dir(base / "ckpt" / "model", shape, pretrained=str(base / "pretrained"),
+                    lora=Lora(rank=LORA_RANK, alpha=LORA_ALPHA, targets=targets))
+    record_path = base / "ckpt" / "model" / "phalanx-model.json"
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps({**record, "rope_style": "half"}))  # loaded from Hugging Face
+    return base, model
+
+
+def test_merged_lora_export_is_base_plus_scaled_adapters(lora_checkpoint, tmp_path):
+    from safetensors.torch import load_file
+
+    base, model = lora_checkpoint
+    out = hf_export.export_hf(hf_export.load_export(base / "ckpt" / "step-5"), tmp_path / "merged")
+    got = load_file(out / "model-00001-of-00001.safetensors")
+    pretrained = load_file(base / "pretrained" / "model.safetensors")
+    assert got.keys() == pretrained.keys()
+    scaling = LORA_ALPHA / LORA_RANK
+    for layer in range(2):
+        for module in LORA_MODULES:
+            ours = f"layers.{layer}.{module}"
+            want = model[f"{ours}.weight"] + scaling * model[f"{ours}.lora_b.weight"] @ model[f"{ours}.lora_a.weight"]
+            name = hf_export.keys.to_hf(f"{ours}.weight")
+            assert torch.allclose(got[name], want, rtol=0, atol=1e-6)
+            assert not torch.equal(got[name], pretrained[name])
+    untouched = hf_export.keys.to_hf("layers.0.attention.wk.weight")
+    assert torch.equal(got[untouched], pretrained[untouched])
+
+
+def test_peft_adapter_on_the_base_gives_the_merged_logits(lora_checkpoint, tmp_path, monkeypatch):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base, _ = lora_checkpoint
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "common")))
+    assert run_export_cli([str(base / "ckpt"), "--out", str(tmp_path / "adapter"), "--adapter-only"]) == 0
+    merged = hf_export.export_hf(hf_export.load_export(base / "ckpt" / "step-5"), tmp_path / "merged")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", LORA_RANK, LORA_ALPHA)
+    assert config["target_modules"] == ["down_proj", "q_proj", "v_proj"]
+    assert config["base_model_name_or_path"] == str(base / "pretrained")
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base / "pretrained"),
+                                             tmp_path / "adapter").eval()
+    x = tokens(128)
+    with torch.no_grad():
+        peft_logits = with_adapter(x).logits
+    merged_logits = hf_logits(merged, x)
+    assert rel_dev(peft_logits, merged_logits) <= REL_TOL
+    assert rel_dev(hf_logits(base / "pretrained", x), merged_logits) > 1e-3  # the adapters do something
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def test_permutation_is_transformers_convert_llama_permute():
+    n_heads, head_dim, dim = 4, 8, 12
+    w = torch.randn(n_heads * head_dim, dim)
+
+    def convert_llama_permute(w, n_heads, dim1, dim2):  # transformers' convert_llama_weights_to_hf
+        return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+    assert torch.equal(interleaved_to_half(w, n_heads), convert_llama_permute(w, n_heads, n_heads * head_dim, dim))
+    bias = torch.arange(8.0)
+    assert interleaved_to_half(bias, 1).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    with pytest.raises(ValueError):
+        interleaved_to_half(torch.zeros(6, 2), 4)
+
+
+def test_permuted_vectors_rotate_in_halves_as_ours_rotate_in_pairs():
+    """Our RoPE on q, permuted, equals Hugging Face's rotate_half RoPE on permuted q."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from phalanx_runtime.models.transformer.model import apply_rope, rope_cache
+
+    heads, head_dim, seq = 2, 8, 5
+    q = torch.randn(1, seq, heads, head_dim)
+    cache = rope_cache(head_dim, seq, 10000.0)
+    ours = apply_rope(q, cache)
+    cos = torch.cat([cache[:, :, 0]] * 2, dim=-1)[None]  # frequency i at i and at i + head_dim/2
+    sin = torch.cat([cache[:, :, 1]] * 2, dim=-1)[None]
+
+    def permute(t):  # [1, seq, heads, head_dim] → [1, heads, seq, head_dim] in half order
+        return interleaved_to_half(t.reshape(seq, heads * head_dim).T, heads).T.reshape(1, seq, heads, head_dim).transpose(1, 2)
+
+    theirs, _ = apply_rotary_pos_emb(permute(q), permute(q), cos, sin)
+    assert torch.allclose(theirs, permute(ours), atol=1e-6)
+
+
+def test_lora_b_permuted_merges_like_the_permuted_merge():
+    w, b, a = torch.randn(16, 6), torch.randn(16, 2), torch.randn(2, 6)
+    assert torch.allclose(interleaved_to_half(w + b @ a, 2),
+                          interleaved_to_half(w, 2) + interleaved_to_half(b, 2) @ a, atol=1e-6)
+
+
+def _t(name: str, nbytes: int) -> ExportTensor:
+    return ExportTensor(name, (nbytes // 4,), torch.float32, name)
+
+
+def test_shards_fill_up_to_the_limit_and_every_file_has_one_writer():
+    tensors = [_t("a", 400), _t("b", 400), _t("c", 1000), _t("d", 100), _t("e", 300)]
+    shards = assign_shards(tensors, 800)
+    assert [[t.name for t in s] for s in shards] == [["a", "b"], ["c"], ["d", "e"]]
+    assert assign_shards([], 800) == []
+    for world in (1, 2, 3, 5):
+        written = sorted(i for r in range(world) for i in rank_files(len(shards), r, world))
+        assert written == list(range(len(shards)))
+    index = index_document(shards)
+    assert index["metadata"]["total_size"] == 2200
+    assert index["weight_map"]["c"] == shard_file_name(1, 3) == "model-00002-of-00003.safetensors"
+
+
+def test_safetensors_written_by_stream_read_back(tmp_path):
+    from safetensors.torch import load_file
+
+    values = {"x": torch.randn(3, 5), "y": torch.arange(7, dtype=torch.int64),
+              "z": torch.randn(2, 2).to(torch.bfloat16)}
+    tensors = [ExportTensor(k, tuple(v.shape), v.dtype, k) for k, v in values.items()]
+    write_safetensors(tmp_path / "f.safetensors", tensors, lambda t: values[t.name])
+    got = load_file(tmp_path / "f.safetensors")
+    assert got.keys() == values.keys() and all(torch.equal(got[k], v) for k, v in values.items())
+    with pytest.raises(ValueError, match="planned"):
+        write_safetensors(tmp_path / "g.safetensors", tensors[:1], lambda t: torch.zeros(1))
+
+
+def _params(**shapes) -> dict[str, Param]:
+    return {name: Param(name, shape, torch.float32) for name, shape in shapes.items()}
+
+
+def test_plans_rename_drop_tied_output_merge_and_permute():
+    params = _params(**{"tok_embeddings.weight": (10, 8), "output.weight": (10, 8), "norm.weight": (8,),
+                        "layers.0.attention.wq.weight": (8, 8), "layers.0.attention.wk.weight": (4, 8),
+                        "layers.0.attention.wv.weight": (4, 8), "layers.0.attention.q_norm.weight": (4,),
+                        "layers.0.attention.wq.lora_a.weight": (2, 8), "layers.0.attention.wq.lora_b.weight": (8, 2)})
+    record = {"rope_style": "interleaved", "shape": {"n_heads": 2, "n_kv_heads": 1, "tie_embeddings": True},
+              "lora": {"rank": 2, "alpha": 4.0}}
+    plan = {t.name: t for t in plan_model(params, record)}
+    assert "lm_head.weight" not in plan and "model.embed_tokens.weight" in plan
+    q = plan["model.layers.0.self_attn.q_proj.weight"]
+    assert q.lora == ("layers.0.attention.wq.lora_a.weight", "layers.0.attention.wq.lora_b.weight")
+    assert (q.rotary_heads, plan["model.layers.0.self_attn.k_proj.weight"].rotary_heads) == (2, 1)
+    assert plan["model.layers.0.self_attn.q_norm.weight"].rotary_heads == 1
+    assert plan["model.layers.0.self_attn.v_proj.weight"].rotary_heads == 0
+    assert plan_model(params, record, merge_lora=False)[-1].lora is None
+    half = {t.name: t for t in plan_model(params, {**record, "rope_style": "half"})}
+    assert all(t.rotary_heads == 0 for t in half.values())
+    adapters = {t.name: t for t in plan_adapter(params, record)}
+    assert adapters["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"].rotary_heads == 2
+    assert adapters["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"].rotary_heads == 0
+    assert hf_export.lora_scaling(record) == 2.0
+    with pytest.raises(ValueError, match="no Hugging Face name"):
+        plan_model(_params(**{"layers.0.mystery.weight": (2,)}), record)
+
+
+def test_layers_sort_as_numbers():
+    params = _params(**{f"layers.{i}.ffn_norm.weight": (2,) for i in (0, 2, 10, 1)})
+    assert [t.name.split(".")[2] for t in plan_model(params, {"shape": {}})] == ["0", "1", "2", "10"]
+
+
+@pytest.mark.parametrize(("text", "value"), [("5GB", 5 * 10**9), ("512MiB", 512 * 2**20), ("1000", 1000),
+                                             ("1.5 kb", 1500)])
+def test_sizes(text, value):
+    from phalanx_runtime.export import parse_size
+
+    assert parse_size(text) == value
+
+
+def test_synthesized_config_loads_as_the_shape_says():
+    from transformers import AutoConfig
+
+    from phalanx_common.presets import PRESETS
+    from phalanx_runtime.models.huggingface.provenance import hf_config_for_shape
+
+    shape = PRESETS["1b"]
+    doc = hf_config_for_shape(shape)
+    config = AutoConfig.for_model(doc.pop("model_type"), **doc)
+    assert (config.hidden_size, config.num_key_value_heads, config.head_dim) == (2048, 8, 64)
+    assert config.tie_word_embeddings is True
+    assert config.rope_parameters["rope_theta"] == 500000.0
