@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from phalanx_common.contract import ENV_CHECKPOINT_DIR, ENV_TERMINATION_LOG
+from phalanx_runtime.env import ENV_EXPORT_MAX_SHARD_BYTES
 from phalanx_runtime.models.huggingface import export as hf_export
 from phalanx_runtime.models.huggingface.export import (
     ExportTensor,
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runtime_parity_util import job  # noqa: E402
 
 REL_TOL = 1e-5
+RUNTIME_PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("runtime", "common"))  # for `phalanx export`'s process
 TINY = {"dim": 32, "nLayers": 2, "nHeads": 4, "nKvHeads": 2, "ffnHidden": 64, "vocabSize": 128}
 
 
@@ -106,25 +109,21 @@ def run_export_cli(argv: list[str]) -> int:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A preset model trained 3 steps in this process, its checkpoint directory."""
-    from phalanx_common.contract import ENV_CHECKPOINT_DIR, ENV_TERMINATION_LOG
     from phalanx_runtime.config import RuntimeConfig
     from phalanx_runtime.train import train
 
     base = tmp_path_factory.mktemp("trained")
     doc = export_job()
-    saved = {k: os.environ.get(k) for k in (ENV_CHECKPOINT_DIR, ENV_TERMINATION_LOG)}
-    os.environ.update({ENV_CHECKPOINT_DIR: str(base / "ckpt"), ENV_TERMINATION_LOG: str(base / "termination")})
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_CHECKPOINT_DIR, str(base / "ckpt"))
+        env.setenv(ENV_TERMINATION_LOG, str(base / "termination"))
         train(RuntimeConfig.from_dict(doc))
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     return doc, base / "ckpt"
 
 
 def test_exported_preset_model_gives_the_runtime_logits_in_transformers(trained, tmp_path, monkeypatch):
     doc, ckpt = trained
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "common")))
+    monkeypatch.setenv("PYTHONPATH", RUNTIME_PYTHONPATH)
     out = tmp_path / "hf"
     assert run_export_cli([str(ckpt), "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
@@ -176,9 +175,9 @@ def test_in_job_export_with_fsdp_equals_the_offline_export(tmp_path, monkeypatch
     from phalanx_runtime.spawn import run_ranks
 
     ckpt = tmp_path / "ckpt"
-    monkeypatch.setenv("PHALANX_CHECKPOINT_DIR", str(ckpt))
-    monkeypatch.setenv("PHALANX_TERMINATION_LOG", str(tmp_path / "termination"))
-    monkeypatch.setenv("PHALANX_EXPORT_MAX_SHARD_BYTES", "20000")  # several files, split over the ranks
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(ckpt))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.setenv(ENV_EXPORT_MAX_SHARD_BYTES, "20000")  # several files, split over the ranks
     doc = export_job(world=2, zero=3, tie=True, in_job=True)
     run_ranks(doc, 2, timeout=240)
     in_job = ckpt / "final" / "hf"
@@ -191,6 +190,7 @@ def test_in_job_export_with_fsdp_equals_the_offline_export(tmp_path, monkeypatch
     index = json.loads((in_job / "model.safetensors.index.json").read_text())
     assert "lm_head.weight" not in index["weight_map"]  # tied: transformers ties it back
     assert not (ckpt / "final" / "adapter").exists() and not list((ckpt / "final").glob(".tmp-*"))
+    assert (ckpt / "model" / "config.json").is_file() and not list(ckpt.glob(".tmp-*"))
     x = tokens(TINY["vocabSize"])
     assert rel_dev(hf_logits(in_job, x), runtime_logits(doc, ckpt / "step-3", x)) <= REL_TOL
 
@@ -264,7 +264,7 @@ def test_peft_adapter_on_the_base_gives_the_merged_logits(lora_checkpoint, tmp_p
     from transformers import AutoModelForCausalLM
 
     base, _ = lora_checkpoint
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(ROOT / p) for p in ("operator", "runtime", "common")))
+    monkeypatch.setenv("PYTHONPATH", RUNTIME_PYTHONPATH)
     assert run_export_cli([str(base / "ckpt"), "--out", str(tmp_path / "adapter"), "--adapter-only"]) == 0
     merged = hf_export.export_hf(hf_export.load_export(base / "ckpt" / "step-5"), tmp_path / "merged")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())

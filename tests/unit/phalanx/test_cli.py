@@ -3,9 +3,11 @@ and the exit codes of bad input."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from phalanx.cli import build_parser, main
+from phalanx.cli import build_parser, export_argv, main
 from phalanx.plan import EXIT_INPUT_ERROR, EXIT_PLACED
 from tests.unit.phalanx.test_plan import JOB, NODES
 
@@ -87,3 +89,31 @@ def test_bad_input_exits_with_its_code_and_says_why(tmp_path, capsys, argv, code
              "empty_log": _write(tmp_path, "metrics.jsonl", "")}
     assert main([arg.format(**files) for arg in argv]) == code
     assert message in capsys.readouterr().err
+
+
+# `phalanx export`: the runtime's exporter run as a process of its own, its options passed on.
+
+
+@pytest.mark.parametrize(("extra", "passed"), [
+    ([], []),
+    (["--step", "40"], ["--step", "40"]),
+    (["--adapter-only"], ["--adapter-only"]),
+    (["--merge-lora", "--max-shard-size", "2GB"], ["--merge-lora", "--max-shard-size", "2GB"]),
+])
+def test_export_runs_the_runtime_module_with_the_options_given(extra, passed):
+    args = build_parser().parse_args(["export", "/ckpt/ns/job", "--out", "/models/job", *extra])
+    assert export_argv(args) == [sys.executable, "-m", "phalanx_runtime.export", "/ckpt/ns/job", "--out",
+                                 "/models/job", *passed]
+
+
+def test_export_returns_the_exporters_exit_code(monkeypatch):
+    calls = []
+    monkeypatch.setattr("subprocess.call", lambda argv: calls.append(argv) or 1)
+    assert main(["export", "/ckpt", "--out", "/out"]) == 1
+    assert calls and calls[0][1:3] == ["-m", "phalanx_runtime.export"]
+
+
+def test_merge_and_adapter_only_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["export", "/ckpt", "--out", "/out", "--merge-lora", "--adapter-only"])
+    assert "not allowed with" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -362,8 +363,6 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _copy_tokenizer(model_dir: Path, out: Path) -> None:
-    import shutil
-
     for name in TOKENIZER_FILES:
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, out / name)
@@ -402,8 +401,6 @@ def export_adapter(export: ModelExport, out: str | os.PathLike) -> Path:
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
-    import shutil
-
     if final.exists():
         trash = final.with_name(f".old-{final.name}-{os.getpid()}")
         os.rename(final, trash)
@@ -415,8 +412,6 @@ def export_in_job(ckpt) -> Path | None:
     """``checkpoint.exportHuggingFace``: the last committed checkpoint of the Checkpointer ``ckpt``
     → ``<dir>/final/hf/`` (LoRA merged) and, with adapters, ``<dir>/final/adapter/``. Collective:
     the ranks split the shard files; rank 0 writes the rest and moves the directories into place."""
-    import shutil
-
     import torch.distributed as dist
 
     from phalanx_runtime.env import ENV_EXPORT_MAX_SHARD_BYTES
@@ -424,7 +419,7 @@ def export_in_job(ckpt) -> Path | None:
     if ckpt.last is None:
         return None
     max_bytes = int(os.environ.get(ENV_EXPORT_MAX_SHARD_BYTES) or DEFAULT_MAX_SHARD_BYTES)
-    export = load_export(ckpt.last["path"], ckpt.dir / "model", max_shard_bytes=max_bytes)
+    export = load_export(ckpt.last["path"], max_shard_bytes=max_bytes)
     final = ckpt.dir / "final"
     tmp_hf, tmp_adapter = final / ".tmp-hf", final / ".tmp-adapter"
     if ckpt.rank == 0:
