@@ -246,6 +246,10 @@ def test_merged_lora_export_is_base_plus_scaled_adapters(lora_checkpoint, tmp_pa
     out = hf_export.export_hf(hf_export.load_export(base / "ckpt" / "step-5"), tmp_path / "merged")
     got = load_file(out / "model-00001-of-00001.safetensors")
     pretrained = load_file(base / "pretrained" / "model.safetensors")
+    # the pretrained model's files beside the weights, recorded in model/ and copied on
+    generation = (base / "pretrained" / "generation_config.json").read_text()
+    assert (out / "generation_config.json").read_text() == generation
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert got.keys() == pretrained.keys()
     scaling = LORA_ALPHA / LORA_RANK
     for layer in range(2):
