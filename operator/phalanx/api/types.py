@@ -18,7 +18,6 @@ from phalanx.api import patterns
 from phalanx.api.base import KubeObject, Model, Quantity, bounded_str, keys_match, unique_by
 from phalanx.api.deepspeed import DEEPSPEED_RULES
 from phalanx.api.horovod import HOROVOD_RULES
-from phalanx.api.pretrained import FINETUNE_RULES, DataPrepare, EvalSpec, Lora, Pretrained
 from phalanx.api.kubetypes import (
     PER_NODE_SOURCES,
     RESERVED_PATH_RULE,
@@ -29,6 +28,7 @@ from phalanx.api.kubetypes import (
     VolumeSource,
     reserved_env,
 )
+from phalanx.api.pretrained import FINETUNE_RULES, DataPrepare, EvalSpec, Lora, Pretrained
 from phalanx.api.progress import PROGRESS_RULES, ProgressSpec
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
