@@ -29,7 +29,7 @@ from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
 from phalanx.render.configmap import runtime_config
-from phalanx_common.hf_config import CONFIG_FILE, check_hf_config, read_hf_config
+from phalanx_common.hf_config import CONFIG_FILE, check_pretrained
 from phalanx_common.layout import check_layout
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -329,15 +329,10 @@ def pretrained_problems(spec: TrainingJobSpec) -> list[Problem]:
     volume; the runtime checks the same in the pods before training starts."""
     if spec.model is None or spec.model.pretrained is None:
         return []
-    directory = Path(spec.model.pretrained.path)
-    if not (directory / CONFIG_FILE).is_file():
+    if not (Path(spec.model.pretrained.path) / CONFIG_FILE).is_file():
         return []
-    try:
-        doc = read_hf_config(directory)
-    except (OSError, ValueError) as exc:
-        return [Problem("spec.model.pretrained.path", f"{directory / CONFIG_FILE} cannot be read: {exc}", "operator")]
     problems = []
-    for error in check_hf_config(doc, spec):
+    for error in check_pretrained(spec):
         field, _, message = error.partition(": ")
         problems.append(Problem(f"spec.{field}", message, "operator"))
     return problems

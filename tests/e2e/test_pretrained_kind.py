@@ -123,7 +123,7 @@ def finetune_job(name: str, image: str) -> dict:
                      "prepare": {"inputs": [f"{pod_inputs}/chat.jsonl"], "messagesField": "messages",
                                  "evalInputs": [f"{pod_inputs}/eval.jsonl"]}},
             "training": {"steps": STEPS, "globalBatchSize": 8, "lr": 0.003, "precision": "fp32",
-                         "eval": {"everySteps": 10, "batches": 2}},
+                         "eval": {"everySteps": 10, "batches": 1}},
             "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "phalanx-shared"}}, "mountPath": MOUNT,
                            "async": False, "exportHuggingFace": True},
             "failurePolicy": {"maxRestarts": 0},
@@ -133,11 +133,18 @@ def finetune_job(name: str, image: str) -> dict:
 
 def prepared_eval_samples(prepared: Path):
     """(input ids, labels) of every sample of the prepared directory's eval split, as the runtime's
-    loader reads them: labels are -100 where a token does not count (the user's turns)."""
+    loader makes them: labels -100 where a token does not count (the user's turns)."""
     from phalanx_runtime.components.data import PreparedSource
 
     source = PreparedSource(str(prepared), SEQ_LEN, split="eval")
-    return [source.sample(i) for i in range(len(source))]
+    samples = []
+    for i in range(len(source)):
+        row = source[i]
+        labels = row[1:].clone()
+        if source.masked:
+            labels[~source.label_mask(i)] = -100
+        samples.append((row[:-1], labels))
+    return samples
 
 
 def transformers_eval_loss(model_dir: Path, samples) -> float:

@@ -80,12 +80,13 @@ class Lora(Model):
 
 
 class DataPrepare(Model):
-    """Raw files tokenized with the model's tokenizer, packed into sequences and written to
-    data.path before training (what `phalanx data prepare` does offline)."""
+    """Raw files tokenized with the model's tokenizer, packed and written to data.path before
+    training (what `phalanx data prepare` does offline); nothing to do when data.path holds the
+    same preparation already."""
 
     inputs: list[InputPath] = Field(
         ..., min_length=1, max_length=MAX_INPUTS,
-        description="Files or directories to prepare (absolute paths in the pod).")
+        description="Files or directories to prepare (absolute paths in the pod; a text file is one document).")
     format: DataFormat | None = Field(
         None, description="jsonl | parquet | text | arrow (a `datasets` save_to_disk directory); default: from the file names.")
     text_field: str = Field("text", min_length=1, max_length=MAX_FIELD_NAME,
@@ -96,17 +97,12 @@ class DataPrepare(Model):
         "tokenizer's chat template; the loss counts the assistant's tokens only.")
     tokenizer: str | None = bounded_str(patterns.ABSOLUTE_PATH, MAX_PATH, default=None, description=(
         "A directory with tokenizer.json (absolute path in the pod). Default: model.pretrained.path."))
-    eval_fraction: float = Field(0.0, ge=0.0, le=MAX_EVAL_FRACTION,
-                                 description="Share of the records held out as the eval split (training.eval).")
+    eval_fraction: float = Field(0.0, ge=0.0, le=MAX_EVAL_FRACTION, description=(
+        "Share of the inputs' documents held out as the eval split (training.eval), chosen by a hash of each "
+        "document's content."))
     eval_inputs: list[InputPath] = Field(
         default_factory=list, max_length=MAX_INPUTS,
-        description="Files or directories prepared as the eval split instead of a fraction of inputs.")
-
-    checks = (
-        Rule("self.evalFraction == 0.0 || !has(self.evalInputs) || size(self.evalInputs) == 0",
-             "data.prepare: set evalFraction or evalInputs, not both (the eval split comes from one of them)",
-             lambda p: p.eval_fraction == 0.0 or not p.eval_inputs, ".evalInputs"),
-    )
+        description="Files or directories whose documents all go to the eval split.")
 
 
 class EvalSpec(Model):

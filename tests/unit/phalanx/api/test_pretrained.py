@@ -44,6 +44,9 @@ def problems(obj) -> list:
                                             "prepare": {"inputs": ["/data/a.txt"], "tokenizer": "/data/tok",
                                                         "evalInputs": ["/data/eval.txt"]}},
      "training": {"eval": {}}},
+    {"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d/a"], "evalFraction": 0.01,
+                                                           "evalInputs": ["/d/held-out.jsonl"]}},
+     "training": {"eval": {}}},  # both: the eval inputs and a share of the others
     {"model": {"entrypoint": "my.model:build"}, "data": {"source": "prepared", "path": "/data/p",
                                                          "prepare": {"inputs": ["/data/a"], "tokenizer": "/tok"}}},
     {"model": {"preset": "debug"}, "checkpoint": {"volume": PVC, "exportHuggingFace": True}},
@@ -90,8 +93,6 @@ API, OPERATOR = "api", "operator"
      "'jsonl', 'parquet', 'text' or 'arrow'", API),
     ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d"], "evalFraction": 0.6}}},
      "spec.data.prepare.evalFraction", "less than or equal to 0.5", API),
-    ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d"], "evalFraction": 0.1, "evalInputs": ["/e"]}}},
-     "spec.data.prepare.evalInputs", "set evalFraction or evalInputs, not both", API),
     # eval needs a held-out split and the built-in transformer
     ({"data": {"source": "corpus"}, "training": {"eval": {}}}, "spec.training.eval", "tokens and corpus have none", API),
     ({"data": {"source": "tokens", "path": "/d/t.bin"}, "training": {"eval": {}}}, "spec.training.eval",
@@ -156,7 +157,8 @@ def test_a_readable_supported_config_passes(model_dir):
      "spec.parallelism.tensor", "num_key_value_heads 1"),
     (llama_config(num_hidden_layers=1), {"nodes": 1, "procsPerNode": 2,
                                          "parallelism": {"pipeline": 2, "microbatches": 2}},
-     "spec.parallelism.pipeline", "1 layers"),
+     "spec.parallelism.pipeline", "num_hidden_layers 1"),
+    (llama_config(max_position_embeddings=64), {"data": {"seqLen": 128}}, "spec.data.seqLen", "max_position_embeddings 64"),
 ])
 def test_a_readable_config_the_spec_cannot_train_is_refused(model_dir, config, spec, field, words):
     obj = pretrained_job(model_dir(config), **spec)
@@ -170,7 +172,8 @@ def test_a_readable_config_the_spec_cannot_train_is_refused(model_dir, config, s
 
 def test_an_unreadable_config_is_named(model_dir):
     spec = validate_job(pretrained_job(model_dir("{not json")))[0].spec
-    assert [p.field for p in pretrained_problems(spec)] == ["spec.model.pretrained.path"]
+    found = pretrained_problems(spec)
+    assert [p.field for p in found] == ["spec.model.pretrained.path"] and "config.json" in found[0].message, found
 
 
 def test_a_directory_this_machine_does_not_have_is_left_to_the_pods(tmp_path):
