@@ -26,7 +26,7 @@ def _bounds(node: dict[str, Any]) -> list[str]:
     if "minimum" in node:
         parts.append((">" if node.get("exclusiveMinimum") else "≥") + f" {node['minimum']}")
     if "maximum" in node:
-        parts.append(f"≤ {node['maximum']}")
+        parts.append(("<" if node.get("exclusiveMaximum") else "≤") + f" {node['maximum']}")
     if "maxItems" in node and node.get("type") == "array":
         parts.append(f"≤ {node['maxItems']} items")
     if "maxLength" in node and node.get("type") == "string":
