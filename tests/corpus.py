@@ -152,6 +152,7 @@ HAND: list[tuple[str, dict[str, Any]]] = [
     ("base", {"spec.data": {"source": "prepared", "path": "/d", "prepare": {"inputs": ["/d/a.txt"], "tokenizer": "/t",
                                                                             "evalFraction": 0.6, "evalInputs": ["/e"]}}}),
     ("base", {"spec.data": {"source": "corpus", "prepare": {"inputs": ["/d/a.txt"], "tokenizer": "/t"}}}),
+    ("base", {"spec.data": {"source": "tokens", "path": "/d/t.bin"}, "spec.training": {"globalBatchSize": 8, "eval": {}}}),
     ("base", {"spec.data": {"source": "corpus"}, "spec.training": {"globalBatchSize": 8, "eval": {}}}),
     ("base", {"spec.data": {"source": "prepared", "path": "/d", "prepare": {"inputs": ["/d/a"], "tokenizer": "/t"}},
               "spec.training": {"globalBatchSize": 8, "eval": {"batches": 2}}}),

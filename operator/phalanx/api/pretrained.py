@@ -153,14 +153,10 @@ FINETUNE_RULES = (
          "data.prepare.tokenizer is required unless model.pretrained is set (then the model directory's tokenizer is the default)",
          _runtime(lambda s: s.data.prepare is None or s.data.prepare.tokenizer is not None or s.model.pretrained is not None),
          ".data.prepare.tokenizer"),
-    Rule(_RUNTIME + _EVAL + "self.data.source in ['prepared', 'synthetic']",
-         "training.eval needs a held-out split: data.source prepared (its eval split) or synthetic; "
-         "tokens and corpus have none",
-         _runtime(lambda s: s.training.eval is None or s.data.source in ("prepared", "synthetic")), ".training.eval"),
-    Rule(_RUNTIME + _EVAL + "!has(self.model.entrypoint)",
-         "training.eval computes the built-in transformer's loss on the held-out split: set model.preset or "
-         "model.pretrained, not model.entrypoint",
-         _runtime(lambda s: s.training.eval is None or s.model.entrypoint is None), ".training.eval"),
+    Rule(_RUNTIME + _EVAL + "self.data.source != 'tokens'",
+         "training.eval needs a held-out split: data.source prepared (its eval split), synthetic or corpus "
+         "(the samples after the training ones); a tokens file has none",
+         _runtime(lambda s: s.training.eval is None or s.data.source != "tokens"), ".training.eval"),
     Rule(_RUNTIME + _EVAL + _PREPARE + "self.data.prepare.evalFraction > 0.0 || "
          "(has(self.data.prepare.evalInputs) && size(self.data.prepare.evalInputs) > 0)",
          "training.eval: data.prepare writes no eval split; set data.prepare.evalFraction (> 0) or data.prepare.evalInputs",

@@ -50,6 +50,8 @@ def problems(obj) -> list:
     {"model": {"entrypoint": "my.model:build"}, "data": {"source": "prepared", "path": "/data/p",
                                                          "prepare": {"inputs": ["/data/a"], "tokenizer": "/tok"}}},
     {"model": {"preset": "debug"}, "checkpoint": {"volume": PVC, "exportHuggingFace": True}},
+    {"data": {"source": "corpus"}, "training": {"eval": {"everySteps": 5}}},  # the bytes after the training corpus
+    {"model": {"entrypoint": "m:f"}, "training": {"eval": {}}},  # the token loss of its logits
 ])
 def test_fine_tuning_specs_are_valid(spec):
     assert [str(p) for p in problems(job(**spec))] == []
@@ -94,10 +96,10 @@ API, OPERATOR = "api", "operator"
     ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d"], "evalFraction": 0.6}}},
      "spec.data.prepare.evalFraction", "less than or equal to 0.5", API),
     # eval needs a held-out split and the built-in transformer
-    ({"data": {"source": "corpus"}, "training": {"eval": {}}}, "spec.training.eval", "tokens and corpus have none", API),
     ({"data": {"source": "tokens", "path": "/d/t.bin"}, "training": {"eval": {}}}, "spec.training.eval",
      "needs a held-out split", API),
-    ({"model": {"entrypoint": "m:f"}, "training": {"eval": {}}}, "spec.training.eval", "not model.entrypoint", API),
+    ({"model": {"entrypoint": "m:f"}, "data": {"source": "tokens", "path": "/d/t.bin"}, "training": {"eval": {}}},
+     "spec.training.eval", "a tokens file has none", API),
     ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d"]}}, "training": {"eval": {}}},
      "spec.training.eval", "data.prepare writes no eval split", API),
     ({"training": {"eval": {"batches": 0}}}, "spec.training.eval.batches", "greater than or equal to 1", API),
