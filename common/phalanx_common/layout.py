@@ -192,10 +192,13 @@ def _pipeline_errors(spec: TrainingJobSpec, checkpointing: bool) -> list[str]:
 
 
 def _model_errors(spec: TrainingJobSpec) -> list[str]:
-    """Exactly one model source; the built-in transformer's shape against the layout and data."""
+    """Exactly one model source; the built-in transformer's shape against the layout and data (a
+    pretrained model's shape is its config.json: ``phalanx_common.hf_config`` checks it where the
+    directory can be read)."""
     pp = spec.parallelism.pipeline
-    if spec.model is not None and spec.model.preset is not None and spec.model.entrypoint is not None:
-        return ["model: set exactly one of model.preset (built-in transformer) or model.entrypoint"]
+    if spec.model is not None and [spec.model.preset, spec.model.pretrained, spec.model.entrypoint].count(None) != 2:
+        return ["model: set exactly one of model.preset (built-in transformer), model.pretrained (a Hugging Face "
+                "model directory) or model.entrypoint"]
     if spec.model is not None and spec.model.preset is not None:
         try:
             shape = resolve_shape(spec.model.preset, spec.model.overrides.as_dict())
@@ -207,7 +210,7 @@ def _model_errors(spec: TrainingJobSpec) -> list[str]:
     if spec.model is not None and spec.model.entrypoint is not None and pp > 1:
         return ["parallelism.pipeline: entrypoint models cannot be pipelined by the runtime (pipeline must be 1)"]
     if spec.model is None and not spec.command:
-        return ["model: the built-in runtime needs model.preset or model.entrypoint (or use spec.command)"]
+        return ["model: the built-in runtime needs model.preset, model.pretrained or model.entrypoint (or use spec.command)"]
     return []
 
 

@@ -128,7 +128,7 @@ def _text_report(key: str, job: TrainingJob, request: GangRequest, result: Place
         lines.append(f"note: {note}")
     est, lb = report.estimate, report.lower_bound
     if est is None:
-        lines.append("allreduce: no prediction (model.entrypoint: parameter count unknown)")
+        lines.append("allreduce: no prediction (model.entrypoint or model.pretrained: parameter count unknown)")
         return "\n".join(lines)
     lines.append(
         f"gradient allreduce: {report.params / 1e9:.2f}B params, {_gb(report.gradient_bytes)} fp32 grads "

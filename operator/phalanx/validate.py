@@ -1,8 +1,9 @@
 """One verdict on a TrainingJob, the same in `phalanx validate|render|local` and the operator:
 the API server's (schema types and bounds, the CRD's CEL rules — shared definitions in
 phalanx.api.rules) plus the operator's semantic rules (the built-in runtime's layout, the
-cluster's network profiles and topology, what the rendered children need). Pure; every
-problem names the field and the rule; no input raises.
+cluster's network profiles and topology, what the rendered children need). Pure (but for
+:func:`check_document`, the commands' verdict, which also reads a pretrained model's config.json
+where this machine has it); every problem names the field and the rule; no input raises.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import ValidationError
@@ -27,6 +29,7 @@ from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
 from phalanx.render.configmap import runtime_config
+from phalanx_common.hf_config import CONFIG_FILE, check_pretrained
 from phalanx_common.layout import check_layout
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -319,11 +322,30 @@ def validate_job(obj: Any, config: OperatorConfig | None = None,
     return job, problems
 
 
+def pretrained_problems(spec: TrainingJobSpec) -> list[Problem]:
+    """model.pretrained's config.json against the spec, where the directory is readable on this
+    machine (`phalanx validate|render|local` on a copy of the model, or `phalanx local`, whose
+    processes read that very path). None otherwise: the in-cluster operator cannot see a pod's
+    volume; the runtime checks the same in the pods before training starts."""
+    if spec.model is None or spec.model.pretrained is None:
+        return []
+    if not (Path(spec.model.pretrained.path) / CONFIG_FILE).is_file():
+        return []
+    problems = []
+    for error in check_pretrained(spec):
+        field, _, message = error.partition(": ")
+        problems.append(Problem(f"spec.{field}", message, "operator"))
+    return problems
+
+
 def check_document(obj: dict[str, Any], config: OperatorConfig, path: str) -> tuple[TrainingJob | None, list[str]]:
     """The verdict on a TrainingJob read from the file ``path`` (`phalanx validate|render|local`,
     alone or next to TrainingSweeps): the job (None when it has problems) and one error line a
-    problem. Its namespace defaults to ``default``, as kubectl's does."""
+    problem; a pretrained model's config.json is checked too where this machine can read it
+    (:func:`pretrained_problems`). Its namespace defaults to ``default``, as kubectl's does."""
     if isinstance(obj.get("metadata"), dict):
         obj["metadata"].setdefault("namespace", "default")
     job, problems = validate_job(obj, config)
+    if job is not None and not problems:
+        problems = pretrained_problems(job.spec)
     return (None if problems else job), [f"error: {path}: TrainingJob {document_name(obj)}: {p}" for p in problems]

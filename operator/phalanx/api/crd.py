@@ -49,7 +49,9 @@ def _structural(schema: Any) -> Any:
         return [_structural(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    schema = {k: _structural(v) for k, v in schema.items()}
+    # a "properties" map holds field names, not keywords: a field may be called format or type
+    schema = {k: {name: _structural(sub) for name, sub in v.items()} if k == "properties" else _structural(v)
+              for k, v in schema.items()}
     for combinator in ("anyOf", "oneOf"):
         options = schema.get(combinator)
         if options is None:
@@ -143,6 +145,8 @@ PRINTER_COLUMNS = [
     {"name": "Roles", "type": "string", "jsonPath": ".status.rolesReady", "description": "ready/total pods per role (jobs with spec.roles)"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.loss", "priority": 1},
+    {"name": "EvalLoss", "type": "number", "jsonPath": ".status.metrics.eval_loss", "priority": 1,
+     "description": "the last eval_loss (training.eval)"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.status==\"True\")].reason", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

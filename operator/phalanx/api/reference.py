@@ -26,7 +26,7 @@ def _bounds(node: dict[str, Any]) -> list[str]:
     if "minimum" in node:
         parts.append((">" if node.get("exclusiveMinimum") else "≥") + f" {node['minimum']}")
     if "maximum" in node:
-        parts.append(f"≤ {node['maximum']}")
+        parts.append(("<" if node.get("exclusiveMaximum") else "≤") + f" {node['maximum']}")
     if "maxItems" in node and node.get("type") == "array":
         parts.append(f"≤ {node['maxItems']} items")
     if "maxLength" in node and node.get("type") == "string":
@@ -116,7 +116,7 @@ MODES = """\
 
 | | built-in runtime (`model` set) | command job (`command`, no `model`) |
 |---|---|---|
-| what runs | `phalanx-runtime` trains `model` (preset or `entrypoint`) | your `command`/`args` (e.g. `torchrun train.py`) in `image` |
+| what runs | `phalanx-runtime` trains `model` (`preset`, `pretrained` or `entrypoint`) | your `command`/`args` (e.g. `torchrun train.py`) in `image` |
 | `parallelism`, `training`, `data`, `model` | used, with the layout rules below | `model` and `data` unused; `framework: deepspeed` renders `parallelism` and `training` into its config, `tensorflow`, `horovod` and `deepspeed` refuse the fields they cannot honour (listed below); otherwise your script splits its world itself |
 | layout rule | nodes × procsPerNode = data × tensor × pipeline, batch arithmetic, model shape | nodes × procsPerNode = world, nothing more |
 | `checkpoint` | sharded DCP checkpoints, resume, interval, keepLast | `volume` mounted at `mountPath`, `PHALANX_CHECKPOINT_DIR` set; the rest is yours |

@@ -28,6 +28,7 @@ from phalanx.api.kubetypes import (
     VolumeSource,
     reserved_env,
 )
+from phalanx.api.pretrained import FINETUNE_RULES, DataPrepare, EvalSpec, Lora, Pretrained
 from phalanx.api.progress import PROGRESS_RULES, ProgressSpec
 from phalanx.api.resources import Resources
 from phalanx.api.roles import MAX_ROLES, ROLE_RULES, Role, SuccessPolicy
@@ -85,6 +86,7 @@ class DataSource(StrEnum):
     SYNTHETIC = "synthetic"
     TOKENS = "tokens"
     CORPUS = "corpus"
+    PREPARED = "prepared"
 
 
 class TokenDtype(StrEnum):
@@ -181,27 +183,43 @@ class ModelOverrides(Model):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+_OVERRIDES_SET = " || ".join(f"has(self.overrides.{key})" for key in
+                           (info.alias or name for name, info in ModelOverrides.model_fields.items()))
+
+
 class ModelSpec(Model):
     preset: Literal["debug", "tiny", "small", "125m", "1b", "8b", "70b"] | None = Field(
         None, description="Built-in transformer preset: debug, tiny, small, 125m, 1b, 8b, 70b.")
     overrides: ModelOverrides = Field(default_factory=ModelOverrides, description="Shape overrides of the preset.")
+    pretrained: Pretrained | None = Field(
+        None, description="The built-in transformer with the shape and weights of a Hugging Face model directory (docs/pretrained.md).")
     entrypoint: str | None = Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=256,
         description="User model 'package.module:function'; receives a context (mesh, ranks, device, config).",
     )
+    lora: Lora | None = Field(
+        None, description="Train low-rank adapters only, the base model frozen (model.preset or model.pretrained).")
 
     checks = (
-        Rule("has(self.preset) != has(self.entrypoint)",
-             "set exactly one of model.preset (built-in transformer) or model.entrypoint (module:function)",
-             lambda m: (m.preset is None) != (m.entrypoint is None)),
+        Rule("(has(self.preset) ? 1 : 0) + (has(self.pretrained) ? 1 : 0) + (has(self.entrypoint) ? 1 : 0) == 1",
+             "set exactly one of model.preset (built-in transformer), model.pretrained (a Hugging Face model "
+             "directory) or model.entrypoint (module:function)",
+             lambda m: [m.preset, m.pretrained, m.entrypoint].count(None) == 2),
+        Rule(f"has(self.preset) || !has(self.overrides) || !({_OVERRIDES_SET})",
+             "model.overrides reshape a preset: set them with model.preset only (a pretrained model's shape is its config.json)",
+             lambda m: m.preset is not None or not m.overrides.as_dict(), ".overrides"),
     )
 
 
 class DataSpec(Model):
-    source: DataSource = Field(DataSource.SYNTHETIC, description="synthetic | tokens (memmap file) | corpus (built-in text).")
-    path: str | None = Field(None, max_length=4096, description="Token file on shared storage (source tokens).")
+    source: DataSource = Field(DataSource.SYNTHETIC, description="synthetic | tokens (memmap file) | corpus (built-in text) "
+                               "| prepared (a directory `phalanx data prepare` or data.prepare wrote).")
+    path: str | None = Field(None, max_length=4096, description="Token file (source tokens) or prepared directory "
+                             "(source prepared) on shared storage.")
     dtype: TokenDtype = Field(TokenDtype.UINT16, description="Token file dtype.")
     seq_len: int = Field(256, ge=8, le=1 << 20, description="Sequence length in tokens.")
+    prepare: DataPrepare | None = Field(
+        None, description="Source prepared: prepare these raw files into data.path before training (docs/pretrained.md).")
 
 
 class LrSchedule(Model):
@@ -226,6 +244,8 @@ class TrainingSpec(Model):
     grad_compression: GradCompression = Field(GradCompression.NONE, description="DDP communication hook (zero 0).")
     seed: int = Field(1234, ge=0, le=(1 << 53) - 1)
     log_every: int = Field(1, ge=1, le=1 << 31)
+    eval: EvalSpec | None = Field(
+        None, description="Evaluate on the held-out split: eval_loss and perplexity in status.metrics.")
 
 
 # The checkpoint settings besides the volume, with their defaults: (wire name, attribute, default).
@@ -236,6 +256,7 @@ CHECKPOINT_SETTINGS: tuple[tuple[str, str, Any], ...] = (
     ("async", "async_save", True),
     ("resume", "resume", True),
     ("exportConsolidated", "export_consolidated", False),
+    ("exportHuggingFace", "export_hugging_face", False),
 )
 _CKPT_DEFAULT = {attr: default for _, attr, default in CHECKPOINT_SETTINGS}
 
@@ -262,6 +283,10 @@ class CheckpointSpec(Model):
     resume: bool = Field(_CKPT_DEFAULT["resume"], description="Resume from the last committed checkpoint.")
     export_consolidated: bool = Field(_CKPT_DEFAULT["export_consolidated"],
                                       description="Write a consolidated model at the end.")
+    export_hugging_face: bool = Field(
+        _CKPT_DEFAULT["export_hugging_face"], alias="exportHuggingFace",
+        description="Write the final checkpoint as a Hugging Face model directory (<checkpoint>/final/hf) that "
+        "transformers loads as it is (built-in model only).")
 
     checks = (
         RESERVED_PATH_RULE,
@@ -517,7 +542,7 @@ class TrainingJobSpec(Model):
 
     # the order of the CRD's x-kubernetes-validations
     checks = (SPEC_RULES + PROGRESS_RULES + DEEPSPEED_RULES + TENSORFLOW_RULES + PARAMETER_SERVER_RULES + ROLE_RULES
-              + TENSORFLOW_ROLE_RULES + HOROVOD_RULES)
+              + TENSORFLOW_ROLE_RULES + HOROVOD_RULES + FINETUNE_RULES)
 
     @field_validator("roles")
     @classmethod

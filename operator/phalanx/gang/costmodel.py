@@ -55,7 +55,8 @@ class AllreduceEstimate:
 
 
 def model_params(spec: Any) -> int | None:
-    """Parameter count of the job's built-in model (None for user entrypoints)."""
+    """Parameter count of the job's built-in model (None for user entrypoints and pretrained models,
+    whose shape is in a config.json on a volume the operator does not read)."""
     model = getattr(spec, "model", None)
     if model is None or not model.preset:
         return None

@@ -251,7 +251,7 @@ def _check(cfg: LocalJob) -> None:
     if cfg.spec.command:
         return
     if cfg.spec.model is None:
-        raise LayoutError(["model: set model.preset or model.entrypoint (built-in runtime) or command (your own)"])
+        raise LayoutError(["model: set model.preset, model.pretrained or model.entrypoint (built-in runtime) or command (your own)"])
     try:
         import torch
 

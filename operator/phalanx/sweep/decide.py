@@ -137,20 +137,30 @@ def refuse_invalid(ctx: SweepPass) -> SweepPlan | None:
     return ctx.refuse("; ".join(str(p) for p in ctx.expansion.problems))
 
 
-# Optional spec fields added after v1alpha1 shipped (their wire paths in the sweep's spec): left
-# out of the digest when unset, so a sweep started by an operator without them keeps its digest
-# across an upgrade (test_decide pins a digest: a new optional TrainingJob field belongs here).
-ADDED_OPTIONAL_FIELDS = (("objective", "aggregate"), ("template", "spec", "progress"))
+# Optional spec fields added after v1alpha1 shipped (their wire paths in the sweep's spec) and the
+# value they have when unset (None; a boolean's default): left out of the digest at that value, so
+# a sweep started by an operator without them keeps its digest across an upgrade (test_decide pins
+# a digest: a new optional TrainingJob field belongs here).
+_TEMPLATE = ("template", "spec")
+ADDED_OPTIONAL_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("objective", "aggregate"), None),
+    ((*_TEMPLATE, "progress"), None),
+    ((*_TEMPLATE, "model", "pretrained"), None),
+    ((*_TEMPLATE, "model", "lora"), None),
+    ((*_TEMPLATE, "data", "prepare"), None),
+    ((*_TEMPLATE, "training", "eval"), None),
+    ((*_TEMPLATE, "checkpoint", "exportHuggingFace"), False),
+)
 
 
 def hashed_spec(spec: TrainingSweepSpec) -> dict[str, Any]:
     """What the sweep's spec digest covers: all but maxParallel (and ADDED_OPTIONAL_FIELDS when unset)."""
     out = spec.model_dump(by_alias=True, mode="json", exclude={"max_parallel"})
-    for *parents, key in ADDED_OPTIONAL_FIELDS:
+    for (*parents, key), unset in ADDED_OPTIONAL_FIELDS:
         node = out
         for parent in parents:
             node = node.get(parent) if isinstance(node, dict) else None
-        if isinstance(node, dict) and key in node and node[key] is None:
+        if isinstance(node, dict) and key in node and node[key] is unset:
             del node[key]
     return out
 

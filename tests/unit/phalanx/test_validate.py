@@ -108,9 +108,9 @@ _spec_values = st.fixed_dictionaries(
     optional={
         "nodes": _scalar, "procsPerNode": _scalar,
         "parallelism": st.dictionaries(st.sampled_from(["data", "zero", "tensor", "pipeline", "microbatches", "virtualStages", "replicate", "pipelineSchedule", "sequenceParallel", "cpuOffload"]), _scalar, max_size=5),
-        "training": st.dictionaries(st.sampled_from(["steps", "globalBatchSize", "microBatchSize", "lr", "precision"]), _scalar, max_size=3),
-        "model": st.one_of(_scalar, st.dictionaries(st.sampled_from(["preset", "entrypoint", "overrides"]), _scalar, max_size=2)),
-        "data": st.dictionaries(st.sampled_from(["source", "seqLen", "path", "dtype"]), _scalar, max_size=2),
+        "training": st.dictionaries(st.sampled_from(["steps", "globalBatchSize", "microBatchSize", "lr", "precision", "eval"]), _scalar, max_size=3),
+        "model": st.one_of(_scalar, st.dictionaries(st.sampled_from(["preset", "entrypoint", "overrides", "pretrained", "lora"]), _scalar, max_size=2)),
+        "data": st.dictionaries(st.sampled_from(["source", "seqLen", "path", "dtype", "prepare"]), _scalar, max_size=2),
         "resources": st.one_of(_scalar, st.dictionaries(st.sampled_from(["gpus", "cpu", "memory"]), _scalar, max_size=2)),
     },
 )

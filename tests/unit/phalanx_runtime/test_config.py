@@ -24,7 +24,8 @@ DEBUG = {"preset": "debug", "overrides": {"dim": 32, "nLayers": 4, "nHeads": 4, 
 TRAINING = {"steps": 7, "globalBatchSize": 8, "microBatchSize": 2, "lr": 3e-3, "precision": "fp32", "gradClip": 0.5,
             "seed": 7, "logEvery": 2, "lrSchedule": {"warmupSteps": 2, "decay": "linear", "minLrRatio": 0.2}}
 
-# Each layout the runtime's tests train, a command job, an entrypoint model, checkpoint settings.
+# Each layout the runtime's tests train, a command job, an entrypoint model, checkpoint settings,
+# fine-tuning a pretrained model.
 SPECS: dict[str, dict[str, Any]] = {
     "defaults": {"model": {"preset": "debug"}},
     "ddp": {"procsPerNode": 2, "model": DEBUG, "training": TRAINING},
@@ -50,6 +51,23 @@ SPECS: dict[str, dict[str, Any]] = {
                                                     "intervalSteps": 2, "keepLast": 1, "async": False, "resume": False,
                                                     "exportConsolidated": True}},
     "command": {"nodes": 2, "procsPerNode": 2, "command": ["torchrun", "train.py"], "args": ["--lr", "1e-3"]},
+    # fine-tuning: a Hugging Face model directory, adapters, prepared chat data, eval, the export
+    "pretrained-lora": {"nodes": 2, "procsPerNode": 2, "parallelism": {"zero": 3, "tensor": 2},
+                        "model": {"pretrained": {"path": "/models/llama"},
+                                  "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.05, "targets": ["q_proj", "v_proj"]}},
+                        "data": {"source": "prepared", "path": "/data/prepared", "seqLen": 128,
+                                 "prepare": {"inputs": ["/data/chat.jsonl", "/data/more"], "format": "jsonl",
+                                             "messagesField": "messages", "evalFraction": 0.1}},
+                        "training": {**TRAINING, "eval": {"everySteps": 5, "batches": 2}},
+                        "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}},
+                                       "exportHuggingFace": True}},
+    "pretrained-defaults": {"model": {"pretrained": {"path": "/models/qwen"}, "lora": {}},
+                            "data": {"source": "prepared", "path": "/data/p",
+                                     "prepare": {"inputs": ["/data/t.txt"], "evalInputs": ["/data/eval.txt"]}},
+                            "training": {"eval": {}}},
+    "preset-prepared": {"model": DEBUG, "data": {"source": "prepared", "path": "/data/p", "seqLen": 32,
+                                                 "prepare": {"inputs": ["/data/d.parquet"], "textField": "body",
+                                                             "tokenizer": "/tokenizers/bpe"}}},
 }
 
 

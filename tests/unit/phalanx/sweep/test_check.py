@@ -16,6 +16,12 @@ def messages(obj) -> list[str]:
 
 @pytest.mark.parametrize(("spec", "words"), [
     ({"parameters": [{"path": "training.lrr", "values": [0.1]}]}, "spec.parameters[0].path: training.lrr: unknown field 'lrr'"),
+    ({"template": {"spec": {"image": "x", "model": {"pretrained": {"path": "/m"}}}},
+      "parameters": [{"path": "model.lora.rank", "values": [8, 4096]}]}, "model.lora.rank=4096"),
+    ({"template": {"spec": {"image": "x", "model": {"entrypoint": "m:f"}}},
+      "parameters": [{"path": "model.lora.rank", "values": [8]}]},
+     "spec.parameters[0].values[0]: model.lora.rank=8: model.lora adds adapters"),
+    ({"parameters": [{"path": "model.lora.targets", "values": ["q_proj"]}]}, "model.lora.targets is a list"),
     ({"parameters": [{"path": "training.lr", "values": [0.1, "fast"]}]}, "spec.parameters[0].values[1]: training.lr=\"fast\": Input should be a valid number"),
     ({"parameters": [{"path": "training.lr", "values": ["1e-3"]}]}, "YAML 1.1 reads an exponent without a '.' as a string"),
     ({"parameters": [{"path": "training.lr", "values": [-1.0]}]}, "spec.parameters[0].values[0]: training.lr=-1.0: Input should be greater than 0"),
@@ -65,6 +71,15 @@ def test_bad_sweeps_are_refused_naming_the_field(spec, words):
     {"algorithm": "list", "parameters": [], "trials": [{"env.LR": "0.1", "training.lr": 0.1}, {"env.LR": 1}]},
     {"template": {"spec": {"image": "x", "command": ["python3", "train.py"]}},
      "parameters": [{"path": "env.LR", "values": [0.1, 0.01]}], "ensemble": {"size": 2}},
+    # fine-tuning: adapters' rank and alpha, the learning rate, ranked by the held-out loss
+    {"template": {"spec": {"image": "x", "model": {"pretrained": {"path": "/models/llama"}, "lora": {}},
+                           "training": {"eval": {"everySteps": 10}}}},
+     "parameters": [{"path": "model.lora.rank", "values": [4, 16]}, {"path": "model.lora.alpha", "values": [8, 32.0]},
+                    {"path": "training.lr", "values": [1e-4, 3e-4]}],
+     "objective": {"metric": "eval_loss", "aggregate": "best"}},
+    # a parameter may set a field the template leaves out
+    {"template": {"spec": {"image": "x", "model": {"pretrained": {"path": "/models/llama"}}}},
+     "parameters": [{"path": "model.lora.rank", "values": [8]}, {"path": "model.lora.dropout", "values": [0.0, 0.1]}]},
 ])
 def test_reported_metrics_and_env_parameters_are_valid(spec):
     expansion = check_sweep(sweep(**spec))

@@ -347,6 +347,24 @@ def test_a_command_trials_milestones_are_bounded_by_its_reported_total_steps(sta
     assert trial_steps({"model": {"preset": "debug"}, "training": {"steps": 100}}, {"totalSteps": 35}) == 100
 
 
+@pytest.mark.parametrize("template", [
+    {"model": {"preset": "debug", "lora": {}}},
+    {"model": {"pretrained": {"path": "/models/llama"}}},
+    {"model": {"preset": "debug"}, "training": {"steps": 100, "eval": {}}},
+    {"model": {"preset": "debug"}, "data": {"source": "prepared", "path": "/d", "prepare": {"inputs": ["/r"], "tokenizer": "/t"}}},
+    {"model": {"preset": "debug"}, "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}, "exportHuggingFace": True}},
+])
+def test_a_field_added_later_is_in_the_digest_once_set(template):
+    """ADDED_OPTIONAL_FIELDS leave a field out of the digest only while it is unset."""
+    unset = sweep(objective={"metric": "bestLoss", "goal": "minimize"}, earlyStopping={"rule": "median"})
+    changed = copy.deepcopy(unset)
+    changed["spec"]["template"]["spec"].update(copy.deepcopy(template))
+    if "checkpoint" in template:  # the volume alone (present before) does not change what is compared
+        unset["spec"]["template"]["spec"]["checkpoint"] = {"volume": template["checkpoint"]["volume"]}
+    digest = decide(unset, {}, NOW).status["specHash"]
+    assert decide(changed, {}, NOW).status["specHash"] not in (None, digest)
+
+
 def test_a_sweep_without_aggregate_keeps_the_digest_it_was_started_with():
     """An operator without objective.aggregate wrote this digest for this spec: an upgrade must not
     refuse the running sweep as changed."""
