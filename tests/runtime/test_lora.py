@@ -5,7 +5,7 @@
   equal a plain-torch reference (merged weights ``W + s·B·A``, ``torch.func.functional_call``)
   and PEFT's on a transformers Llama with the same weights;
 * layouts: DDP, FSDP2, TP (+SP) and PP give the one-process losses (rtol 1e-5, like
-  test_runtime_parity.py);
+  test_runtime_parity.py); a model built on meta (FSDP2 × TP2) gets the same initial adapters;
 * checkpoints: a LoRA checkpoint holds the adapters and their optimizer state only, and a run
   resumed from it (saved under TP, resumed on one process) continues the uninterrupted losses.
 """
@@ -333,3 +333,14 @@ def test_checkpoint_holds_adapters_and_resumes(single, tmp_path, monkeypatch):
     resumed = train(config(lora_job(checkpoint=ckpt)))
     assert resumed.start_step == RESUME_AT
     assert max_rel(resumed.losses, single["losses"][RESUME_AT:]) < LOSS_RTOL, (resumed.losses, single["losses"])
+
+
+def test_meta_built_model_gets_the_same_adapters():
+    """A model built on meta (above build.META_INIT_PARAMS) gets its adapters once its shards have
+    storage: FSDP2 × TP2 holds the single process's initial adapters."""
+    from runtime_lora_probe import meta_built_adapters
+
+    from phalanx_runtime.spawn import run_ranks
+
+    out = run_ranks(lora_job({"zero": 3, "tensor": 2}, world=4), 4, fn=meta_built_adapters, timeout=300)
+    assert out == {"checked": 4 * len(ALL_MODULES), "wrong": []}

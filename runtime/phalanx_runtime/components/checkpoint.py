@@ -6,7 +6,7 @@ run without it makes no Checkpointer)::
 
     step-<N>/                committed: DCP shards + .metadata + rng/rank-<r>.pt + COMMITTED
     .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
-    final/model.pt           consolidated model (checkpoint.exportConsolidated)
+    final/model.pt           consolidated model (checkpoint.exportConsolidated; a LoRA run's adapters)
 
 What a checkpoint holds (one DCP state dict, resharded on load):
 

@@ -1,6 +1,7 @@
 """How the built-in transformer (one pipeline stage of it, or all of it) is parallelised, in
-torchtitan's order: tensor (+ sequence) parallelism → activation checkpointing → FSDP2 / DDP.
-The pipeline split comes before (``pipeline.py``).
+torchtitan's order: tensor (+ sequence) parallelism → LoRA adapters (``lora.py``, with
+``model.lora``) → activation checkpointing → FSDP2 / DDP. The pipeline split comes before
+(``pipeline.py``).
 
 Tensor parallelism is Megatron-style with DTensor ``parallelize_module``: embeddings rowwise,
 wq/wk/wv/w1/w3 colwise, wo/w2 rowwise, output colwise (replicated logits). With sequence
