@@ -124,6 +124,26 @@ def test_adapter_adds_scaled_low_rank_update():
     x = torch.randn(2, 5, wv.in_features)
     expected = x @ (wv.weight + 2.0 * wv.lora_b.weight @ wv.lora_a.weight).T
     torch.testing.assert_close(wv(x), expected, rtol=1e-5, atol=1e-5)
+    assert isinstance(wv.lora_dropout, torch.nn.Identity)
+
+
+def test_dropout_applies_to_the_adapter_input_only():
+    from phalanx_runtime.config import Lora
+    from phalanx_runtime.models.transformer import build_transformer
+    from phalanx_runtime.models.transformer.lora import apply_lora
+
+    model = build_transformer(config(lora_job()).shape, seed=7)
+    apply_lora(model, Lora(rank=4, alpha=8.0, dropout=0.5, targets=("v_proj",)), seed=7)
+    wv = model.layers["0"].attention.wv
+    x = torch.randn(2, 5, wv.in_features)
+    base = x @ wv.weight.T
+    torch.testing.assert_close(wv(x), base)  # B is zero: dropout cannot reach the base path
+    with torch.no_grad():
+        wv.lora_b.weight.normal_()
+    merged = x @ (wv.weight + 2.0 * wv.lora_b.weight @ wv.lora_a.weight).T
+    assert not torch.allclose(wv(x), merged)  # training mode: the adapter sees a dropped-out input
+    model.eval()
+    torch.testing.assert_close(wv(x), merged, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- one process
