@@ -295,6 +295,15 @@ def test_losses_equal_peft(single):
     assert max_rel(single["losses"], losses) < LOSS_RTOL, (single["losses"], losses)
 
 
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_activation_checkpointing_keeps_the_losses(mode, single):
+    from phalanx_runtime.train import train
+
+    doc = lora_job()
+    doc["spec"]["training"]["activationCheckpointing"] = mode
+    assert max_rel(train(config(doc)).losses, single["losses"]) < LOSS_RTOL
+
+
 # ---------------------------------------------------------------- layouts
 
 

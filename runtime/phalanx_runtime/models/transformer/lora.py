@@ -104,6 +104,7 @@ def _add_lora_output(module: nn.Linear, args: tuple, output: torch.Tensor) -> to
 def _attach(linear: nn.Linear, lora: Lora, layer: int, module: str) -> None:
     placements = _adapter_placements(linear.weight)
     a_placements, b_placements = placements if placements is not None else (None, None)
+    # On meta: the weights are replaced right away (no initialisation thrown away).
     linear.lora_a = nn.Linear(linear.in_features, lora.rank, bias=False, device="meta")
     linear.lora_b = nn.Linear(lora.rank, linear.out_features, bias=False, device="meta")
     linear.lora_a.weight = _adapter_weight((lora.rank, linear.in_features), linear.weight, a_placements)
