@@ -134,7 +134,8 @@ class Trainer:
             self.pipeline = build_pipeline(self.model.parts, self.model.stage_ids, self.model.n_stages,
                                            device=self.device, group=pd.group("pp"), schedule=par.pipeline_schedule,
                                            microbatches=par.microbatches, loss_fn=self.loss_fn)
-        self.params = list(self.model.parameters())
+        # What the optimizer updates and clipping measures: all of it, or the LoRA adapters only.
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.autocast = autocast(self.precision, fsdp=pd.fsdp_enabled)
 
     def _build_optimizer(self) -> None:
@@ -168,7 +169,8 @@ class Trainer:
             self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, self.ckpt_dir),
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
-                                     dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg))
+                                     dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),
+                                     trainable_only=self.spec.model is not None and self.spec.model.lora is not None)
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
 
     def _build_reporting(self, progress_port: int | None, metrics_port: int | None) -> None:

@@ -8,13 +8,15 @@ run without it makes no Checkpointer)::
     .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
     model/                   what model the checkpoints hold (models/huggingface/provenance.py):
                              Hugging Face config.json, tokenizer files, phalanx-model.json
-    final/model.pt           consolidated model (checkpoint.exportConsolidated)
+    final/model.pt           consolidated model (checkpoint.exportConsolidated; a LoRA run's adapters)
     final/hf/, final/adapter/  Hugging Face export (checkpoint.exportHuggingFace)
 
 What a checkpoint holds (one DCP state dict, resharded on load):
 
 * ``model`` / ``optim``: ``get_state_dict`` (``flatten_optimizer_state_dict``), so DDP, FSDP2
-  (DTensor), TP and PP layouts load into each other at any world size;
+  (DTensor), TP and PP layouts load into each other at any world size; a LoRA run
+  (``trainable_only``) holds only the trainable parameters (the adapters) and their optimizer
+  state, loaded at resume over the base that every start rebuilds (preset and seed) or reloads;
 * ``trainer``: step, LR scheduler, data-loader position (global batches consumed: the position
   re-splits over any data-parallel degree);
 * per rank (``rng/rank-<r>.pt``, torch.save of tensors and primitives): torch / python / numpy
@@ -292,10 +294,12 @@ class Checkpointer:
     calls every method (except :meth:`poll`, which is rank-local) at the same step."""
 
     def __init__(self, cfg: CheckpointConfig, *, parts, optimizer, scheduler, loader, progress=None,
-                 layout: str = "", dp_rank: int = 0, dp_size: int = 1, model_files=None):
+                 layout: str = "", dp_rank: int = 0, dp_size: int = 1, model_files=None,
+                 trainable_only: bool = False):
         self.cfg = cfg
         # model_files(dir) writes what model this is (MODEL_DIR); rank 0 calls it at the first save.
         self.model_files = model_files
+        self.trainable_only = trainable_only
         self.dir = Path(cfg.directory)
         self.parts, self.optimizer, self.scheduler, self.loader = list(parts), optimizer, scheduler, loader
         self.progress = progress
@@ -341,10 +345,18 @@ class Checkpointer:
 
         return StateDictOptions(flatten_optimizer_state_dict=True, **kw)
 
+    def _saved_options(self):
+        """What a checkpoint holds of the model: every parameter, or (``trainable_only``) the
+        trainable ones, loaded non-strictly since the frozen rest is not in the checkpoint (DCP
+        still refuses a checkpoint that lacks any trainable one)."""
+        if self.trainable_only:
+            return self._options(ignore_frozen_params=True, strict=False)
+        return self._options()
+
     def state_dict(self, step: int) -> dict:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        msd, osd = get_state_dict(self._model(), self._optim(), options=self._options())
+        msd, osd = get_state_dict(self._model(), self._optim(), options=self._saved_options())
         return {"model": msd, "optim": osd,
                 "trainer": {"step": step, "scheduler": self.scheduler.state_dict(),
                             "loader": self.loader.state_dict()}}
@@ -523,7 +535,7 @@ class Checkpointer:
         sd = self.state_dict(0)
         dcp.load(sd, storage_reader=SafeReader(str(path)), planner=SafeLoadPlanner(), process_group=self.pg)
         set_state_dict(self._model(), self._optim(), model_state_dict=sd["model"], optim_state_dict=sd["optim"],
-                       options=self._options())
+                       options=self._saved_options())
         tr = sd["trainer"]
         self.scheduler.load_state_dict(tr["scheduler"])
         self.loader.load_state_dict(tr["loader"])

@@ -1,5 +1,6 @@
 """The built-in Llama-style transformer: ``model.py`` (the model), ``pipeline.py`` (its split into
-pipeline stages), ``parallelize.py`` (TP/SP → activation checkpointing → FSDP/DDP)."""
+pipeline stages), ``parallelize.py`` (TP/SP → LoRA → activation checkpointing → FSDP/DDP), ``lora.py``
+(low-rank adapters, base frozen)."""
 
 from phalanx_runtime.models.transformer.model import Transformer, build_transformer
 from phalanx_runtime.models.transformer.parallelize import parallelize_transformer

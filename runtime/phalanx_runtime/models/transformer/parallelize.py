@@ -1,6 +1,7 @@
 """How the built-in transformer (one pipeline stage of it, or all of it) is parallelised, in
-torchtitan's order: tensor (+ sequence) parallelism → activation checkpointing → FSDP2 / DDP.
-The pipeline split comes before (``pipeline.py``).
+torchtitan's order: tensor (+ sequence) parallelism → LoRA adapters (``lora.py``, with
+``model.lora``) → activation checkpointing → FSDP2 / DDP. The pipeline split comes before
+(``pipeline.py``).
 
 Tensor parallelism is Megatron-style with DTensor ``parallelize_module``: embeddings rowwise,
 wq/wk/wv/w1/w3 colwise, wo/w2 rowwise, output colwise (replicated logits). With sequence
@@ -25,22 +26,25 @@ from torch.distributed.tensor.parallel import (
 from phalanx_runtime.config import JobSpec
 from phalanx_runtime.distributed.data_parallel import apply_data_parallel
 from phalanx_runtime.distributed.parallel_dims import ParallelDims
+from phalanx_runtime.models.transformer.lora import apply_lora, init_adapters
 from phalanx_runtime.models.transformer.model import Transformer
 
 
 def parallelize_transformer(model: Transformer, parallel_dims: ParallelDims, spec: JobSpec, *,
                             device: torch.device, on_meta: bool = False) -> nn.Module:
-    """TP → AC → FSDP/DDP. ``on_meta``: the model was built on the meta device; its weights are
+    """TP → LoRA → AC → FSDP/DDP. ``on_meta``: the model was built on the meta device; its weights are
     initialised here, before DDP (which needs real tensors) or after FSDP (each rank its shards)."""
     if parallel_dims.tp_enabled:
         apply_tp(model, parallel_dims.tp, sequence_parallel=spec.parallelism.sequence_parallel)
+    if spec.model is not None and spec.model.lora is not None:
+        apply_lora(model, spec.model.lora, seed=spec.training.seed)
     apply_ac(model, spec.training.activation_checkpointing)
     if on_meta and not parallel_dims.fsdp_enabled:
-        materialize(model, device)
+        materialize(model, device, seed=spec.training.seed)
     blocks = list(model.layers.values())
     model = apply_data_parallel(model, parallel_dims, spec, device=device, blocks=blocks)
     if on_meta and parallel_dims.fsdp_enabled:
-        materialize(model, device)
+        materialize(model, device, seed=spec.training.seed)
     return model
 
 
@@ -85,6 +89,7 @@ def apply_ac(model: Transformer, mode: str) -> None:
         layer.ac_mode = mode
 
 
-def materialize(model: nn.Module, device: torch.device) -> None:
+def materialize(model: nn.Module, device: torch.device, *, seed: int) -> None:
     model.to_empty(device=device)
     model.init_weights(buffer_device=device)
+    init_adapters(model, seed)
