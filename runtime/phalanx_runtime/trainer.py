@@ -162,7 +162,7 @@ class Trainer:
     def _build_eval(self) -> None:
         """Held-out evaluation (components/evaluation.py) when ``training.eval`` is set."""
         self.evaluator = None
-        self.eval_metrics: dict[str, float] = {}  # the latest evaluation's, kept in every progress record
+        self.latest_eval: dict[str, float] = {}  # the latest evaluation's, kept in every progress record
         if self.spec.training.eval is None:
             return
         vocab = self.model.shape.vocab_size if self.model.shape else 256
@@ -273,7 +273,7 @@ class Trainer:
         self.result.eval_losses.append((step, loss))
         evaluated = eval_metrics(loss)
         # A non-finite value is no reported metric: the record drops the eval metrics until the next.
-        self.eval_metrics = {k: v for k, v in evaluated.items() if math.isfinite(v)}
+        self.latest_eval = {k: v for k, v in evaluated.items() if math.isfinite(v)}
         if self.rank == 0:
             log.info("step %d eval_loss %.5f perplexity %.4g (%d batches, %.3fs)", step, loss,
                      evaluated[PERPLEXITY], ev.batches, time.perf_counter() - t0)
@@ -291,7 +291,7 @@ class Trainer:
         # reported metrics
         self.progress.update(step=step, loss=loss, tokensPerSecond=m.tokens_per_s, mfu=m.mfu,
                              stepTimeSeconds=step_time,
-                             metrics={"learning_rate": m.lr, "grad_norm": m.grad_norm, **self.eval_metrics})
+                             metrics={"learning_rate": m.lr, "grad_norm": m.grad_norm, **self.latest_eval})
         total = self.spec.training.steps
         if self.rank == 0 and (step % self.spec.training.log_every == 0 or step == total):
             log.info("step %d/%d loss %.5f gnorm %.4f lr %.3g %.3fs %.0f tok/s mfu %.2f%% mem %.0fMiB",
