@@ -35,7 +35,7 @@ def _worker(local_rank: int, world: int, port: int, cfg_doc: dict, out_path: str
 
         res = train(cfg)
         out = {**res.summary(), "losses": res.losses, "grad_norms": res.grad_norms, "step_times": res.step_times,
-               "data_state": res.data_state}
+               "data_state": res.data_state, "eval_losses": res.eval_losses}
     else:
         out = fn_ref(cfg)
     if local_rank == 0:

@@ -72,7 +72,7 @@ def write_result(result: TrainResult, path: str) -> None:
                    "step_times": result.step_times, "mfu": result.mfu, "start_step": result.start_step,
                    "preempted": result.preempted, "last_checkpoint": result.last_checkpoint,
                    "checkpoint_stall_s": result.checkpoint_stall_s,
-                   "checkpoint_save_s": result.checkpoint_save_s}, f)
+                   "checkpoint_save_s": result.checkpoint_save_s, "eval_losses": result.eval_losses}, f)
 
 
 def _rank() -> int | None:

@@ -1,10 +1,11 @@
 """The ``Trainer``: build (process group → mesh → model and parallelisms → optimizer → data →
-checkpoints → metrics and progress), one ``step`` at a time, ``close`` (final checkpoint work,
-status, teardown). ``train.py`` runs it in a worker process."""
+held-out evaluation → checkpoints → metrics and progress), one ``step`` at a time (evaluating when
+due), ``close`` (final checkpoint work, status, teardown). ``train.py`` runs it in a worker process."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from phalanx_common.contract import (
 from phalanx_common.layout import check_layout
 from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
+from phalanx_runtime.components.evaluation import PERPLEXITY, build_evaluator, eval_metrics
 from phalanx_runtime.components.loss import cross_entropy
 from phalanx_runtime.components.metrics import (
     MetricsLogger,
@@ -64,6 +66,7 @@ class TrainResult:
     last_checkpoint: dict | None = None
     checkpoint_stall_s: list[float] = field(default_factory=list)  # training blocked per save
     checkpoint_save_s: list[float] = field(default_factory=list)  # start of save → committed
+    eval_losses: list[tuple[int, float]] = field(default_factory=list)  # (step, eval_loss) per evaluation
     extra: dict = field(default_factory=dict)  # mode-specific (parameter servers: bytes, staleness)
 
     @property
@@ -100,6 +103,7 @@ class Trainer:
         self._build_model()
         self._build_optimizer()
         self._build_data()
+        self._build_eval()
         self._build_checkpointer()
         self._build_reporting(progress_port, metrics_port)
 
@@ -157,6 +161,17 @@ class Trainer:
         self.loader = DataLoader(source, global_batch=tr.global_batch_size, dp_rank=self.parallel_dims.dp_rank,
                                  dp_size=self.parallel_dims.layout.dp, seed=tr.seed)
         self.accum = 1 if self.pipeline else self.loader.local_batch // tr.micro_batch_size
+
+    def _build_eval(self) -> None:
+        """Held-out evaluation (components/evaluation.py) when ``training.eval`` is set."""
+        self.evaluator = None
+        self.latest_eval: dict[str, float] = {}  # the latest evaluation's, kept in every progress record
+        if self.spec.training.eval is None:
+            return
+        vocab = self.model.shape.vocab_size if self.model.shape else 256
+        self.evaluator = build_evaluator(self.spec, vocab_size=vocab, parallel_dims=self.parallel_dims,
+                                         parts=self.model.parts, stage_ids=self.model.stage_ids,
+                                         pipeline=self.pipeline, device=self.device, autocast=self.autocast)
 
     def _build_checkpointer(self) -> None:
         """Checkpoints (components/checkpoint.py, DCP): resume model parts, optimizer, scheduler,
@@ -222,7 +237,9 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         global_loss, stop = self._reduce_loss_and_stop(loss)
-        self._record(step, global_loss, float(gnorm), time.perf_counter() - t0)
+        step_time = time.perf_counter() - t0
+        evaluated = self._evaluate(step) if not stop else {}  # a stopping gang saves and goes
+        self._record(step, global_loss, float(gnorm), step_time, evaluated)
         return stop
 
     def _forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
@@ -250,17 +267,35 @@ class Trainer:
         layout = self.parallel_dims.layout
         return float(lsum[0]) / (layout.dp * layout.tp), float(lsum[1]) > 0
 
-    def _record(self, step: int, loss: float, gnorm: float, step_time: float) -> None:
+    def _evaluate(self, step: int) -> dict[str, float]:
+        """The eval metrics when an evaluation is due after ``step`` (it runs here), else {}."""
+        ev = self.evaluator
+        if ev is None or not ev.due(step, self.spec.training.steps):
+            return {}
+        t0 = time.perf_counter()
+        loss = ev.evaluate()
+        self.result.eval_losses.append((step, loss))
+        evaluated = eval_metrics(loss)
+        # A non-finite value is no reported metric: the record drops the eval metrics until the next.
+        self.latest_eval = {k: v for k, v in evaluated.items() if math.isfinite(v)}
+        if self.rank == 0:
+            log.info("step %d eval_loss %.5f perplexity %.4g (%d batches, %.3fs)", step, loss,
+                     evaluated[PERPLEXITY], ev.batches, time.perf_counter() - t0)
+        return evaluated
+
+    def _record(self, step: int, loss: float, gnorm: float, step_time: float, evaluated: dict[str, float]) -> None:
         m = self.metrics.record(step=step, loss=loss, grad_norm=gnorm, lr=self.scheduler.get_last_lr()[0],
-                                step_time=step_time)
+                                step_time=step_time, evaluated=evaluated)
         r = self.result
         r.losses.append(loss)
         r.grad_norms.append(gnorm)
         r.step_times.append(step_time)
         r.mfu, r.peak_memory_bytes = m.mfu, m.peak_memory_bytes
-        # the same record as any script's: its learning rate and gradient norm are reported metrics
+        # the same record as any script's: its learning rate, gradient norm and latest eval metrics are
+        # reported metrics
         self.progress.update(step=step, loss=loss, tokensPerSecond=m.tokens_per_s, mfu=m.mfu,
-                             stepTimeSeconds=step_time, metrics={"learning_rate": m.lr, "grad_norm": m.grad_norm})
+                             stepTimeSeconds=step_time,
+                             metrics={"learning_rate": m.lr, "grad_norm": m.grad_norm, **self.latest_eval})
         total = self.spec.training.steps
         if self.rank == 0 and (step % self.spec.training.log_every == 0 or step == total):
             log.info("step %d/%d loss %.5f gnorm %.4f lr %.3g %.3fs %.0f tok/s mfu %.2f%% mem %.0fMiB",

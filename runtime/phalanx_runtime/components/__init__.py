@@ -1,1 +1,1 @@
-"""The trainer's building blocks: checkpoint, data, optimizer, loss, metrics, progress."""
+"""The trainer's building blocks: checkpoint, data, evaluation, optimizer, loss, metrics, progress."""

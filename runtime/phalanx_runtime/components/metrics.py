@@ -1,6 +1,7 @@
-"""Step metrics: step time, tokens/s, MFU (torchtitan formula), loss, grad norm, peak memory;
-exported per pod on a Prometheus endpoint (prometheus_client) and, on rank 0, appended as one JSON
-line per step to ``metrics.jsonl`` in the checkpoint dir (``phalanx plot``). Only a run with a
+"""Step metrics: step time, tokens/s, MFU (torchtitan formula), loss, grad norm, peak memory, and
+at the steps that evaluated, eval_loss and perplexity; exported per pod on a Prometheus endpoint
+(prometheus_client) and, on rank 0, appended as one JSON line per step to ``metrics.jsonl`` in the
+checkpoint dir (``phalanx plot``; an evaluation's values are on its step's line). Only a run with a
 checkpoint dir writes the file: a pod has one only on its job's checkpoint volume (``phalanx
 local`` always, on local disk); without one the Prometheus endpoint and the job status carry the
 same figures, and nothing is written (the pod's other writable place, its scratch dir, dies
@@ -105,6 +106,11 @@ GAUGES = {
     "mfu_ratio": "Model FLOPs utilisation of the last step (0-1)",
     "peak_memory_bytes": "Peak memory of this process",
 }
+# name → help; a series appears at the first evaluation and holds the last one's value.
+EVAL_GAUGES = {
+    "eval_loss": "Held-out loss of the last evaluation (token mean)",
+    "perplexity": "exp(eval_loss) of the last evaluation",
+}
 TOKENS_TOTAL = "tokens_total"  # counter: global tokens trained by this gang since it started
 STEP_DURATION = "step_duration_seconds"  # histogram
 STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300)
@@ -113,7 +119,7 @@ STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 3
 def exported_names() -> set[str]:
     """Every sample name the runtime exports (dashboards and alerts may use only these)."""
     hist = {f"{PREFIX}{STEP_DURATION}_{s}" for s in ("bucket", "sum", "count")}
-    return {PREFIX + g for g in GAUGES} | {PREFIX + TOKENS_TOTAL} | hist
+    return {PREFIX + g for g in (*GAUGES, *EVAL_GAUGES)} | {PREFIX + TOKENS_TOTAL} | hist
 
 
 def metric_labels(namespace: str, job: str, rank: int) -> dict[str, str]:
@@ -138,6 +144,9 @@ class PromMetrics:
             return metric.labels(*values) if keys else metric
 
         self.gauges = {k: child(Gauge(PREFIX + k, h, keys, registry=self.registry)) for k, h in GAUGES.items()}
+        # Children made at the first evaluation: no series claims a value before there is one.
+        self._eval_gauges = {k: Gauge(PREFIX + k, h, keys, registry=self.registry) for k, h in EVAL_GAUGES.items()}
+        self._eval_child = child
         self.tokens = child(Counter(PREFIX + TOKENS_TOTAL, "Global tokens trained since this gang started",
                                     keys, registry=self.registry))
         self.step_duration = child(Histogram(PREFIX + STEP_DURATION, "Wall time per training step", keys,
@@ -151,6 +160,11 @@ class PromMetrics:
         self.tokens.inc(tokens)
         self.step_duration.observe(m.step_time_s)
 
+    def record_eval(self, evaluated: dict[str, float]) -> None:
+        for key, value in evaluated.items():
+            if key in self._eval_gauges:
+                self._eval_child(self._eval_gauges[key]).set(value)
+
 
 class StepLog:
     """Appends one JSON line per step (``time`` = Unix seconds); a resumed gang appends after
@@ -161,14 +175,15 @@ class StepLog:
         self._file: IO[str] | None = None
         self._broken = False  # after a write error: off for the run, not retried every step
 
-    def write(self, m: StepMetrics) -> None:
+    def write(self, m: StepMetrics, extra: dict[str, float] | None = None) -> None:
+        """The step's line: ``m`` and ``extra`` (the step's evaluation, when it had one)."""
         if self._broken:
             return
         try:
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = open(self.path, "a", buffering=1)  # line-buffered, kept open
-            self._file.write(json.dumps({"time": round(time.time(), 3), **m.to_dict()}, allow_nan=True) + "\n")
+            self._file.write(json.dumps({"time": round(time.time(), 3), **m.to_dict(), **(extra or {})}, allow_nan=True) + "\n")
         except OSError as e:  # shared storage trouble must not stop training
             log.warning("metrics log %s: %s; no more lines are written to it in this run", self.path, e)
             self._file, self._broken = None, True
@@ -199,13 +214,18 @@ class MetricsLogger:
             return
         self.prom = prom
 
-    def record(self, *, step: int, loss: float, grad_norm: float, lr: float, step_time: float) -> StepMetrics:
+    def record(self, *, step: int, loss: float, grad_norm: float, lr: float, step_time: float,
+               evaluated: dict[str, float] | None = None) -> StepMetrics:
+        """The step's metrics, exported and logged; ``evaluated``: the eval metrics of an evaluation
+        after this step."""
         tps = self.tokens_per_step / step_time if step_time > 0 else 0.0
         per_dev = tps / self.world_size
         mfu = (self.flops_per_token * per_dev / self.peak_flops) if self.flops_per_token and self.peak_flops else 0.0
         m = StepMetrics(step, loss, grad_norm, lr, step_time, tps, per_dev, mfu, peak_memory_bytes(self.device))
         if self.prom:
             self.prom.record(m, self.tokens_per_step)
+            if evaluated:
+                self.prom.record_eval(evaluated)
         if self.log:
-            self.log.write(m)
+            self.log.write(m, evaluated)
         return m
