@@ -1,7 +1,8 @@
 """A rank for ``spawn.run_ranks`` (test_hf_import.py): loads each Hugging Face directory named in
 ``$HF_PROBE_DIRS`` (os.pathsep-separated) into the model parts of the config's layout, computes the
-logits of ``fixed_batch`` (rank 0 gets them: from the last pipeline stage when pipelined), then, if
-``$HF_PROBE_TRAIN`` names one of the directories, trains it with the config's training section."""
+logits of ``fixed_batch`` (rank 0 gets them: from the last pipeline stage when pipelined) and what
+each rank read from the files against what it holds; then trains each directory named in
+``$HF_PROBE_TRAIN`` with the config's training section."""
 
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ def pipelined_logits(parts, pd, x: torch.Tensor, dim: int) -> torch.Tensor | Non
     return h
 
 
-def logits_of(cfg) -> list:
+def logits_of(cfg) -> tuple[list, list]:
+    """(logits on rank 0, [elements read, elements held] per rank)."""
     from phalanx_runtime.distributed.parallel_dims import ParallelDims
     from phalanx_runtime.distributed.process_group import init_distributed
     from phalanx_runtime.models.build import build_model_parts
     from phalanx_runtime.models.entrypoint import ModelContext
+    from phalanx_runtime.models.huggingface.load import load_hf_weights
 
     member = init_distributed()
     pd = ParallelDims.from_spec(cfg.spec).build_mesh("cpu")
@@ -51,25 +54,29 @@ def logits_of(cfg) -> list:
                        world_size=member.world_size, local_rank=member.local_rank, seq_len=SEQ, seed=0)
     model = build_model_parts(ctx)
     shape = model.shape
+    stats = load_hf_weights(model.parts, cfg.spec.model.pretrained.path, shape)  # again, counted
+    reads: list = [None] * member.world_size
+    dist.all_gather_object(reads, [stats.elements_read, stats.elements_local])
     x = fixed_batch(shape.vocab_size)
     if not pd.pp_enabled:
         with torch.no_grad():
-            return model.parts[0](x).tolist()
+            return model.parts[0](x).tolist(), reads
     out = pipelined_logits(model.parts, pd, x, shape.dim)
     last = pd.layout.pp - 1
     if member.rank == last and last != 0:
         dist.send(out.contiguous(), dst=0)
     elif member.rank == 0:
         dist.recv(out, src=last)
-    return out.tolist() if out is not None else []
+    return (out.tolist() if out is not None else []), reads
 
 
 def logits_and_training(cfg) -> dict:
     from phalanx_runtime.train import train
 
-    dirs = os.environ["HF_PROBE_DIRS"].split(os.pathsep)
-    out: dict = {"logits": {path: logits_of(with_model(cfg, path)) for path in dirs}}
-    if os.environ.get("HF_PROBE_TRAIN"):
-        res = train(with_model(cfg, os.environ["HF_PROBE_TRAIN"]))
-        out.update(losses=res.losses, grad_norms=res.grad_norms)
+    out: dict = {"logits": {}, "reads": {}, "training": {}}
+    for path in os.environ["HF_PROBE_DIRS"].split(os.pathsep):
+        out["logits"][path], out["reads"][path] = logits_of(with_model(cfg, path))
+    for path in filter(None, os.environ.get("HF_PROBE_TRAIN", "").split(os.pathsep)):
+        res = train(with_model(cfg, path))
+        out["training"][path] = {"losses": res.losses, "grad_norms": res.grad_norms}
     return out

@@ -70,20 +70,20 @@ def reference_logits(models) -> dict:
     return out
 
 
-def spawn_probe(layout: tuple[int, dict], dirs: list, train=None) -> dict:
+def spawn_probe(layout: tuple[int, dict], dirs: list, train: tuple = ()) -> dict:
     from phalanx_runtime.spawn import run_ranks
 
     world, parallelism = layout
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_PROBE_DIRS", os.pathsep.join(str(d) for d in dirs))
-        if train is not None:
-            mp.setenv("HF_PROBE_TRAIN", str(train))
+        mp.setenv("HF_PROBE_TRAIN", os.pathsep.join(str(d) for d in train))
         return run_ranks(hf_job(dirs[0], parallelism, world), world, fn=logits_and_training, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def tp_fsdp_run(models) -> dict:
-    return spawn_probe(TP_FSDP, [models["llama"], models["qwen2"], models["qwen3"]], train=models["llama"])
+    return spawn_probe(TP_FSDP, [models["llama"], models["qwen2"], models["qwen3"]],
+                       train=(models["llama"], models["qwen2"]))
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,25 @@ def test_tp_fsdp_logits_equal_transformers(name, models, reference_logits, tp_fs
     dev = rel_diff(tp_fsdp_run["logits"][str(models[name])], reference_logits[name])
     print(f"\nHF LOGITS {name} (TP2 x FSDP2): rel {dev:.2e}")
     assert dev <= LOGITS_RTOL
+
+
+@pytest.mark.parametrize("layout", ["tp_fsdp", "pp"])
+def test_each_rank_reads_only_the_slices_it_holds(layout, models, tp_fsdp_run, pp_run):
+    from phalanx_common.hf_config import read_hf_config, shape_from_hf_config
+
+    run = tp_fsdp_run if layout == "tp_fsdp" else pp_run
+    world = (TP_FSDP if layout == "tp_fsdp" else PP)[0]
+    for path, reads in run["reads"].items():
+        shape = shape_from_hf_config(read_hf_config(path))
+        total = shape.num_params()
+        # a tied table is read by the first stage (embeddings) and the last (output layer)
+        twice = shape.vocab_size * shape.dim if shape.tie_embeddings and layout == "pp" else 0
+        print(f"\nHF READS {layout} {os.path.basename(path)}: [read, held] per rank {reads}, model {total}")
+        assert len(reads) == world
+        assert all(read == held for read, held in reads)
+        # every tensor read somewhere; only the few replicated ones (norms) more than once
+        assert total <= sum(read for read, _ in reads) < 1.1 * (total + twice)
+        assert max(read for read, _ in reads) < 0.6 * (total + twice)
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
@@ -175,11 +194,12 @@ def test_fine_tuning_matches_transformers(name, models, one_process_training):
     assert one_process_training[name]["grad_norms"][0] > TRAINING["gradClip"]  # clipping is part of it
 
 
-def test_tp_fsdp_fine_tuning_matches_one_process(one_process_training, tp_fsdp_run):
-    ref = one_process_training["llama"]
-    dev = max_rel(tp_fsdp_run["losses"], ref["losses"])
-    g1 = abs(tp_fsdp_run["grad_norms"][0] - ref["grad_norms"][0]) / ref["grad_norms"][0]
-    print(f"\nHF FINE-TUNE llama TP2 x FSDP2: loss max rel {dev:.2e} gnorm@1 rel {g1:.2e}")
-    assert len(tp_fsdp_run["losses"]) == STEPS
-    assert dev < LOSS_RTOL, (tp_fsdp_run["losses"], ref["losses"])
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_tp_fsdp_fine_tuning_matches_one_process(name, models, one_process_training, tp_fsdp_run):
+    ref, run = one_process_training[name], tp_fsdp_run["training"][str(models[name])]
+    dev = max_rel(run["losses"], ref["losses"])
+    g1 = abs(run["grad_norms"][0] - ref["grad_norms"][0]) / ref["grad_norms"][0]
+    print(f"\nHF FINE-TUNE {name} TP2 x FSDP2: loss max rel {dev:.2e} gnorm@1 rel {g1:.2e}")
+    assert len(run["losses"]) == STEPS
+    assert dev < LOSS_RTOL, (run["losses"], ref["losses"])
     assert g1 < GNORM1_RTOL

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,11 @@ def load_hf_weights(parts: list[nn.Module], path: str | Path, shape: ModelShape,
     state = {name: params[0] for name, params in targets.items()}
     reader = CountingReader(path, thread_count=thread_count)
     check_against_files(reader, state, path)
-    dcp.load(state, storage_reader=reader, no_dist=local or not dist.is_initialized())
+    no_dist = local or not dist.is_initialized()
+    with warnings.catch_warnings():
+        if no_dist:  # DCP warns that it "assumes" a single process: that is the intent here
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, storage_reader=reader, no_dist=no_dist)
     for params in targets.values():
         for twin in params[1:]:
             twin.copy_(params[0])
