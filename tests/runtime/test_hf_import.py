@@ -59,15 +59,22 @@ def models(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference_logits(models) -> dict:
+def reference(models) -> dict:
+    """transformers' logits of the fixed batch and parameter count, per model."""
     from transformers import AutoModelForCausalLM
 
-    out = {}
+    logits, params = {}, {}
     for name, path in models.items():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         with torch.no_grad():
-            out[name] = model(fixed_batch(model.config.vocab_size)).logits
-    return out
+            logits[name] = model(fixed_batch(model.config.vocab_size)).logits
+        params[name] = sum(p.numel() for p in model.parameters())
+    return {"logits": logits, "params": params}
+
+
+@pytest.fixture(scope="module")
+def reference_logits(reference) -> dict:
+    return reference["logits"]
 
 
 def spawn_probe(layout: tuple[int, dict], dirs: list, train: tuple = ()) -> dict:
@@ -92,13 +99,14 @@ def pp_run(models) -> dict:
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "qwen3", *VARIANTS])
-def test_one_process_logits_equal_transformers(name, models, reference_logits):
+def test_one_process_logits_equal_transformers(name, models, reference):
     from phalanx_runtime.models.huggingface.load import from_pretrained
 
     model = from_pretrained(models[name]).eval()
+    assert sum(p.numel() for p in model.parameters()) == model.shape.num_params() == reference["params"][name]
     with torch.no_grad():
         ours = model(fixed_batch(model.shape.vocab_size))
-    dev = rel_diff(ours, reference_logits[name])
+    dev = rel_diff(ours, reference["logits"][name])
     print(f"\nHF LOGITS {name} (1 process): rel {dev:.2e}")
     assert dev <= LOGITS_RTOL
 

@@ -7,7 +7,13 @@ import dataclasses
 
 import pytest
 
-from phalanx_common.presets import OVERRIDE_KEYS, PRESETS, PRETRAINED_FIELDS, ModelShape, resolve_shape
+from phalanx_common.presets import (
+    OVERRIDE_KEYS,
+    PRESETS,
+    PRETRAINED_FIELDS,
+    ModelShape,
+    resolve_shape,
+)
 
 
 @pytest.mark.parametrize("preset, params", [
