@@ -1,5 +1,6 @@
-"""A job with ``model.pretrained``: the runtime's shape comes from the directory's config.json, and
-the launcher refuses a model it cannot train (an invalid job: nothing started)."""
+"""The launcher with a ``model.pretrained`` job: the runtime's shape comes from the directory's
+config.json (``RuntimeConfig.shape``), and ``validate`` refuses a model it cannot train (an
+invalid job: nothing started)."""
 
 from __future__ import annotations
 
