@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,15 +26,21 @@ from runtime_common import RANKS_TIMEOUT_S, ROOT, machine  # noqa: E402
 MIB = 2**20
 
 
-def rss_now() -> int:
+def _status(key: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024  # kB
     return 0
 
 
+def rss_now() -> int:
+    return _status("VmRSS")
+
+
 def rss_peak() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process image's peak RSS. Not getrusage's ru_maxrss: Linux carries that over from the
+    forking parent through exec, so a spawned rank would report this script's own peak."""
+    return _status("VmHWM")
 
 
 def make_model(out: Path, dim: int, layers: int, vocab: int) -> Path:
@@ -74,22 +79,20 @@ def import_rank(cfg) -> dict:
 
 
 FROM_PRETRAINED = """
-import json, resource, sys, time, torch
-from pathlib import Path
-def rss():
-    return next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmRSS:"))
+import json, sys, time, torch
+sys.path.insert(0, sys.argv[2])
+from hf_import import MIB, rss_now, rss_peak
 from transformers import AutoModelForCausalLM
-base = rss()
+base = rss_now()
 t0 = time.perf_counter()
 AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
-print(json.dumps({"load_s": time.perf_counter() - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "base_rss_mib": base / 2**20}))
+print(json.dumps({"load_s": time.perf_counter() - t0, "peak_rss_mib": rss_peak() / MIB, "base_rss_mib": base / MIB}))
 """
 
 
 def from_pretrained_row(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(path)], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(path), str(Path(__file__).parent)],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
