@@ -1,4 +1,10 @@
-"""Built-in decoder-only transformer shapes. Pure data, shared by the validator and the runtime."""
+"""Built-in decoder-only transformer shapes. Pure data, shared by the validator and the runtime.
+
+A preset names a shape; a Hugging Face model directory gives one too (``hf_config.py``), which may
+use the fields presets leave at their defaults: an explicit head dimension, biases on the attention
+projections, RMSNorm on queries and keys (Qwen3), RoPE over halves of a head (``rope_style
+"half"``: Hugging Face's ``rotate_half``; presets rotate interleaved pairs) and scaled RoPE
+frequencies."""
 
 from __future__ import annotations
 
@@ -17,15 +23,23 @@ class ModelShape:
     tie_embeddings: bool = False
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    head_dim_override: int | None = None  # None: dim // n_heads
+    qkv_bias: bool = False  # biases on wq, wk, wv
+    o_bias: bool = False  # a bias on wo (Llama's and Qwen3's attention_bias set both)
+    qk_norm: bool = False  # RMSNorm over each query and key head before RoPE (Qwen3)
+    rope_style: str = "interleaved"  # interleaved | half (ROPE_STYLES)
+    rope_scaling: tuple[tuple[str, float | str], ...] = ()  # sorted Hugging Face rope_scaling items; () none
+    family: str = "llama"  # llama | mistral | qwen2 | qwen3 (FAMILIES)
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.head_dim_override or self.dim // self.n_heads
 
     def num_params(self, include_embedding: bool = True) -> int:
         """Exact parameter count of the built-in transformer with this shape."""
-        kv_dim = self.n_kv_heads * self.head_dim
-        attn = self.dim * self.dim * 2 + self.dim * kv_dim * 2  # wq, wo, wk, wv
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        attn = self.dim * q_dim * 2 + self.dim * kv_dim * 2  # wq, wo, wk, wv
+        attn += (q_dim + 2 * kv_dim) * self.qkv_bias + self.dim * self.o_bias + 2 * self.head_dim * self.qk_norm
         mlp = 3 * self.dim * self.ffn_hidden  # w1, w2, w3 (SwiGLU)
         norms = 2 * self.dim
         per_layer = attn + mlp + norms
@@ -42,6 +56,11 @@ class ModelShape:
     def to_dict(self) -> dict:
         return asdict(self)
 
+
+ROPE_STYLES = ("interleaved", "half")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# Fields only a Hugging Face config sets (a TrainingJob has no override for them).
+PRETRAINED_FIELDS = ("head_dim_override", "qkv_bias", "o_bias", "qk_norm", "rope_style", "rope_scaling", "family")
 
 PRESETS: dict[str, ModelShape] = {
     # CPU-test sizes.

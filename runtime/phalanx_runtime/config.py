@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx_common.contract import ENV_CONFIG_PATH, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_FILE
+from phalanx_common.hf_config import pretrained_path, read_hf_config, shape_from_hf_config
 from phalanx_common.layout import Layout, layout_of, model_shape
 from phalanx_common.presets import OVERRIDE_KEYS, ModelShape
 
@@ -239,6 +240,11 @@ class RuntimeConfig:
 
     @property
     def shape(self) -> ModelShape | None:
+        """The built-in transformer's shape: from ``model.pretrained.path``'s config.json, else the
+        preset with its overrides; None for an entrypoint model."""
+        path = pretrained_path(self.spec)
+        if path is not None:
+            return shape_from_hf_config(read_hf_config(path))
         return model_shape(self.spec)
 
     @classmethod

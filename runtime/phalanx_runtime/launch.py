@@ -47,6 +47,7 @@ from phalanx_common.contract import (
     ENV_WORLD_SIZE,
     ErrorSource,
 )
+from phalanx_common.hf_config import check_pretrained
 from phalanx_common.layout import check_layout
 from phalanx_runtime import env as runtime_env
 from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
@@ -168,7 +169,7 @@ def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
 
 
 def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available: bool | None = None) -> list[str]:
-    errors = check_layout(cfg.spec, cuda_available=cuda_available)
+    errors = check_layout(cfg.spec, cuda_available=cuda_available) + check_pretrained(cfg.spec)
     if le is not None:
         world = le.world_size if le.direct else le.nnodes * le.nproc_per_node
         if world != cfg.spec.nodes * cfg.spec.procs_per_node:

@@ -1,7 +1,8 @@
 """The model parts this rank holds, built and parallelised by the model's family: the built-in
-transformer (``models/transformer``: build, pipeline split, TP → AC → FSDP/DDP per part) or a user
-entrypoint (``models/entrypoint.py``: the user's module, data parallelism only). One part unless
-pipelined with several stages per rank (virtual stages)."""
+transformer (``models/transformer``: build, pipeline split, TP → AC → FSDP/DDP per part; a
+pretrained one built on the meta device and its shards loaded from the Hugging Face directory,
+``models/huggingface/load.py``) or a user entrypoint (``models/entrypoint.py``: the user's module,
+data parallelism only). One part unless pipelined with several stages per rank (virtual stages)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from phalanx_runtime.models.entrypoint import (
     build_entrypoint_model,
     parallelize_entrypoint,
 )
+from phalanx_runtime.models.huggingface.load import load_hf_weights
 from phalanx_runtime.models.transformer import (
     build_transformer,
     parallelize_transformer,
@@ -49,7 +51,9 @@ def _build_transformer_parts(ctx: ModelContext) -> ModelParts:
     spec, parallel_dims, device = ctx.config.spec, ctx.mesh, ctx.device
     par = spec.parallelism
     shape = ctx.config.shape
-    on_meta = shape.num_params() > META_INIT_PARAMS and parallel_dims.world_size > 1
+    pretrained = spec.model.pretrained.path if spec.model.pretrained is not None else None
+    # A pretrained model: no rank materialises the whole of it (each allocates and reads its shards).
+    on_meta = bool(pretrained) or (shape.num_params() > META_INIT_PARAMS and parallel_dims.world_size > 1)
     # CPU: build on the host (bit-identical to the single-process reference, for parity). GPU:
     # initialise on the device (fast); very large models: on meta, then each shard in place.
     build_on = "meta" if on_meta else (device if device.type == "cuda" else "cpu")
@@ -61,5 +65,8 @@ def _build_transformer_parts(ctx: ModelContext) -> ModelParts:
                                        schedule=par.pipeline_schedule, virtual_stages=par.virtual_stages)
     else:
         parts, ids, n = [model], [0], 1
-    parts = [parallelize_transformer(p, parallel_dims, spec, device=device, on_meta=on_meta) for p in parts]
+    parts = [parallelize_transformer(p, parallel_dims, spec, device=device, on_meta=on_meta,
+                                     init_weights=not pretrained) for p in parts]
+    if pretrained:
+        load_hf_weights(parts, pretrained, shape)
     return ModelParts(parts, ids, n, shape)

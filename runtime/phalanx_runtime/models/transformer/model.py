@@ -8,6 +8,11 @@ Parallelism-friendly by construction:
 * attention infers the local head count from the projection output (``view(..., -1, head_dim)``),
   so tensor parallelism needs no model changes;
 * RoPE uses real cos/sin buffers (no complex tensors, which DTensor handles poorly).
+
+Presets rotate interleaved pairs of a head (Meta's layout); a model imported from Hugging Face
+rotates its halves (``rope_style "half"``, transformers' ``rotate_half``) so its weights load by
+renaming alone, and may scale the RoPE frequencies, add biases to the attention projections and
+normalise each query and key head (Qwen3) — ``phalanx_common.presets.ModelShape`` says which.
 """
 
 from __future__ import annotations
@@ -38,19 +43,53 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
 
-def rope_cache(head_dim: int, max_seq_len: int, theta: float, device=None) -> torch.Tensor:
-    """[max_seq_len, head_dim // 2, 2] of (cos, sin)."""
-    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+def rope_inv_freq(head_dim: int, theta: float, scaling: tuple = (), device=None) -> torch.Tensor:
+    """The rotation frequencies of each pair, [head_dim // 2] float32, scaled like transformers'
+    RoPE init functions (``modeling_rope_utils``: linear, llama3)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    params = dict(scaling)
+    rope_type = params.get("rope_type", "default")
+    if rope_type == "default":
+        return inv_freq
+    factor = float(params["factor"])
+    if rope_type == "linear":
+        return inv_freq / factor
+    if rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, factor, float(params["low_freq_factor"]),
+                                float(params["high_freq_factor"]), float(params["original_max_position_embeddings"]))
+    raise ValueError(f"rope_scaling: rope_type {rope_type!r} is not supported")
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, factor: float, low_freq_factor: float, high_freq_factor: float,
+                     old_context_len: float) -> torch.Tensor:
+    """Llama 3.1: long wavelengths divided by ``factor``, short ones kept, a smooth blend between."""
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rope_cache(head_dim: int, max_seq_len: int, theta: float, device=None, scaling: tuple = ()) -> torch.Tensor:
+    """[max_seq_len, head_dim // 2, 2] of (cos, sin), float32."""
+    freqs = rope_inv_freq(head_dim, theta, scaling, device=device)
     t = torch.arange(max_seq_len, device=device, dtype=torch.float32)
     angles = torch.outer(t, freqs)
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    """x: [bs, seq, heads, head_dim]; rotate pairs (x0, x1)."""
+def apply_rope(x: torch.Tensor, cache: torch.Tensor, style: str = "interleaved") -> torch.Tensor:
+    """x: [bs, seq, heads, head_dim]; rotate pairs (x0, x1) — adjacent (interleaved) or one from
+    each half of the head (half)."""
     seq = x.shape[1]
     cos = cache[:seq, :, 0].view(1, seq, 1, -1)
     sin = cache[:seq, :, 1].view(1, seq, 1, -1)
+    if style == "half":
+        x0, x1 = x.float().chunk(2, dim=-1)
+        return torch.cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1).type_as(x)
     xf = x.float().unflatten(-1, (-1, 2))
     x0, x1 = xf[..., 0], xf[..., 1]
     out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
@@ -62,17 +101,23 @@ class Attention(nn.Module):
         super().__init__()
         self.head_dim = shape.head_dim
         self.n_rep = shape.n_heads // shape.n_kv_heads
-        self.wq = nn.Linear(shape.dim, shape.n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(shape.dim, shape.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(shape.dim, shape.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(shape.n_heads * self.head_dim, shape.dim, bias=False)
+        self.rope_style = shape.rope_style
+        self.wq = nn.Linear(shape.dim, shape.n_heads * self.head_dim, bias=shape.qkv_bias)
+        self.wk = nn.Linear(shape.dim, shape.n_kv_heads * self.head_dim, bias=shape.qkv_bias)
+        self.wv = nn.Linear(shape.dim, shape.n_kv_heads * self.head_dim, bias=shape.qkv_bias)
+        self.wo = nn.Linear(shape.n_heads * self.head_dim, shape.dim, bias=shape.o_bias)
+        # Per head, on the local heads under tensor parallelism (parallelize.py).
+        self.q_norm = RMSNorm(self.head_dim, shape.norm_eps) if shape.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, shape.norm_eps) if shape.qk_norm else None
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         bs, seq, _ = x.shape
         q = self.wq(x).view(bs, seq, -1, self.head_dim)  # local heads under TP
         k = self.wk(x).view(bs, seq, -1, self.head_dim)
         v = self.wv(x).view(bs, seq, -1, self.head_dim)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, rope, self.rope_style), apply_rope(k, rope, self.rope_style)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if self.n_rep > 1 and q.device.type == "cuda":
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -86,6 +131,12 @@ class Attention(nn.Module):
         for lin in (self.wq, self.wk, self.wv):
             nn.init.trunc_normal_(lin.weight, mean=0.0, std=0.02)
         nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=out_std)
+        for lin in (self.wq, self.wk, self.wv, self.wo):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+        for norm in (self.q_norm, self.k_norm):
+            if norm is not None:
+                norm.reset_parameters()
 
 
 class FeedForward(nn.Module):
@@ -163,10 +214,13 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(i, shape) for i in range(shape.n_layers)})
         self.norm: RMSNorm | None = RMSNorm(shape.dim, shape.norm_eps)
         self.output: nn.Linear | None = nn.Linear(shape.dim, shape.vocab_size, bias=False)
-        if shape.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("rope", rope_cache(shape.head_dim, shape.max_seq_len, shape.rope_theta),
-                             persistent=False)
+        self.tie_weights()
+        self.register_buffer("rope", self.rope_table(), persistent=False)
+
+    def rope_table(self, device: torch.device | None = None) -> torch.Tensor:
+        shape = self.shape
+        return rope_cache(shape.head_dim, shape.max_seq_len, shape.rope_theta, device=device,
+                          scaling=shape.rope_scaling)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
@@ -178,12 +232,22 @@ class Transformer(nn.Module):
             h = self.output(h)
         return h
 
+    def tie_weights(self) -> None:
+        """With tied embeddings the output layer shares the embedding table (when this part holds
+        both); ``to_empty`` gives every module a tensor of its own, so it is tied again after."""
+        if self.shape.tie_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight
+
+    @torch.no_grad()
+    def init_rope(self, buffer_device: torch.device | None = None) -> None:
+        """(Re)compute the RoPE buffer (after ``to_empty`` left it uninitialised)."""
+        self.rope = self.rope_table(buffer_device or self.rope.device)
+
     @torch.no_grad()
     def init_weights(self, buffer_device: torch.device | None = None) -> None:
         """(Re)initialise every parameter and the RoPE buffer; works on meta-materialised and
         on DTensor-sharded parameters."""
-        device = buffer_device or self.rope.device
-        self.rope = rope_cache(self.shape.head_dim, self.shape.max_seq_len, self.shape.rope_theta, device=device)
+        self.init_rope(buffer_device)
         if self.tok_embeddings is not None:
             nn.init.normal_(self.tok_embeddings.weight)
         for layer in self.layers.values():

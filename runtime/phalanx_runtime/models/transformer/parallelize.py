@@ -4,9 +4,10 @@ torchtitan's order: tensor (+ sequence) parallelism → LoRA adapters (``lora.py
 (``pipeline.py``).
 
 Tensor parallelism is Megatron-style with DTensor ``parallelize_module``: embeddings rowwise,
-wq/wk/wv/w1/w3 colwise, wo/w2 rowwise, output colwise (replicated logits). With sequence
-parallelism the activations between blocks are sharded on the sequence dim and the norms run on
-their shard.
+wq/wk/wv/w1/w3 colwise (their biases sharded with them), wo/w2 rowwise (a bias replicated), output
+colwise (replicated logits). With sequence parallelism the activations between blocks are sharded
+on the sequence dim and the norms run on their shard. Query/key norms (Qwen3) run on the local
+heads, as a norm sharded on the head dim (their weights' gradients summed over the heads' ranks).
 """
 
 from __future__ import annotations
@@ -31,20 +32,23 @@ from phalanx_runtime.models.transformer.model import Transformer
 
 
 def parallelize_transformer(model: Transformer, parallel_dims: ParallelDims, spec: JobSpec, *,
-                            device: torch.device, on_meta: bool = False) -> nn.Module:
-    """TP → LoRA → AC → FSDP/DDP. ``on_meta``: the model was built on the meta device; its weights are
-    initialised here, before DDP (which needs real tensors) or after FSDP (each rank its shards)."""
+                            device: torch.device, on_meta: bool = False, init_weights: bool = True) -> nn.Module:
+    """TP → LoRA → AC → FSDP/DDP. ``on_meta``: the model was built on the meta device; its storage is
+    allocated here, before DDP (which needs real tensors) or after FSDP (each rank its shards), and
+    its weights initialised unless ``init_weights`` is False (the caller loads them; LoRA adapters
+    are initialised either way)."""
     if parallel_dims.tp_enabled:
         apply_tp(model, parallel_dims.tp, sequence_parallel=spec.parallelism.sequence_parallel)
+        model.tie_weights()  # both sides sharded on the vocab dim; FSDP then sees one parameter
     if spec.model is not None and spec.model.lora is not None:
         apply_lora(model, spec.model.lora, seed=spec.training.seed)
     apply_ac(model, spec.training.activation_checkpointing)
     if on_meta and not parallel_dims.fsdp_enabled:
-        materialize(model, device, seed=spec.training.seed)
+        materialize(model, device, seed=spec.training.seed, init_weights=init_weights)
     blocks = list(model.layers.values())
     model = apply_data_parallel(model, parallel_dims, spec, device=device, blocks=blocks)
     if on_meta and parallel_dims.fsdp_enabled:
-        materialize(model, device, seed=spec.training.seed)
+        materialize(model, device, seed=spec.training.seed, init_weights=init_weights)
     return model
 
 
@@ -72,6 +76,9 @@ def tp_plans(model: Transformer, sequence_parallel: bool) -> tuple[dict, dict]:
     if sequence_parallel:
         block["attention_norm"] = SequenceParallel()
         block["ffn_norm"] = SequenceParallel()
+    if model.shape.qk_norm:  # input [bs, seq, local heads, head_dim]
+        block["attention.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        block["attention.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
     return root, block
 
 
@@ -89,7 +96,11 @@ def apply_ac(model: Transformer, mode: str) -> None:
         layer.ac_mode = mode
 
 
-def materialize(model: nn.Module, device: torch.device, *, seed: int) -> None:
+def materialize(model: nn.Module, device: torch.device, *, seed: int, init_weights: bool = True) -> None:
     model.to_empty(device=device)
-    model.init_weights(buffer_device=device)
+    model.tie_weights()
+    if init_weights:
+        model.init_weights(buffer_device=device)
+    else:
+        model.init_rope(buffer_device=device)
     init_adapters(model, seed)
