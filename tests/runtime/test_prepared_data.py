@@ -6,6 +6,8 @@ count of answer tokens)."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from runtime_parity_util import job, max_rel
@@ -111,3 +113,19 @@ def test_masked_loss_equals_single_process(name, world, parallelism, prepared, r
     dev = max_rel(out["losses"], reference)
     print(f"\nPREPARED {name}: loss max rel {dev:.2e}")
     assert dev < LOSS_RTOL, (out["losses"], reference)
+
+
+def test_phalanx_data_prepare_command(files, tmp_path, monkeypatch):
+    """The operator's CLI runs the runtime's module: a prepared directory, then nothing to do."""
+    from phalanx.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(root / d) for d in ("runtime", "common")))
+    args = ["data", "prepare", "--input", str(files["chat"]), "--out", str(tmp_path / "out"), "--tokenizer",
+            str(files["tokenizer"]), "--messages-field", "messages", "--eval-fraction", "0.1"]
+    assert main(args) == 0
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["splits"]["train"]["masked"] and meta["key"]["eval_fraction"] == 0.1
+    stamp = (tmp_path / "out" / "meta.json").stat().st_mtime_ns
+    assert main(args) == 0 and (tmp_path / "out" / "meta.json").stat().st_mtime_ns == stamp
+    assert main(args[:-2] + ["--eval-fraction", "-1"]) == 1
