@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runtime_parity_util import job, max_rel
 
-from tests.unit.phalanx_runtime.tiny_tokenizer import VOCAB, make_tokenizer_dir
+from tests.unit.phalanx_runtime.data.tiny_tokenizer import VOCAB, make_tokenizer_dir
 
 pytestmark = pytest.mark.runtime
 
