@@ -51,7 +51,7 @@ def resolve_inputs(patterns: tuple[str, ...], fmt: str | None, attr: str) -> lis
     """Every input file (or datasets directory) with its format, in a deterministic order."""
     out: list[tuple[Path, str]] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
         if not matches or not all(os.path.exists(m) for m in matches):
             raise field_error(attr, f"{pattern}: no such file or directory")
         for match in map(Path, matches):

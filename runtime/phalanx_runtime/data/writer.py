@@ -82,7 +82,8 @@ class SplitWriter:
         self.tokens.close()
         if self.mask is not None:
             self.mask.close()
-        np.asarray(list(self.starts) + [self.n_tokens], dtype=np.uint64).tofile(self.directory / f"{self.name}.idx")
+        np.append(np.frombuffer(self.starts, dtype=np.uint64), np.uint64(self.n_tokens)).tofile(
+            self.directory / f"{self.name}.idx")
         return {"documents": len(self.starts), "tokens": self.n_tokens, "counted": self.counted,
                 "masked": self.mask is not None}
 
