@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("tokenizers")
@@ -44,3 +46,19 @@ def test_chat_without_template_is_refused(tokenizers_dir, tmp_path):
                                            r"chat template"):
         prepare(PrepareOptions(inputs=(str(data),), out=str(tmp_path / "out"), tokenizer=str(tokenizers_dir["plain"]),
                                messages_field="messages"))
+
+
+@pytest.mark.parametrize("template", ["chatml", "llama3", "tagged"])
+def test_rendering_and_tokens_are_transformers(template, tokenizers_dir, tmp_path):
+    """The text and token ids are what transformers' apply_chat_template gives (plus the end token)."""
+    transformers = pytest.importorskip("transformers")
+    tok_dir = tokenizers_dir[template]
+    data = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}])
+    prepare(PrepareOptions(inputs=(str(data),), out=str(tmp_path / "out"), tokenizer=str(tok_dir),
+                           messages_field="messages"))
+    meta, ids, _, _ = read_split(tmp_path / "out")
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tok_dir / "tokenizer.json"),
+                                              **json.loads((tok_dir / "tokenizer_config.json").read_text()))
+    expected = hf.apply_chat_template(CONVERSATION, tokenize=True, return_dict=False)
+    expected = list(expected) if expected[-1] == meta["eos_id"] else [*expected, meta["eos_id"]]
+    assert ids.tolist() == expected
