@@ -152,7 +152,7 @@ class Trainer:
         spec, tr = self.spec, self.spec.training
         if spec.data.prepare is not None:
             self._prepare_data()
-        vocab = self.model.shape.vocab_size if self.model.shape else 256
+        vocab = self.model.shape.vocab_size if self.model.shape else None
         source = make_source(spec.data.source, seq_len=spec.data.seq_len, vocab_size=vocab, seed=tr.seed,
                              path=spec.data.path, dtype=spec.data.dtype)
         self.loader = DataLoader(source, global_batch=tr.global_batch_size, dp_rank=self.parallel_dims.dp_rank,

@@ -175,10 +175,11 @@ class CorpusSource:
         return self.tokens[s:s + self.seq_len + 1].long()
 
 
-def make_source(source: str, *, seq_len: int, vocab_size: int, seed: int, path: str | None = None,
+def make_source(source: str, *, seq_len: int, vocab_size: int | None, seed: int, path: str | None = None,
                 dtype: str = "uint16"):
+    """``vocab_size``: the model's (None: unknown, an entrypoint model; synthetic data then uses 256)."""
     if source == "synthetic":
-        return SyntheticSource(vocab_size, seq_len, seed)
+        return SyntheticSource(vocab_size or 256, seq_len, seed)
     if source == "tokens":
         if not path:
             raise ValueError("data.path is required when source is tokens")
