@@ -154,8 +154,13 @@ def cmd_local(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     """``phalanx data prepare``: the runtime's preparation (``python -m phalanx_runtime.data.prepare``,
     a separate process: this package never imports the runtime) with the same flags."""
+    import importlib.util
     import subprocess
 
+    if importlib.util.find_spec("phalanx_runtime") is None:
+        print("error: phalanx data prepare needs the runtime package: pip install 'phalanx[runtime,hf]'",
+              file=sys.stderr)
+        return 2
     argv = [sys.executable, "-m", "phalanx_runtime.data.prepare", "--out", args.out, "--tokenizer", args.tokenizer,
             "--text-field", args.text_field, "--eval-fraction", str(args.eval_fraction)]
     argv += [f"--input={path}" for path in args.inputs] + [f"--eval-input={path}" for path in args.eval_inputs]

@@ -107,10 +107,9 @@ def prepare(options: PrepareOptions) -> tuple[dict, bool]:
 def ensure_prepared(data, pretrained_path: str | None = None) -> tuple[dict, bool]:
     """A job's ``data.prepare`` (config.DataSpec ``data``) into ``data.path``, unless done."""
     meta, wrote = prepare(options_from_spec(data.prepare, data.path, pretrained_path))
-    if wrote:
-        train = meta["splits"]["train"]
-        log.info("data.prepare: %d documents, %d tokens into %s in %.1fs", train["documents"], train["tokens"],
-                 data.path, meta["seconds"])
+    train = meta["splits"]["train"]
+    log.info("data.prepare: %s %s: %d documents, %d tokens", "wrote" if wrote else "found", data.path,
+             train["documents"], train["tokens"])
     return meta, wrote
 
 
