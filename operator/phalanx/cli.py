@@ -1,4 +1,4 @@
-"""The `phalanx` command: render | crd | validate | plan | local | export | watch | plot | operator."""
+"""The `phalanx` command: render | crd | validate | plan | local | data | export | watch | plot | operator."""
 
 from __future__ import annotations
 
@@ -175,6 +175,26 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 130
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    """``phalanx data prepare``: the runtime's preparation (``python -m phalanx_runtime.data.prepare``,
+    a separate process: this package never imports the runtime) with the same flags."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("phalanx_runtime") is None:
+        print("error: phalanx data prepare needs the runtime package: pip install 'phalanx[runtime,hf]'",
+              file=sys.stderr)
+        return 2
+    argv = [sys.executable, "-m", "phalanx_runtime.data.prepare", "--out", args.out, "--tokenizer", args.tokenizer,
+            "--text-field", args.text_field, "--eval-fraction", str(args.eval_fraction)]
+    argv += [f"--input={path}" for path in args.inputs] + [f"--eval-input={path}" for path in args.eval_inputs]
+    if args.format:
+        argv += ["--format", args.format]
+    if args.messages_field:
+        argv += ["--messages-field", args.messages_field]
+    return subprocess.run(argv, check=False).returncode
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     if (code := _sweep_cli().watch(args)) is not None:  # a TrainingSweep (phalanx.sweep.cli)
         return code
@@ -222,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"phalanx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _offline_commands(sub)
+    _data_commands(sub)
     _cluster_commands(sub)
     return parser
 
@@ -298,6 +319,31 @@ def _offline_commands(sub: Any) -> None:
     lora.add_argument("--adapter-only", action="store_true", help="LoRA: only the adapters, as a PEFT adapter directory")
     p.add_argument("--max-shard-size", metavar="SIZE", help="largest safetensors file, e.g. 2GB (default 5GB)")
     p.set_defaults(fn=cmd_export)
+
+
+def _data_commands(sub: Any) -> None:
+    """data prepare."""
+    p = sub.add_parser("data", help="prepare training data: tokenize, pack, split (data.prepare, offline)",
+                       description="Tokenize JSONL, Parquet, text files or a datasets directory with the model's "
+                       "tokenizer, pack the documents and write the prepared directory a job reads as data.source "
+                       "prepared (its data.path): train and eval token files, answer-token masks for chat data, "
+                       "meta.json. Nothing to do when DIR already holds the same preparation; exit 1 naming the "
+                       "flag at fault.")
+    p.add_argument("action", choices=["prepare"], metavar="prepare", help="prepare (the only action)")
+    p.add_argument("--input", dest="inputs", action="append", required=True, metavar="PATH",
+                   help="a file, directory, glob or datasets save_to_disk directory (repeatable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the prepared directory (the job's data.path)")
+    p.add_argument("--tokenizer", required=True, metavar="DIR", help="a directory with tokenizer.json (the model's)")
+    p.add_argument("--format", choices=["jsonl", "parquet", "text", "arrow"],
+                   help="input format (default: from each file's name)")
+    p.add_argument("--text-field", default="text", metavar="NAME", help="the documents' text field (default: text)")
+    p.add_argument("--messages-field", metavar="NAME",
+                   help="chat data: the field of {role, content} messages (loss on the answers only)")
+    p.add_argument("--eval-fraction", type=float, default=0.0, metavar="F",
+                   help="held-out share of the documents (chosen by a hash of each)")
+    p.add_argument("--eval-input", dest="eval_inputs", action="append", default=[], metavar="PATH",
+                   help="an input whose documents are all held out (repeatable)")
+    p.set_defaults(fn=cmd_data)
 
 
 def _cluster_commands(sub: Any) -> None:

@@ -24,7 +24,7 @@ from phalanx_common.layout import check_layout
 from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
 from phalanx_runtime.components.data import DataLoader, make_source
 from phalanx_runtime.components.evaluation import PERPLEXITY, build_evaluator, eval_metrics
-from phalanx_runtime.components.loss import cross_entropy
+from phalanx_runtime.components.loss import CountedLoss
 from phalanx_runtime.components.metrics import (
     MetricsLogger,
     device_peak_flops,
@@ -48,6 +48,8 @@ from phalanx_runtime.models.huggingface.export import export_in_job
 from phalanx_runtime.models.huggingface.provenance import model_files_writer
 
 log = logging.getLogger("phalanx_runtime")
+
+PREPARE_TIMEOUT_S = 6 * 3600  # ranks wait this long for rank 0's data.prepare
 
 
 @dataclass
@@ -131,7 +133,7 @@ class Trainer:
         ctx = ModelContext(config=self.cfg, mesh=pd, device=self.device, rank=m.rank, world_size=m.world_size,
                            local_rank=m.local_rank, seq_len=spec.data.seq_len, seed=spec.training.seed)
         self.model = build_model_parts(ctx)
-        self.loss_fn = self.model.loss_fn or cross_entropy
+        self.loss_fn = self.model.loss_fn or CountedLoss()
         self.pipeline = None
         if pd.pp_enabled:
             par = spec.parallelism
@@ -152,10 +154,12 @@ class Trainer:
                                             decay=ls.decay, min_lr_ratio=ls.min_lr_ratio)
 
     def _build_data(self) -> None:
-        """Data, sharded by data-parallel rank; the local batch in ``accum`` microbatches (the
-        pipeline schedule splits its own)."""
+        """Data (prepared first when ``data.prepare`` asks), sharded by data-parallel rank; the
+        local batch in ``accum`` microbatches (the pipeline schedule splits its own)."""
         spec, tr = self.spec, self.spec.training
-        vocab = self.model.shape.vocab_size if self.model.shape else 256
+        if spec.data.prepare is not None:
+            self._prepare_data()
+        vocab = self.model.shape.vocab_size if self.model.shape else None
         source = make_source(spec.data.source, seq_len=spec.data.seq_len, vocab_size=vocab, seed=tr.seed,
                              path=spec.data.path, dtype=spec.data.dtype)
         self.loader = DataLoader(source, global_batch=tr.global_batch_size, dp_rank=self.parallel_dims.dp_rank,
@@ -172,6 +176,30 @@ class Trainer:
         self.evaluator = build_evaluator(self.spec, vocab_size=vocab, parallel_dims=self.parallel_dims,
                                          parts=self.model.parts, stage_ids=self.model.stage_ids,
                                          pipeline=self.pipeline, device=self.device, autocast=self.autocast)
+
+    def _prepare_data(self) -> None:
+        """Global rank 0 prepares ``data.path`` unless it holds this preparation already (data.path
+        is storage every node reads); the others wait for it on a gloo group of its own (the
+        default group's timeout is sized for training collectives, not for tokenizing a corpus)."""
+        from datetime import timedelta
+
+        from phalanx_runtime.data.prepare import ensure_prepared
+
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=PREPARE_TIMEOUT_S))
+        failed, error = torch.zeros(1), None
+        if self.rank == 0:
+            pretrained = self.spec.model.pretrained if self.spec.model else None
+            try:
+                ensure_prepared(self.spec.data, pretrained.path if pretrained else None)
+            except Exception as exc:  # every rank fails, rank 0 with the cause
+                failed += 1
+                error = exc
+        dist.all_reduce(failed, group=group)
+        dist.destroy_process_group(group)
+        if error is not None:
+            raise error
+        if failed.item():
+            raise SystemExit("data.prepare failed on rank 0 (its log names the cause)")
 
     def _build_checkpointer(self) -> None:
         """Checkpoints (components/checkpoint.py, DCP): resume model parts, optimizer, scheduler,
@@ -243,7 +271,13 @@ class Trainer:
         return stop
 
     def _forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
-        """The local batch's mean loss (None on pipeline ranks without the last stage)."""
+        """The local batch's loss (None on pipeline ranks without the last stage): its mean, or with
+        labels that do not count, its share of the global batch's mean over the counted ones."""
+        if isinstance(self.loss_fn, CountedLoss):
+            microbatches = self.spec.parallelism.microbatches if self.pipeline is not None else self.accum
+            self.loss_fn.begin_step(global_count=self.loader.global_count,
+                                    global_labels=self.loader.global_batch * labels.shape[1],
+                                    dp=self.parallel_dims.layout.dp, microbatches=microbatches)
         if self.pipeline is not None:
             with self.autocast:
                 return self.pipeline.step(inputs, labels)

@@ -39,8 +39,10 @@ from torch import nn
 from phalanx_runtime.components.data import (
     CORPUS_MAX_BYTES,
     DataLoader,
+    PreparedSource,
     SyntheticSource,
     corpus_bytes,
+    make_eval_source,
 )
 from phalanx_runtime.config import DataSpec, EvalSpec, JobSpec, Parallelism
 from phalanx_runtime.distributed.pipeline import num_stages, stage_ids_for_rank
@@ -130,7 +132,15 @@ def corpus_eval_source(data: DataSpec, *, vocab_size: int, seed: int, samples: i
     return ByteSamples(held_out, data.seq_len)
 
 
-EVAL_SOURCES = {"synthetic": synthetic_eval_source, "corpus": corpus_eval_source}
+def prepared_eval_source(data: DataSpec, *, vocab_size: int, seed: int, samples: int) -> PreparedSource:  # noqa: ARG001
+    source = make_eval_source(data, seq_len=data.seq_len, vocab_size=vocab_size)
+    if source is None:
+        raise ValueError(f"training.eval: the prepared data in data.path {data.path} has no eval split "
+                         "(prepare it with data.prepare.evalFraction or evalInputs)")
+    return source
+
+
+EVAL_SOURCES = {"synthetic": synthetic_eval_source, "corpus": corpus_eval_source, "prepared": prepared_eval_source}
 
 
 def eval_source(data: DataSpec, *, vocab_size: int, seed: int, samples: int):

@@ -117,3 +117,30 @@ def test_merge_and_adapter_only_exclude_each_other(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["export", "/ckpt", "--out", "/out", "--merge-lora", "--adapter-only"])
     assert "not allowed with" in capsys.readouterr().err
+
+
+def test_data_prepare_runs_the_runtime_module(monkeypatch):
+    """`phalanx data prepare`: the runtime's module in a subprocess (never imported), every flag passed on."""
+    import subprocess
+    import sys
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv) or subprocess.CompletedProcess(argv, 3))
+    code = main(["data", "prepare", "--input", "a.jsonl", "--input", "b/*.parquet", "--out", "DIR", "--tokenizer", "TOK",
+                 "--messages-field", "messages", "--eval-fraction", "0.05", "--eval-input", "held.jsonl",
+                 "--format", "jsonl", "--text-field", "body"])
+    assert code == 3  # the module's exit status
+    (argv,) = calls
+    assert argv[:3] == [sys.executable, "-m", "phalanx_runtime.data.prepare"]
+    flags = argv[3:]
+    assert flags[flags.index("--out") + 1] == "DIR" and flags[flags.index("--tokenizer") + 1] == "TOK"
+    assert "--input=a.jsonl" in flags and "--input=b/*.parquet" in flags and "--eval-input=held.jsonl" in flags
+    assert flags[flags.index("--messages-field") + 1] == "messages"
+    assert flags[flags.index("--eval-fraction") + 1] == "0.05" and flags[flags.index("--format") + 1] == "jsonl"
+    assert flags[flags.index("--text-field") + 1] == "body"
+
+
+def test_data_prepare_needs_inputs_out_and_tokenizer(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["data", "prepare", "--out", "DIR", "--tokenizer", "TOK"])
+    assert exc.value.code == 2 and "--input" in capsys.readouterr().err

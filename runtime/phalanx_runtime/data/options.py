@@ -1,0 +1,62 @@
+"""What to prepare (``PrepareOptions``) and the error that names the config field and CLI flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORMATS = ("jsonl", "parquet", "text", "arrow")
+
+# attribute → (TrainingJob field, `phalanx data prepare` flag): every error names both.
+FIELD_NAMES = {
+    "inputs": ("data.prepare.inputs", "--input"),
+    "out": ("data.path", "--out"),
+    "tokenizer": ("data.prepare.tokenizer", "--tokenizer"),
+    "format": ("data.prepare.format", "--format"),
+    "text_field": ("data.prepare.textField", "--text-field"),
+    "messages_field": ("data.prepare.messagesField", "--messages-field"),
+    "eval_fraction": ("data.prepare.evalFraction", "--eval-fraction"),
+    "eval_inputs": ("data.prepare.evalInputs", "--eval-input"),
+}
+
+
+class PrepareError(ValueError):
+    """Bad input to data preparation; the message starts with the field and flag at fault."""
+
+
+def field_error(attr: str, message: str) -> PrepareError:
+    field, flag = FIELD_NAMES[attr]
+    return PrepareError(f"{field} ({flag}): {message}")
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    inputs: tuple[str, ...]
+    out: str
+    tokenizer: str
+    format: str | None = None  # None: each input's by its name
+    text_field: str = "text"
+    messages_field: str | None = None  # chat records: loss on the assistant answers only
+    eval_fraction: float = 0.0  # of the inputs' documents, chosen by a hash of each document
+    eval_inputs: tuple[str, ...] = ()  # every document of these goes to the eval split
+
+    def check(self) -> None:
+        if not self.inputs:
+            raise field_error("inputs", "no input files")
+        if not self.out:
+            raise field_error("out", "no output directory")
+        if not self.tokenizer:
+            raise field_error("tokenizer", "no tokenizer directory (set it, or model.pretrained.path)")
+        if self.format is not None and self.format not in FORMATS:
+            raise field_error("format", f"{self.format!r} is not one of {', '.join(FORMATS)}")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise field_error("eval_fraction", f"{self.eval_fraction} is not in [0, 1)")
+        if not self.text_field:
+            raise field_error("text_field", "empty field name")
+
+
+def options_from_spec(prepare, path: str | None, pretrained_path: str | None = None) -> PrepareOptions:
+    """A job's ``data.prepare`` (config.DataPrepare) writing into ``data.path``; the tokenizer
+    defaults to the pretrained model's directory."""
+    return PrepareOptions(inputs=tuple(prepare.inputs), out=path or "", tokenizer=prepare.tokenizer or pretrained_path or "",
+                          format=prepare.format, text_field=prepare.text_field, messages_field=prepare.messages_field,
+                          eval_fraction=float(prepare.eval_fraction), eval_inputs=tuple(prepare.eval_inputs))
