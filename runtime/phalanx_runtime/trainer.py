@@ -46,6 +46,7 @@ from phalanx_runtime.models.build import build_model_parts
 from phalanx_runtime.models.entrypoint import ModelContext
 from phalanx_runtime.models.huggingface.export import export_in_job
 from phalanx_runtime.models.huggingface.provenance import model_files_writer
+from phalanx_runtime.models.transformer.lora import adapters_only_checkpoints
 
 log = logging.getLogger("phalanx_runtime")
 
@@ -213,7 +214,7 @@ class Trainer:
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
                                      dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),
-                                     trainable_only=self.spec.model is not None and self.spec.model.lora is not None)
+                                     trainable_only=adapters_only_checkpoints(self.spec.model))
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
 
     def _build_reporting(self, progress_port: int | None, metrics_port: int | None) -> None:

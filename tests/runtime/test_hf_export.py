@@ -5,6 +5,11 @@
 * the in-job export of an FSDP run (2 ranks splitting the shard files) equals the offline export;
 * a LoRA checkpoint: the merged export is base + scaled adapters, and the PEFT adapter on the base
   model gives the merged model's logits;
+* LoRA on a pretrained model (hf_models.py), trained by the runtime with exportHuggingFace: its
+  checkpoint holds the adapters only, ``final/hf`` (the base read from the pretrained directory)
+  gives the runtime's final logits in transformers, ``final/adapter`` with PEFT on the pretrained
+  directory the same; without that directory the merged export is refused, the adapter one works;
+  2 ranks (FSDP) export what one process exports of their checkpoint;
 * the pure parts: permutation, shard assignment, index, safetensors header, plans, sizes.
 """
 
@@ -229,13 +234,11 @@ def lora_checkpoint(tmp_path_factory):
     step = base / "ckpt" / "step-5"
     dcp.save({"model": model, "trainer": {"step": 5}}, storage_writer=dcp.FileSystemWriter(str(step)), no_dist=True)
     (step / "COMMITTED").write_text(json.dumps({"step": 5, "world_size": 0}))
-    shape = ModelShape(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_hidden=64, max_seq_len=64)
+    shape = ModelShape(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_hidden=64, max_seq_len=64,
+                       rope_style="half")  # loaded from Hugging Face
     targets = tuple(keys.LAYER_MODULES[m].split(".")[-1] for m in LORA_MODULES)
     write_model_dir(base / "ckpt" / "model", shape, pretrained=str(base / "pretrained"),
                     lora=Lora(rank=LORA_RANK, alpha=LORA_ALPHA, targets=targets))
-    record_path = base / "ckpt" / "model" / "phalanx-model.json"
-    record = json.loads(record_path.read_text())
-    record_path.write_text(json.dumps({**record, "rope_style": "half"}))  # loaded from Hugging Face
     return base, model
 
 
@@ -283,6 +286,112 @@ def test_peft_adapter_on_the_base_gives_the_merged_logits(lora_checkpoint, tmp_p
     merged_logits = hf_logits(merged, x)
     assert rel_dev(peft_logits, merged_logits) <= REL_TOL
     assert rel_dev(hf_logits(base / "pretrained", x), merged_logits) > 1e-3  # the adapters do something
+
+
+# ---------------------------------------------------------------- (d) LoRA on a pretrained model, trained
+
+
+def pretrained_lora_job(path: Path, *, world: int = 1, parallelism: dict | None = None) -> dict:
+    doc = job(parallelism, world=world, steps=3, training={"lr": 1e-2}, seq_len=16)
+    doc["spec"]["model"] = {"pretrained": {"path": str(path)}, "lora": {"rank": LORA_RANK, "alpha": LORA_ALPHA}}
+    doc["spec"]["checkpoint"] = {"intervalSteps": 0, "keepLast": 1, "async": False, "exportHuggingFace": True}
+    return doc
+
+
+@pytest.fixture(scope="module")
+def pretrained_lora(tmp_path_factory):
+    """A tiny Hugging Face Llama fine-tuned with LoRA for 3 steps in this process, exported in the
+    job; (its directory, the checkpoint directory, the runtime's logits of ``tokens`` at the end)."""
+    from hf_models import make_hf_model
+
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.trainer import Trainer
+
+    base = tmp_path_factory.mktemp("pretrained-lora")
+    hf_dir = make_hf_model(base, "llama")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ENV_CHECKPOINT_DIR, str(base / "ckpt"))
+        env.setenv(ENV_TERMINATION_LOG, str(base / "termination"))
+        trainer = Trainer(RuntimeConfig.from_dict(pretrained_lora_job(hf_dir)))
+        trainer.run()
+    model = trainer.model.parts[0].eval()
+    with torch.no_grad():
+        logits = model(tokens(model.shape.vocab_size))
+    return hf_dir, base / "ckpt", logits
+
+
+def test_pretrained_lora_checkpoint_holds_the_adapters_only(pretrained_lora):
+    from phalanx_runtime.models.transformer.lora import is_adapter_param
+
+    hf_dir, ckpt, _ = pretrained_lora
+    saved = read_model(ckpt / "step-3")
+    assert saved and all(is_adapter_param(name) for name in saved)
+    record = json.loads((ckpt / "model" / "phalanx-model.json").read_text())
+    assert record["pretrained"] == str(hf_dir) and record["rope_style"] == "half"
+
+
+def test_pretrained_lora_merged_export_gives_the_runtime_logits(pretrained_lora):
+    hf_dir, ckpt, ours = pretrained_lora
+    x = tokens(ours.shape[-1])
+    merged, base = rel_dev(hf_logits(ckpt / "final" / "hf", x), ours), rel_dev(hf_logits(hf_dir, x), ours)
+    print(f"merged export {merged:.2e}, base alone {base:.2e}")
+    assert merged <= REL_TOL
+    assert base > 1e-3  # the adapters trained
+    assert (ckpt / "final" / "hf" / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
+
+
+def test_pretrained_lora_peft_adapter_gives_the_runtime_logits(pretrained_lora):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    hf_dir, ckpt, ours = pretrained_lora
+    config = json.loads((ckpt / "final" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(hf_dir)
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32),
+                                             ckpt / "final" / "adapter").eval()
+    with torch.no_grad():
+        logits = with_adapter(tokens(ours.shape[-1])).logits
+    dev = rel_dev(logits, ours)
+    print(f"PEFT adapter on the base {dev:.2e}")
+    assert dev <= REL_TOL
+
+
+def test_merged_export_refuses_without_the_base_and_the_adapter_needs_none(pretrained_lora, tmp_path):
+    _, ckpt, _ = pretrained_lora
+    gone = tmp_path / "moved-away"
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for p in (ckpt / "model").iterdir():
+        (model_dir / p.name).write_bytes(p.read_bytes())
+    record = json.loads((model_dir / "phalanx-model.json").read_text())
+    (model_dir / "phalanx-model.json").write_text(json.dumps({**record, "pretrained": str(gone)}))
+    export = hf_export.load_export(ckpt / "step-3", model_dir)
+    with pytest.raises(ValueError, match=f"base model {gone} is not readable: export needs it because the "
+                                         "checkpoint holds LoRA adapters only"):
+        hf_export.export_hf(export, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    adapter = hf_export.export_adapter(export, tmp_path / "adapter")
+    in_job = ckpt / "final" / "adapter" / "adapter_model.safetensors"
+    assert (adapter / "adapter_model.safetensors").read_bytes() == in_job.read_bytes()
+
+
+def test_pretrained_lora_in_job_export_with_fsdp_equals_the_offline_export(pretrained_lora, tmp_path, monkeypatch):
+    from phalanx_runtime.spawn import run_ranks
+
+    hf_dir, _, ours = pretrained_lora
+    ckpt = tmp_path / "ckpt"
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(ckpt))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.setenv(ENV_EXPORT_MAX_SHARD_BYTES, "100000")  # several files, split over the ranks
+    run_ranks(pretrained_lora_job(hf_dir, world=2, parallelism={"zero": 3}), 2, timeout=240)
+    in_job = ckpt / "final" / "hf"
+    offline = hf_export.export_hf(hf_export.load_export(ckpt / "step-3", max_shard_bytes=100000), tmp_path / "off")
+    files = safetensor_files(in_job)
+    assert len(files) >= 3 and files == safetensor_files(offline)
+    # FSDP trains like one process (within the runtime's parity bound, a little looser on logits)
+    dev = rel_dev(hf_logits(in_job, tokens(ours.shape[-1])), ours)
+    print(f"FSDP in-job export vs one process {dev:.2e}")
+    assert dev <= 1e-4
 
 
 # ---------------------------------------------------------------- pure parts
@@ -412,3 +521,30 @@ def test_synthesized_config_loads_as_the_shape_says():
     assert (config.hidden_size, config.num_key_value_heads, config.head_dim) == (2048, 8, 64)
     assert config.tie_word_embeddings is True
     assert config.rope_parameters["rope_theta"] == 500000.0
+
+
+@pytest.mark.parametrize(("family", "bias", "qk_norm", "rope_scaling"), [
+    ("llama", True, False, (("factor", 2.0), ("rope_type", "linear"))),
+    ("qwen2", True, False, ()),
+    ("qwen3", False, True, ()),
+])
+def test_synthesized_config_builds_the_shapes_modules(family, bias, qk_norm, rope_scaling):
+    """transformers builds what the shape has: q/k/v (and o) biases, q/k norms, head_dim, RoPE scaling."""
+    from dataclasses import replace
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from phalanx_common.presets import ModelShape
+    from phalanx_runtime.models.huggingface.provenance import hf_config_for_shape
+
+    shape = ModelShape(dim=32, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=64, ffn_hidden=64, max_seq_len=32,
+                       family=family, qkv_bias=bias, o_bias=bias and family != "qwen2", qk_norm=qk_norm,
+                       head_dim_override=16 if family == "qwen3" else None, rope_scaling=rope_scaling)
+    doc = hf_config_for_shape(replace(shape, rope_style="half"))
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(doc.pop("model_type"), **doc))
+    attention = model.model.layers[0].self_attn
+    assert (attention.q_proj.bias is not None, attention.o_proj.bias is not None) == (shape.qkv_bias, shape.o_bias)
+    assert hasattr(attention, "q_norm") is qk_norm
+    assert attention.q_proj.out_features == shape.n_heads * shape.head_dim
+    assert model.config.rope_parameters["rope_type"] == (dict(rope_scaling).get("rope_type") or "default")
+    assert sum(p.numel() for p in model.parameters()) == shape.num_params()

@@ -6,8 +6,11 @@
   and PEFT's on a transformers Llama with the same weights;
 * layouts: DDP, FSDP2, TP (+SP) and PP give the one-process losses (rtol 1e-5, like
   test_runtime_parity.py); a model built on meta (FSDP2 × TP2) gets the same initial adapters;
-* checkpoints: a LoRA checkpoint holds the adapters and their optimizer state only, and a run
-  resumed from it (saved under TP, resumed on one process) continues the uninterrupted losses.
+* checkpoints: a LoRA run on a preset saves the whole model (its base is random from the seed) and
+  the adapters' optimizer state; one on a pretrained model (hf_models.py) the adapters and their
+  optimizer state only (the base is the Hugging Face directory, read at every start); a run resumed
+  from either (the preset's saved under TP, resumed on one process) continues the uninterrupted
+  losses.
 """
 
 from __future__ import annotations
@@ -336,11 +339,25 @@ def read_checkpoint(path) -> dict:
     return flatten_state_dict(sd)[0]
 
 
-def test_checkpoint_holds_adapters_and_resumes(single, tmp_path, monkeypatch):
+def optimizer_holds_adapters_only(saved: dict) -> bool:
+    from phalanx_runtime.models.transformer.lora import is_adapter_param
+
+    optim_keys = [k for k in saved if k.startswith("optim.state.")]
+    return bool(optim_keys) and all(is_adapter_param(k.removeprefix("optim.state.").rsplit(".", 1)[0])
+                                    for k in optim_keys)
+
+
+def keep_steps_up_to(directory, last: int) -> None:
+    from phalanx_runtime.components.checkpoint import committed_steps
+
+    for step in committed_steps(directory):
+        if step > last:
+            shutil.rmtree(directory / f"step-{step}")
+
+
+def test_preset_checkpoint_holds_the_whole_model_and_resumes(single, tmp_path, monkeypatch):
     """Saved under TP2 at every step; the steps after RESUME_AT removed; one process resumes."""
     from phalanx_common.contract import ENV_CHECKPOINT_DIR
-    from phalanx_runtime.components.checkpoint import committed_steps
-    from phalanx_runtime.models.transformer.lora import is_adapter_param
     from phalanx_runtime.spawn import run_ranks
     from phalanx_runtime.train import train
 
@@ -351,17 +368,46 @@ def test_checkpoint_holds_adapters_and_resumes(single, tmp_path, monkeypatch):
 
     saved = read_checkpoint(tmp_path / f"step-{RESUME_AT}")
     model_keys = {k.removeprefix("model.") for k in saved if k.startswith("model.")}
-    assert model_keys == {n for n in single["before"] if is_adapter_param(n)}
-    optim_keys = [k for k in saved if k.startswith("optim.state.")]
-    assert optim_keys and all(is_adapter_param(k.removeprefix("optim.state.").rsplit(".", 1)[0])
-                              for k in optim_keys)
+    assert model_keys == set(single["before"])  # the base and the adapters
+    assert optimizer_holds_adapters_only(saved)
 
-    for step in committed_steps(tmp_path):
-        if step > RESUME_AT:
-            shutil.rmtree(tmp_path / f"step-{step}")
+    keep_steps_up_to(tmp_path, RESUME_AT)
     resumed = train(config(lora_job(checkpoint=ckpt)))
     assert resumed.start_step == RESUME_AT
     assert max_rel(resumed.losses, single["losses"][RESUME_AT:]) < LOSS_RTOL, (resumed.losses, single["losses"])
+
+
+def pretrained_lora_job(path, checkpoint: dict) -> dict:
+    doc = lora_job(checkpoint=checkpoint)
+    doc["spec"]["model"] = {"pretrained": {"path": str(path)}, "lora": dict(LORA)}
+    return doc
+
+
+def test_pretrained_checkpoint_holds_adapters_only_and_resumes(tmp_path, monkeypatch):
+    """A tiny pretrained Llama: every checkpoint holds the adapters and their optimizer state only;
+    the steps after RESUME_AT removed, a run resumes over the base read again from the directory."""
+    from hf_models import make_hf_model
+
+    from phalanx_common.contract import ENV_CHECKPOINT_DIR
+    from phalanx_runtime.models.transformer.lora import is_adapter_param
+    from phalanx_runtime.train import train
+
+    ckpt_dir = tmp_path / "ckpt"
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(ckpt_dir))
+    ckpt = {"intervalSteps": 1, "keepLast": STEPS, "async": False}
+    doc = pretrained_lora_job(make_hf_model(tmp_path, "llama", tokenizer=False), ckpt)
+    first = train(config(doc))
+
+    saved = read_checkpoint(ckpt_dir / f"step-{RESUME_AT}")
+    model_keys = {k.removeprefix("model.") for k in saved if k.startswith("model.")}
+    assert model_keys and all(is_adapter_param(k) for k in model_keys)
+    assert len(model_keys) == 2 * len(ALL_MODULES) * 2  # 2 layers, A and B
+    assert optimizer_holds_adapters_only(saved)
+
+    keep_steps_up_to(ckpt_dir, RESUME_AT)
+    resumed = train(config(doc))
+    assert resumed.start_step == RESUME_AT
+    assert max_rel(resumed.losses, first.losses[RESUME_AT:]) < LOSS_RTOL, (resumed.losses, first.losses)
 
 
 def test_meta_built_model_gets_the_same_adapters():

@@ -8,15 +8,16 @@ run without it makes no Checkpointer)::
     .tmp-step-<N>/           being written (or abandoned by a crash: ignored, removed at start)
     model/                   what model the checkpoints hold (models/huggingface/provenance.py):
                              Hugging Face config.json, tokenizer files, phalanx-model.json
-    final/model.pt           consolidated model (checkpoint.exportConsolidated; a LoRA run's adapters)
+    final/model.pt           consolidated model (checkpoint.exportConsolidated; what the checkpoint holds)
     final/hf/, final/adapter/  Hugging Face export (checkpoint.exportHuggingFace)
 
 What a checkpoint holds (one DCP state dict, resharded on load):
 
 * ``model`` / ``optim``: ``get_state_dict`` (``flatten_optimizer_state_dict``), so DDP, FSDP2
-  (DTensor), TP and PP layouts load into each other at any world size; a LoRA run
-  (``trainable_only``) holds only the trainable parameters (the adapters) and their optimizer
-  state, loaded at resume over the base that every start rebuilds (preset and seed) or reloads;
+  (DTensor), TP and PP layouts load into each other at any world size; a LoRA run on a
+  pretrained model (``trainable_only``) holds only the trainable parameters (the adapters) and
+  their optimizer state, loaded at resume over the base that every start reads again from the
+  Hugging Face directory (which an export reads too); a LoRA run on a preset saves the whole model;
 * ``trainer``: step, LR scheduler, data-loader position (global batches consumed: the position
   re-splits over any data-parallel degree);
 * per rank (``rng/rank-<r>.pt``, torch.save of tensors and primitives): torch / python / numpy

@@ -8,6 +8,12 @@ than one tensor (and its adapters) at a time. Shard files are independent, so se
 write them side by side (:func:`rank_files`); one writes ``model.safetensors.index.json``,
 ``config.json`` and the tokenizer files (:func:`write_model_metadata`).
 
+A LoRA run on a pretrained model checkpoints its adapters only (the frozen base is the pretrained
+directory, read again at every start). Exporting such a checkpoint merged takes each base tensor
+from that directory (recorded in ``phalanx-model.json``), one at a time with ``safe_open``, cast
+to the dtype the run trained in (its adapters'); the PEFT adapter directory needs the checkpoint
+alone.
+
 RoPE: the preset transformer rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face's Llama family
 rotates halves (x[i], x[i + head_dim/2]), both with frequency i. Moving row 2i+j of every head to
 row j·head_dim/2 + i (transformers' ``convert_llama_weights_to_hf`` ``permute``) makes q and k of
@@ -24,6 +30,7 @@ import shutil
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,7 @@ SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
     torch.bool: "BOOL",
 }
 _LORA = re.compile(r"^(.+)\.lora_([ab])\.weight$")
+BASE_UNREADABLE = "base model {path} is not readable: export needs it because the checkpoint holds LoRA adapters only"
 _ROTATED = {"attention.wq": "n_heads", "attention.wk": "n_kv_heads"}  # rows permuted per head
 _HEAD_NORMS = ("attention.q_norm", "attention.k_norm")  # [head_dim], one head's worth
 
@@ -128,6 +136,8 @@ def plan_model(params: dict[str, Param], record: dict[str, Any], *, merge_lora: 
     LoRA parameters are merged into their base weight (``merge_lora``) or left out (the base alone);
     ``output.weight`` is left out when the embeddings are tied (Hugging Face ties it back)."""
     tied = bool(record["shape"].get("tie_embeddings"))
+    if merge_lora:
+        _check_adapters(params)
     out = []
     for name in sorted(params, key=_natural):
         if _LORA.match(name) or (tied and name == "output.weight"):
@@ -138,11 +148,31 @@ def plan_model(params: dict[str, Param], record: dict[str, Any], *, merge_lora: 
         module = _module_of(name)
         pair = (f"{module}.lora_a.weight", f"{module}.lora_b.weight")
         lora = pair if merge_lora and name.endswith(".weight") and pair[0] in params else None
-        if lora is not None and pair[1] not in params:
-            raise ValueError(f"checkpoint has {pair[0]} without {pair[1]}")
         p = params[name]
         out.append(ExportTensor(hf, p.shape, p.dtype, name, lora, _rotary_heads(module, record)))
     return out
+
+
+def _check_adapters(params: dict[str, Param]) -> None:
+    """Every adapter pair has its base weight, and B @ A has the weight's shape."""
+    for name in params:
+        match = _LORA.match(name)
+        if not match or match.group(2) != "a":
+            continue
+        module = match.group(1)
+        weight, b_name = params.get(f"{module}.weight"), f"{module}.lora_b.weight"
+        if weight is None:
+            raise ValueError(f"{name}: the model has no {module}.weight to merge it into")
+        if b_name not in params:
+            raise ValueError(f"checkpoint has {name} without {b_name}")
+        merged = (params[b_name].shape[0], params[name].shape[1])
+        if merged != weight.shape[:2] or len(weight.shape) != 2:
+            raise ValueError(f"{module}: adapters make {merged}, the base weight is {weight.shape}")
+
+
+def adapters_only(params: dict[str, Param]) -> bool:
+    """Whether a checkpoint's model is LoRA adapters and nothing else (its base is elsewhere)."""
+    return bool(params) and all(_LORA.match(name) for name in params)
 
 
 def plan_adapter(params: dict[str, Param], record: dict[str, Any]) -> list[ExportTensor]:
@@ -260,20 +290,67 @@ def _metadata_once_reader(step_dir: str):
     return MetadataOnceReader(step_dir)
 
 
+class PretrainedBase:
+    """The base weights of a pretrained Hugging Face directory under our names, each read alone
+    (``safe_open``: the file's header, then that tensor's bytes) and cast to ``dtype``."""
+
+    def __init__(self, directory: str | os.PathLike, dtype: torch.dtype):
+        from safetensors import safe_open
+
+        self.directory, self.dtype = Path(directory), dtype
+        self.location: dict[str, tuple[Path, str]] = {}  # our name → (file, its name there)
+        self.params: dict[str, Param] = {}
+        try:
+            files = sorted(self.directory.glob("*.safetensors")) if self.directory.is_dir() else []
+            for file in files:
+                with safe_open(file, framework="pt") as f:
+                    for hf_name in f.keys():
+                        name = keys.from_hf(hf_name)
+                        if name is not None:  # buffers some files carry (rotary inv_freq) are not weights
+                            self.location[name] = (file, hf_name)
+                            self.params[name] = Param(name, tuple(f.get_slice(hf_name).get_shape()), dtype)
+        except OSError as e:
+            raise ValueError(f"{BASE_UNREADABLE.format(path=self.directory)} ({e})") from e
+        if not self.params:
+            raise ValueError(BASE_UNREADABLE.format(path=self.directory))
+
+    def read(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
+        from safetensors import safe_open
+
+        out = {}
+        for name in names:
+            file, hf_name = self.location[name]
+            try:
+                with safe_open(file, framework="pt") as f:
+                    out[name] = f.get_tensor(hf_name).to(self.dtype)
+            except OSError as e:
+                raise ValueError(f"{BASE_UNREADABLE.format(path=self.directory)} ({e})") from e
+        return out
+
+
 class TensorReader:
-    """Full tensors out of a committed checkpoint, one load per call, no process group."""
+    """Full tensors out of a committed checkpoint, one load per call, no process group; those the
+    checkpoint does not hold from ``base`` (an adapters-only checkpoint's pretrained model)."""
 
     def __init__(self, step_dir: str | os.PathLike, params: dict[str, Param]):
-        self.params = params
+        self.step_dir, self.params = Path(step_dir), params
         self.storage = _metadata_once_reader(str(step_dir))
+        self.base: PretrainedBase | None = None
 
     def read(self, names: Iterable[str]) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
         from phalanx_runtime.components.checkpoint import SafeLoadPlanner
 
-        model = {n: torch.empty(self.params[n].shape, dtype=self.params[n].dtype) for n in names}
-        _load_state_dict({"model": model}, storage_reader=self.storage, planner=SafeLoadPlanner(), no_dist=True)
+        names = list(names)
+        model = {n: torch.empty(self.params[n].shape, dtype=self.params[n].dtype) for n in names if n in self.params}
+        if model:
+            _load_state_dict({"model": model}, storage_reader=self.storage, planner=SafeLoadPlanner(), no_dist=True)
+        missing = [n for n in names if n not in self.params]
+        if missing:
+            if self.base is None:
+                raise ValueError(f"{self.step_dir}: the checkpoint has no {', '.join(missing)}")
+            model.update(self.base.read(missing))
         return model
 
     def value(self, tensor: ExportTensor, scaling: float = 1.0) -> torch.Tensor:
@@ -321,13 +398,26 @@ class ModelExport:
     params: dict[str, Param]
     merge_lora: bool = True
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    base_dir: Path | None = None  # where the base weights the checkpoint lacks are (its pretrained model)
 
     def __post_init__(self):
-        self.tensors = plan_model(self.params, self.record, merge_lora=self.merge_lora)
         self.adapters = plan_adapter(self.params, self.record)
-        self.shards = assign_shards(self.tensors, self.max_shard_bytes)
         self.reader = TensorReader(self.step_dir, self.params)
         self.scaling = lora_scaling(self.record) if self.adapters and self.merge_lora else 1.0
+
+    @cached_property
+    def tensors(self) -> list[ExportTensor]:
+        """The model's tensors (made on first use: the adapter directory needs no base)."""
+        params = self.params
+        if self.base_dir is not None:
+            dtype = next(iter(self.params.values())).dtype
+            self.reader.base = PretrainedBase(self.base_dir, dtype)
+            params = {**self.reader.base.params, **self.params}
+        return plan_model(params, self.record, merge_lora=self.merge_lora)
+
+    @cached_property
+    def shards(self) -> list[list[ExportTensor]]:
+        return assign_shards(self.tensors, self.max_shard_bytes)
 
     @property
     def has_lora(self) -> bool:
@@ -375,18 +465,26 @@ def load_export(step_dir: str | os.PathLike, model_dir: str | os.PathLike | None
                 max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> ModelExport:
     """The export of the committed checkpoint ``step_dir``; its model is described by ``model_dir``
     (default: ``model/`` beside it, where the Checkpointer records it)."""
-    from phalanx_runtime.models.huggingface.provenance import MODEL_DIR, read_model_dir
+    from phalanx_runtime.models.huggingface.provenance import MODEL_DIR, RECORD_FILE, read_model_dir
 
     step_dir = Path(step_dir)
     model_dir = Path(model_dir) if model_dir is not None else step_dir.parent / MODEL_DIR
     config, record = read_model_dir(model_dir)
-    return ModelExport(step_dir, model_dir, config, record, checkpoint_params(step_dir), merge_lora=merge_lora,
-                       max_shard_bytes=max_shard_bytes)
+    params = checkpoint_params(step_dir)
+    base_dir = None
+    if adapters_only(params):
+        if not record.get("pretrained"):
+            raise ValueError(f"{step_dir} holds LoRA adapters only and {model_dir / RECORD_FILE} names no "
+                             "pretrained base model to merge them into")
+        base_dir = Path(record["pretrained"])
+    return ModelExport(step_dir, model_dir, config, record, params, merge_lora=merge_lora,
+                       max_shard_bytes=max_shard_bytes, base_dir=base_dir)
 
 
 def export_hf(export: ModelExport, out: str | os.PathLike) -> Path:
     """The whole Hugging Face directory, from this process alone."""
     out = Path(out)
+    _ = export.shards  # planned (the base found, or refused) before anything is written
     out.mkdir(parents=True, exist_ok=True)
     export.write_shards(out)
     export.write_model_metadata(out)

@@ -7,8 +7,10 @@ Rank 0 writes ``<checkpoint dir>/model/`` at a run's first save (``Checkpointer(
 * the tokenizer files of a pretrained model (and its ``generation_config.json``), copied as they are;
 * ``phalanx-model.json``: what the exporter must know beyond that — the RoPE layout the weights are
   in (``interleaved``: the preset transformer's, whose wq/wk rows the export permutes; ``half``: a
-  model loaded from Hugging Face, exported by renaming only), the shape, tied embeddings, and the
-  LoRA adapters' rank, alpha and targets (their scaling, and the PEFT adapter config).
+  model loaded from Hugging Face, exported by renaming only), the shape, tied embeddings, the
+  LoRA adapters' rank, alpha and targets (their scaling, and the PEFT adapter config), and the
+  pretrained model's directory (absolute): the base weights an export of a checkpoint that holds
+  LoRA adapters only reads from there.
 """
 
 from __future__ import annotations
@@ -39,33 +41,54 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "qwen2": ("Qwen2ForCausalLM", "qwen2"),
     "qwen3": ("Qwen3ForCausalLM", "qwen3"),
 }
+# family → the (qkv_bias, o_bias, qk_norm) its Hugging Face model can have: Llama's and Qwen3's
+# attention_bias puts biases on q/k/v/o, Qwen2 always has q/k/v biases, Qwen3 always q/k norms.
+FAMILY_ATTENTION: dict[str, tuple[tuple[bool, bool, bool], ...]] = {
+    "llama": ((False, False, False), (True, True, False)),
+    "mistral": ((False, False, False),),
+    "qwen2": ((True, False, False),),
+    "qwen3": ((False, False, True), (True, True, True)),
+}
 
 
-def rope_style(shape: ModelShape) -> str:
-    """The RoPE layout of a shape's weights (the preset transformer's: interleaved pairs)."""
-    return getattr(shape, "rope_style", ROPE_INTERLEAVED)
+def attention_fields(shape: ModelShape) -> dict[str, Any]:
+    """The config keys that give ``shape``'s biases and q/k norms in its family's model;
+    ValueError when that family's model cannot have them."""
+    if shape.family not in ARCHITECTURES:
+        raise ValueError(f"model family {shape.family!r} has no Hugging Face architecture "
+                         f"(known: {', '.join(ARCHITECTURES)})")
+    attention = (shape.qkv_bias, shape.o_bias, shape.qk_norm)
+    if attention not in FAMILY_ATTENTION[shape.family]:
+        raise ValueError(f"a {shape.family} model cannot have qkv_bias {shape.qkv_bias}, o_bias {shape.o_bias}, "
+                         f"qk_norm {shape.qk_norm} (Hugging Face's {ARCHITECTURES[shape.family][0]})")
+    if shape.family == "llama":
+        return {"attention_bias": shape.qkv_bias, "mlp_bias": False}
+    if shape.family == "qwen3":
+        return {"attention_bias": shape.qkv_bias}
+    return {}  # Mistral and Qwen2 fix theirs
 
 
 def hf_config_for_shape(shape: ModelShape) -> dict[str, Any]:
     """A Hugging Face ``config.json`` for the built-in transformer with ``shape`` (the weights as
-    exported: RoPE in half layout). RoPE theta and scaling in the form transformers 4 and 5 read."""
-    family = getattr(shape, "family", "llama")
-    architecture, model_type = ARCHITECTURES.get(family, ARCHITECTURES["llama"])
-    scaling = dict(getattr(shape, "rope_scaling", ()) or ()) or None
+    exported: RoPE in half layout), every field of the shape in it (``shape_from_hf_config`` reads
+    the shape back, but for the RoPE layout). RoPE theta and scaling in the form transformers 4
+    and 5 read."""
+    attention = attention_fields(shape)
+    architecture, model_type = ARCHITECTURES[shape.family]
     doc: dict[str, Any] = {
         "architectures": [architecture], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": shape.dim, "intermediate_size": shape.ffn_hidden, "num_hidden_layers": shape.n_layers,
         "num_attention_heads": shape.n_heads, "num_key_value_heads": shape.n_kv_heads,
         "head_dim": shape.head_dim, "vocab_size": shape.vocab_size, "max_position_embeddings": shape.max_seq_len,
-        "rms_norm_eps": shape.norm_eps, "rope_theta": shape.rope_theta, "rope_scaling": scaling,
+        "rms_norm_eps": shape.norm_eps, "rope_theta": shape.rope_theta,
+        "rope_scaling": dict(shape.rope_scaling) or None,
         "tie_word_embeddings": shape.tie_embeddings, "attention_dropout": 0.0, "initializer_range": 0.02,
         "use_cache": True,
     }
-    if family == "llama":  # Llama's attention_bias covers o_proj too: only without biases
-        doc.update(attention_bias=False, mlp_bias=False)
-    elif family == "mistral":
+    doc.update(attention)
+    if shape.family == "mistral":
         doc["sliding_window"] = None
-    elif family in ("qwen2", "qwen3"):
+    elif shape.family in ("qwen2", "qwen3"):
         doc.update(use_sliding_window=False, sliding_window=None)
     return doc
 
@@ -75,7 +98,7 @@ def model_record(shape: ModelShape, *, preset: str | None = None, pretrained: st
     """The content of ``phalanx-model.json``."""
     shape_doc = asdict(shape)
     shape_doc["head_dim"] = shape.head_dim
-    return {"format": RECORD_FORMAT, "preset": preset, "pretrained": pretrained, "rope_style": rope_style(shape),
+    return {"format": RECORD_FORMAT, "preset": preset, "pretrained": pretrained, "rope_style": shape.rope_style,
             "shape": shape_doc,
             "lora": None if lora is None else {"rank": int(lora.rank), "alpha": float(lora.alpha),
                                                "dropout": float(lora.dropout), "targets": list(lora.targets)}}
@@ -109,6 +132,8 @@ def model_files_writer(cfg: Any) -> Callable[[Path], None] | None:
     if shape is None:
         return None
     pretrained = model.pretrained.path if model.pretrained is not None and model.pretrained.path else None
+    if pretrained is not None:  # an export may run elsewhere than this process's working directory
+        pretrained = os.path.abspath(pretrained)
     prepare = cfg.spec.data.prepare
     tokenizer = prepare.tokenizer if prepare is not None and prepare.tokenizer else None
     return lambda directory: write_model_dir(directory, shape, preset=model.preset, pretrained=pretrained,

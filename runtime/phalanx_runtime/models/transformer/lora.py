@@ -60,6 +60,14 @@ def is_adapter_param(name: str) -> bool:
     return len(parts) >= 2 and parts[-2] in ADAPTER_NAMES
 
 
+def adapters_only_checkpoints(model_spec) -> bool:
+    """Whether a run's checkpoints hold the adapters (and their optimizer state) alone: only when
+    the frozen base can be read again at every start and by an export, from ``model.pretrained``.
+    A preset base (random from the seed) is saved whole, so that the checkpoint is the model."""
+    return (model_spec is not None and model_spec.lora is not None and model_spec.pretrained is not None
+            and bool(model_spec.pretrained.path))
+
+
 def adapter_seed(seed: int, layer: int, module: str) -> int:
     """The seed of one adapter's A: stable across processes (no ``hash``) and layouts."""
     return (seed * 1_000_003 + zlib.crc32(f"{layer}.{module}".encode())) % (2**63)
