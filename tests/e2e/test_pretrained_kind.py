@@ -99,6 +99,8 @@ def inputs(shared_dir) -> Iterator[Path]:
         f.writelines(json.dumps({"messages": EVAL_CONVERSATION}) + "\n" for _ in range(16))
     texts = [message["content"] for conversation in train + [EVAL_CONVERSATION] for message in conversation]
     write_llama(root / "model", write_tokenizer(root / "model", texts))
+    for path in root.rglob("*"):  # save_pretrained writes its shards 0600: the pods run as uid 1000
+        path.chmod(0o777 if path.is_dir() else 0o644)
     from transformers import AutoTokenizer
 
     rendered = AutoTokenizer.from_pretrained(root / "model").apply_chat_template(EVAL_CONVERSATION)["input_ids"]

@@ -32,6 +32,8 @@ from phalanx_common.presets import ModelShape
 from phalanx_runtime.models.huggingface.keys import to_hf
 from phalanx_runtime.models.transformer.lora import is_adapter_param
 
+SAFETENSORS_SUFFIX = ".safetensors"
+
 log = logging.getLogger("phalanx_runtime.models.huggingface")
 TIED_SOURCE = "model.embed_tokens.weight"
 
@@ -92,6 +94,21 @@ def _local_numel(t: torch.Tensor) -> int:
     return t.to_local().numel() if isinstance(t, DTensor) else t.numel()
 
 
+def check_readable(path: str) -> None:
+    """Every safetensors file of the directory opens for reading. Raises ValueError naming those
+    that do not: safetensors reports a file it may not read as "No such file or directory"."""
+    errors = []
+    for file in sorted(Path(path).glob("*" + SAFETENSORS_SUFFIX)):
+        try:
+            with open(file, "rb"):
+                pass
+        except OSError as exc:
+            errors.append(f"{FIELD}: {file} cannot be read ({exc.strerror or type(exc).__name__}); the pods run as "
+                          "uid 1000 and need read permission on the model's files")
+    if errors:
+        raise ValueError("\n".join(errors))
+
+
 def check_against_files(reader: HuggingFaceStorageReader, state: dict[str, torch.Tensor], path: str) -> None:
     """Every tensor asked for is in the files, with the parameter's (global) shape. Raises ValueError
     naming each one that is not (DCP would read a partial overlap of a wrong-sized tensor)."""
@@ -117,6 +134,7 @@ def load_hf_weights(parts: list[nn.Module], path: str | Path, shape: ModelShape,
     path = str(path)
     targets = load_targets(parts, shape)
     state = {name: params[0] for name, params in targets.items()}
+    check_readable(path)
     reader = CountingReader(path, thread_count=thread_count)
     check_against_files(reader, state, path)
     no_dist = local or not dist.is_initialized()
