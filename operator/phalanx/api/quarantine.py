@@ -33,8 +33,7 @@ class QuarantineEvidence(Model):
 class NodeQuarantineSpec(Model):
     node: str = Field(..., max_length=patterns.MAX_DNS_SUBDOMAIN, pattern=patterns.DNS_SUBDOMAIN,
                       description="The quarantined node (the object's name too).")
-    reason: str = Field(..., description="Why the node is quarantined.",
-                        json_schema_extra={"enum": [r.value for r in constants.QuarantineReason]})
+    reason: constants.QuarantineReason = Field(..., description="Why the node is quarantined.")
     message: str = Field("", max_length=MAX_MESSAGE, description="What was seen, in words.")
     expires_at: datetime | None = Field(
         None, description="The operator deletes the quarantine at this time; none: it stays until deleted.")
