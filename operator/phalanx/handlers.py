@@ -116,6 +116,7 @@ async def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> 
 @kopf.on.event("nodes", id="node_health")
 async def node_health(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A node's unhealthy conditions and taints (phalanx.nodehealth)."""
+    startup.start_node_health(memo)
     memo.node_health.node_event(type, name, body, memo.config.health)
 
 

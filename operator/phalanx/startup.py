@@ -82,7 +82,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     memo.scheduler.quarantined = memo.node_health.quarantined
     if memo.scheduler_task is None:
         memo.scheduler_task = asyncio.create_task(memo.scheduler.run(memo.decider, memo.config), name="phalanx-scheduler")
-    if memo.node_health_task is None:
+
+
+def start_node_health(memo: kopf.Memo) -> None:
+    """The node health task, once. Started from a watch's handler, not at start-up: it posts
+    Events with ``kopf.event``, which works only in a context kopf set up for its handlers."""
+    if memo.get("node_health_task") is None:
         memo.node_health_task = asyncio.create_task(memo.node_health.run(memo.kube, memo.config.health, memo.leader),
                                                     name="phalanx-node-health")
 
