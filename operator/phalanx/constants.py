@@ -39,6 +39,7 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_MASTER_PORT,
     ENV_METRICS_PORT,
     ENV_NNODES,
+    ENV_NODE_NAME,
     ENV_NODE_RANK,
     ENV_NPROC_PER_NODE,
     ENV_OMP_NUM_THREADS,
@@ -226,7 +227,6 @@ ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its repli
 ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
 ENV_POD_NAME = "PHALANX_POD_NAME"
-ENV_NODE_NAME = "PHALANX_NODE_NAME"
 # The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
 # one written by an earlier job of the same name.
 # rank 0 writes its final progress JSON to this path (DEFAULT_TERMINATION_LOG) for the operator.

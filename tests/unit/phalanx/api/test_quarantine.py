@@ -6,7 +6,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from phalanx.api.quarantine import MAX_EVIDENCE, NodeQuarantineSpec, build_quarantine_crd, quarantine_crd_yaml
+from phalanx.api.quarantine import (
+    MAX_EVIDENCE,
+    NodeQuarantineSpec,
+    build_quarantine_crd,
+    quarantine_crd_yaml,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 NAME = "phalanx.dev_nodequarantines.yaml"
