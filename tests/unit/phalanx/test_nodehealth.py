@@ -122,3 +122,16 @@ def test_the_task_wakes_for_a_change_and_only_the_leader_writes(events):
 
     assert [o["metadata"]["name"] for o in asyncio.run(main(None))] == ["n1"]
     assert asyncio.run(main(Follower())) == []
+
+
+def test_the_scheduler_plans_against_the_quarantined_set():
+    from phalanx.gang.inventory import NodeInfo
+    from phalanx.scheduler import Scheduler
+
+    scheduler = Scheduler()
+    scheduler.attach({name: [NodeInfo(name, {}, {})] for name in ("n0", "n1")}, {None: []})
+    assert [n.quarantined for n in scheduler._nodes()] == [False, False]
+    health = NodeHealth(changed=scheduler.changed)
+    scheduler.quarantined = health.quarantined
+    health.quarantine_event(None, "n1", {"metadata": {"name": "n1"}, "spec": {"node": "n1", "reason": "Manual"}})
+    assert [(n.name, n.quarantined) for n in scheduler._nodes()] == [("n0", False), ("n1", True)]
