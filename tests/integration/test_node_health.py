@@ -20,12 +20,18 @@ NCCL_ERROR = ("Traceback (most recent call last):\n  File \"train.py\", line 9, 
 
 
 @pytest.fixture
-def health_operator(cluster, crd, namespace, tmp_path):
+def health_operator(cluster, crd, operator, namespace, tmp_path):
+    """An operator with short quarantines, alone: the session's (default config: an hour) would
+    quarantine the same nodes and serve the same jobs."""
     config = {"health": {"unhealthyConditions": [CONDITION], "quarantineSeconds": 6, "resyncSeconds": 1,
                          "evidenceThreshold": 2}}
-    op = OperatorProcess(cluster.kubeconfig, tmp_path, config=config, namespaces=[namespace], name="health").start()
-    yield op
-    op.stop()
+    operator.stop()
+    op = OperatorProcess(cluster.kubeconfig, tmp_path, config=config, namespaces=[namespace], name="health")
+    try:
+        yield op.start()
+    finally:
+        op.stop()
+        operator.start()
 
 
 def quarantine(api, node):
