@@ -47,7 +47,7 @@ class NodeHealth:
 
     def __init__(self, changed: Callable[[], None] = lambda: None) -> None:
         self.changed = changed
-        self.signals: dict[str, str | None] = {}  # node → what makes it unhealthy (None: nothing)
+        self.signals: dict[str, str | None] = {}  # each existing node → what makes it unhealthy (None: nothing)
         self.node_uids: dict[str, str] = {}
         self.quarantines: dict[str, Quarantine] = {}
         self.evidence: dict[tuple[Any, ...], Evidence] = {}  # in the window, not yet spent on a quarantine
@@ -69,10 +69,9 @@ class NodeHealth:
             return
         self.node_uids[name] = (body.get("metadata") or {}).get("uid", "")
         signal = node_signal(body, config)
-        if self.signals.get(name) != signal:
-            self.signals[name] = signal
-            if signal:
-                self._wake()
+        before, self.signals[name] = self.signals.get(name), signal
+        if signal and signal != before:
+            self._wake()
 
     def job_event(self, type_: str | None, body: dict[str, Any]) -> None:
         meta = body.get("metadata") or {}

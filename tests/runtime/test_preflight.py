@@ -50,3 +50,20 @@ def test_a_rank_that_never_joins_fails_the_gang_within_the_timeout(tmp_path, mon
         outcome = outcomes[f"rank-{rank}.json"]
         assert outcome["error"] is not None and "PreflightError" not in outcome["error"], outcome
         assert outcome["elapsed"] < 4 + 10, outcome
+
+
+def test_the_trainer_runs_it_before_training_when_asked():
+    from phalanx_runtime.spawn import run_ranks
+
+    doc = job({}, world=2, steps=2)
+    doc["spec"]["failurePolicy"] = {"preflight": True, "preflightTimeoutSeconds": 30}
+    out = run_ranks(doc, 2, timeout=180)
+    assert out["steps"] == 2 and len(out["losses"]) == 2
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    # a job that asks for GPUs on a CPU-only machine: every rank's device check fails first
+    doc["spec"]["resources"] = {"gpus": 1}
+    with pytest.raises(Exception, match="pre-flight device check failed on node .* CUDA is not available"):
+        run_ranks(doc, 2, timeout=180)

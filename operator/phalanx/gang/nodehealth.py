@@ -194,7 +194,7 @@ def _evidence_message(node: str, items: Sequence[Evidence], config: HealthConfig
 
 def plan_health(signals: Mapping[str, str | None], quarantines: Mapping[str, Quarantine],
                 evidence: Iterable[Evidence], now: datetime, config: HealthConfig) -> HealthActions:
-    """What to create, renew and release now. ``signals``: each known node's ``node_signal``;
+    """What to create, renew and release now. ``signals``: each existing node's ``node_signal``;
     ``quarantines`` by node; ``evidence``: what jobs implicated (any age)."""
     actions = HealthActions()
     expires = now + timedelta(seconds=config.quarantine_seconds)
@@ -212,6 +212,8 @@ def plan_health(signals: Mapping[str, str | None], quarantines: Mapping[str, Qua
         by_node.setdefault(item.node, []).append(item)
     created = {q.node for q in actions.create}
     for node, items in sorted(by_node.items()):
+        if node not in signals:  # a node that is gone (lost under a gang) needs no quarantine
+            continue
         if config.enabled and len(items) >= config.evidence_threshold and node not in quarantines and node not in created:
             actions.create.append(Quarantined(node, QuarantineReason.JOB_EVIDENCE, _evidence_message(node, items, config),
                                               expires, tuple(items[-MAX_EVIDENCE:])))

@@ -47,6 +47,7 @@ def failing_job(name, when, node_rank=1, category="CommunicationError"):
 
 def test_two_jobs_implicating_a_node_quarantine_it_once_with_events(events):
     health, kube = NodeHealth(), FakeKube()
+    health.node_event(None, "n1", {"metadata": {"name": "n1", "uid": "u-n1"}}, CONFIG)
     when = datetime.now(UTC).replace(microsecond=0)
     first = failing_job("a", (when - timedelta(minutes=2)).isoformat())
     health.job_event(None, first)

@@ -108,6 +108,9 @@ def test_a_signal_quarantines_at_once_and_renews_while_it_lasts():
     assert still.release == [] and "n1" in still.renew
 
 
+NODES = ("n1", "n2", "n3")
+
+
 @pytest.mark.parametrize(("evidence", "quarantined"), [
     ([ev("n1", 10)], []),  # once is chance
     ([ev("n1", 10), ev("n1", 5, job="team/b")], ["n1"]),  # twice within the hour, across jobs
@@ -116,7 +119,7 @@ def test_a_signal_quarantines_at_once_and_renews_while_it_lasts():
     ([ev("n1", 10), ev("n2", 5)], []),  # different nodes
 ])
 def test_evidence_quarantines_a_node_named_threshold_times_within_the_window(evidence, quarantined):
-    actions = plan_health({}, {}, evidence, NOW, CONFIG)
+    actions = plan_health(dict.fromkeys(NODES), {}, evidence, NOW, CONFIG)
     assert [q.node for q in actions.create] == quarantined
     for q in actions.create:
         assert q.reason == QuarantineReason.JOB_EVIDENCE and q.tipping_job == evidence[-1].job
@@ -124,16 +127,18 @@ def test_evidence_quarantines_a_node_named_threshold_times_within_the_window(evi
 
 
 def test_evidence_threshold_is_configurable_and_an_existing_quarantine_is_not_duplicated():
-    assert [q.node for q in plan_health({}, {}, [ev("n1", 1)], NOW, HealthConfig(evidence_threshold=1)).create] == ["n1"]
+    known = dict.fromkeys(NODES)
+    assert [q.node for q in plan_health(known, {}, [ev("n1", 1)], NOW, HealthConfig(evidence_threshold=1)).create] == ["n1"]
     held = {"n1": Quarantine("n1", "Manual", None)}
-    assert plan_health({}, held, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create == []
+    assert plan_health(known, held, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create == []
+    assert plan_health({"n2": None}, {}, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create == []  # n1 is gone
     assert plan_health({"n1": "condition X=True"}, {}, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create[0].reason == "Condition"
 
 
 def test_disabled_creates_nothing_but_still_releases():
     off = HealthConfig(enabled=False)
     expired = {"n1": Quarantine("n1", "JobEvidence", NOW - timedelta(seconds=1))}
-    actions = plan_health({"n2": "condition X=True"}, expired, [ev("n3", 10), ev("n3", 5)], NOW, off)
+    actions = plan_health({"n2": "condition X=True", "n3": None}, expired, [ev("n3", 10), ev("n3", 5)], NOW, off)
     assert actions.create == [] and actions.release == ["n1"]
 
 
@@ -149,7 +154,7 @@ def test_expiry_releases(expires, released):
 
 def test_quarantine_object_passes_the_crd_model_and_keeps_the_newest_evidence():
     many = [ev("n1", 40 - i) for i in range(MAX_EVIDENCE + 4)]
-    new = plan_health({}, {}, many, NOW, CONFIG).create[0]
+    new = plan_health({"n1": None}, {}, many, NOW, CONFIG).create[0]
     obj = quarantine_object(new)
     assert obj["metadata"]["name"] == "n1" and obj["kind"] == "NodeQuarantine"
     spec = NodeQuarantineSpec.model_validate(obj["spec"])
