@@ -193,8 +193,10 @@ class Trainer:
         failed, error = torch.zeros(1), None
         if self.rank == 0:
             pretrained = self.spec.model.pretrained if self.spec.model else None
-            try:
-                ensure_prepared(self.spec.data, pretrained.path if pretrained else None)
+            tr = self.spec.training
+            try:  # the eval split checked now: training.eval reads whole global batches of it
+                ensure_prepared(self.spec.data, pretrained.path if pretrained else None,
+                                eval_global_batch=tr.global_batch_size if tr.eval is not None else None)
             except Exception as exc:  # every rank fails, rank 0 with the cause
                 failed += 1
                 error = exc

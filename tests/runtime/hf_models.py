@@ -1,12 +1,14 @@
 """Tiny Hugging Face model directories made locally (nothing downloaded): ``make_hf_model(tmp,
 family, **overrides)`` writes config.json + model.safetensors with transformers' ``save_pretrained``
-and a tiny tokenizer (tokenizer.json trained here with ``tokenizers``, tokenizer_config.json with a
-chat template). Every parameter is perturbed from transformers' init (norms ones, biases zeros),
-so a weight that fails to load shows in the outputs."""
+and a tiny tokenizer (tests/tiny_tokenizer.py: tokenizer.json trained here with ``tokenizers``,
+tokenizer_config.json with a chat template). Every parameter is perturbed from transformers' init
+(norms ones, biases zeros), so a weight that fails to load shows in the outputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from tests.tiny_tokenizer import make_tokenizer_dir
 
 # Shared by every family: GQA (4 heads, 2 kv heads), 2 layers, divisible by tensor 2.
 BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -35,19 +37,9 @@ TOKENIZER_TEXT = [
 
 def make_tokenizer(out: Path, vocab_size: int) -> None:
     """A byte-level BPE tokenizer of at most ``vocab_size`` tokens, saved with its chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[:vocab_size // 2])
-    tok.train_from_iterator(TOKENIZER_TEXT, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
+    make_tokenizer_dir(out, chat_template=CHAT_TEMPLATE, eos="</s>", bos="<s>", unk="<unk>", pad="<pad>",
+                       special_tokens=SPECIAL_TOKENS, vocab_size=vocab_size, corpus=TOKENIZER_TEXT,
+                       alphabet_size=vocab_size // 2)
 
 
 def make_hf_model(tmp: str | Path, family: str = "llama", *, seed: int = 0, tokenizer: bool = True,

@@ -1,7 +1,7 @@
 """Prepared data in real training: ``data.prepare`` as the init step, a run stopped after K steps
-(checkpoint) and resumed gives the uninterrupted run's losses exactly, and masked chat data gives
-the single-process losses under data parallelism and a pipeline (the loss normalised by the global
-count of answer tokens)."""
+(checkpoint) and resumed gives the uninterrupted run's losses exactly (and is refused when an input
+changed in between), and masked chat data gives the single-process losses under data parallelism
+and a pipeline (the loss normalised by the global count of answer tokens)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runtime_parity_util import job, max_rel
 
-from tests.unit.phalanx_runtime.data.tiny_tokenizer import VOCAB, make_tokenizer_dir
+from tests.tiny_tokenizer import VOCAB, make_tokenizer_dir
 
 pytestmark = pytest.mark.runtime
 
@@ -97,6 +97,20 @@ def test_prepare_step_then_stop_and_resume_exactly(files, tmp_path, monkeypatch)
     assert resumed.start_step == STOP_AT
     assert resumed.losses == full.losses[STOP_AT:]
     assert full.losses[-1] < full.losses[0]
+
+
+def test_resume_over_changed_inputs_is_refused(files, tmp_path, monkeypatch):
+    """An input changed between restarts: rank 0 prepares data.path again, and the checkpoint's
+    loader position (a step of the old data) is refused instead of read in the new data."""
+    chat = tmp_path / "chat.jsonl"
+    chat.write_bytes(files["chat"].read_bytes())
+    prepare = {"inputs": [str(chat)], "tokenizer": str(files["tokenizer"]), "messagesField": "messages"}
+    doc = chat_job(tmp_path / "data", prepare=prepare)
+    assert run_trainer(doc, tmp_path / "ckpt", monkeypatch, stop_at=2).preempted
+    with open(chat, "a") as f:
+        f.write(json.dumps(next(conversations(1))) + "\n")
+    with pytest.raises(ValueError, match="data.prepare.inputs / data.path: the prepared data is not the data"):
+        run_trainer(doc, tmp_path / "ckpt", monkeypatch)
 
 
 @pytest.mark.parametrize("name,world,parallelism", [

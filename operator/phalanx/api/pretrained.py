@@ -133,6 +133,14 @@ def _has(obj, attr: str) -> bool:
     return obj is not None and getattr(obj, attr) is not None
 
 
+def _outside(path: str | None, inputs: list[str]) -> bool:
+    """``path`` is none of ``inputs`` and in none of them (as strings: what the CEL can compare)."""
+    return path is None or all(path != i and not path.startswith(i if i.endswith("/") else i + "/") for i in inputs)
+
+
+_OUTSIDE = "(i, self.data.path != i && !self.data.path.startsWith(i.endsWith('/') ? i : i + '/'))"
+
+
 def _eval_split_made(s) -> bool:
     """training.eval with data.prepare: the preparation writes an eval split."""
     p = s.data.prepare
@@ -153,6 +161,19 @@ FINETUNE_RULES = (
          "data.prepare.tokenizer is required unless model.pretrained is set (then the model directory's tokenizer is the default)",
          _runtime(lambda s: s.data.prepare is None or s.data.prepare.tokenizer is not None or s.model.pretrained is not None),
          ".data.prepare.tokenizer"),
+    Rule(_RUNTIME + _PREPARE + "!has(self.data.prepare.messagesField) || !has(self.data.prepare.format) || "
+         "self.data.prepare.format != 'text'",
+         "data.prepare.messagesField needs records with fields: format jsonl, parquet or arrow (a text file is one "
+         "document with no fields)",
+         _runtime(lambda s: s.data.prepare is None or s.data.prepare.messages_field is None
+                  or s.data.prepare.format != "text"), ".data.prepare.messagesField"),
+    Rule(_RUNTIME + _PREPARE + "!has(self.data.path) || (self.data.prepare.inputs.all" + _OUTSIDE + " && "
+         "(!has(self.data.prepare.evalInputs) || self.data.prepare.evalInputs.all" + _OUTSIDE + "))",
+         "data.path must be outside data.prepare.inputs and evalInputs (a directory input is read recursively: "
+         "the prepared files would become inputs)",
+         _runtime(lambda s: s.data.prepare is None or _outside(s.data.path, [*s.data.prepare.inputs,
+                                                                            *s.data.prepare.eval_inputs])),
+         ".data.path"),
     Rule(_RUNTIME + _EVAL + "self.data.source != 'tokens'",
          "training.eval needs a held-out split: data.source prepared (its eval split), synthetic or corpus "
          "(the samples after the training ones); a tokens file has none",

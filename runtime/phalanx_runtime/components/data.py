@@ -6,7 +6,10 @@ labels). Step ``s`` consumes global samples ``perm[s·G … (s+1)·G)`` (G = glo
 deterministic permutation each epoch); data-parallel rank ``r`` of ``D`` takes the contiguous
 slice ``r·G/D … (r+1)·G/D`` of it. So a run with any data-parallel degree sees exactly the
 tokens of the single-process run, and the position is one integer: ``state_dict()`` /
-``load_state_dict()`` resume it.
+``load_state_dict()`` resume it. A prepared source's ``content_id`` (the SHA-256 of its split's
+tokens and mask) is saved with the position: a resume over different prepared data (an input
+changed between restarts, so rank 0 prepared again) is refused instead of continuing at the
+same step of other documents.
 
 A source with ``masked`` True (prepared chat data) says per sample which labels count
 (``label_mask``); the loader writes -100 into the labels that do not, and ``global_count`` is the
@@ -17,6 +20,7 @@ masks, no collective): the loss divides by it (components/loss.py).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -92,6 +96,8 @@ class PreparedSource:
         if info is None:
             raise ValueError(f"data.path: {path} has no {split} split")
         self.meta, self.split, self.seq_len = meta, split, seq_len
+        self.content_id = hashlib.sha256(json.dumps(
+            {k: info.get(k) for k in ("tokens", "counted", "sha256", "mask_sha256")}, sort_keys=True).encode()).hexdigest()
         self.arr = np.memmap(os.path.join(path, f"{split}.bin"), dtype=np.dtype(meta["dtype"]), mode="r")
         self.masked = bool(info["masked"])
         self.mask = np.memmap(os.path.join(path, f"{split}.mask"), dtype=np.uint8, mode="r") if self.masked else None
@@ -239,9 +245,19 @@ class DataLoader:
             yield self.next_batch()
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "global_batch": self.global_batch, "seed": self.seed}
+        state = {"step": self.step, "global_batch": self.global_batch, "seed": self.seed}
+        content_id = getattr(self.source, "content_id", None)
+        if content_id is not None:
+            state["data"] = content_id
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        saved, current = state.get("data"), getattr(self.source, "content_id", None)
+        if saved is not None and current is not None and saved != current:
+            raise ValueError(f"data.prepare.inputs / data.path: the prepared data is not the data this job's checkpoint "
+                             f"was trained on (an input changed since, so it was prepared again): resuming at global "
+                             f"batch {state['step']} would read other documents. Restore the inputs, or start the job "
+                             "afresh (a new checkpoint directory)")
         if state.get("global_batch", self.global_batch) != self.global_batch:
             # Resume at the same token position even if the global batch changed.
             self.step = (state["step"] * state["global_batch"]) // self.global_batch

@@ -3,16 +3,26 @@
 The template is rendered as transformers renders it (a sandboxed jinja2 environment with
 ``trim_blocks``/``lstrip_blocks``, loop controls, ``tojson``, ``raise_exception``,
 ``strftime_now``, and ``{% generation %}`` blocks rendering their body). Which characters are an
-assistant's answer is found by rendering prefixes of the conversation, so it works for any
-template: answer ``i`` starts where the render of ``messages[:i]`` with the generation prompt
-stops agreeing with the full render, and ends where the render of ``messages[:i + 1]`` stops
-agreeing with it (so the end-of-turn text the template writes after an answer is part of the
-answer: the model learns to stop). A token counts when its first character is in an answer.
+assistant's answer:
+
+- a template with ``{% generation %}`` blocks marks them (transformers'
+  ``return_assistant_tokens_mask``): each block's rendered body is an answer;
+- any other template: answer ``i`` starts where the render of ``messages[:i]`` with the
+  generation prompt stops agreeing with the full render, and ends where the render of
+  ``messages[:i + 1]`` stops agreeing with it (so the end-of-turn text the template writes after
+  an answer is part of the answer: the model learns to stop). A template that renders an earlier
+  turn differently once later turns follow (Qwen3 writes a ``<think>`` block on the last turn
+  only) gives no such span: the answer is then the message's content found in the full render
+  after that start, with the end-of-document token when the template writes it right after.
+
+An answer found neither way is counted as missing (meta.json ``answers``, and a warning). A token
+counts when its first character is in an answer.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from functools import lru_cache
 
@@ -31,12 +41,18 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+# Written around each {% generation %} body, then cut out of the render (the nonce: no content has them).
+_NONCE = uuid.uuid4().hex
+GENERATION_START, GENERATION_END = f"\x00generation-{_NONCE}\x01", f"\x00end-generation-{_NONCE}\x01"
+
+
 def _generation_extension():
     from jinja2 import nodes
     from jinja2.ext import Extension
 
     class GenerationBlock(Extension):
-        """``{% generation %}…{% endgeneration %}`` (transformers marks answers with it): the body."""
+        """``{% generation %}…{% endgeneration %}`` (transformers marks answers with it): the body
+        between markers."""
 
         tags = {"generation"}
 
@@ -46,7 +62,7 @@ def _generation_extension():
             return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
         def _body(self, caller):
-            return caller()
+            return GENERATION_START + caller() + GENERATION_END
 
     return GenerationBlock
 
@@ -78,21 +94,59 @@ class ChatRenderer:
         self.special_tokens = special_tokens
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+        return cut_generation_markers(self._render(messages, add_generation_prompt))[0]
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                     **self.special_tokens)
 
-    def render_with_answers(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
-        """The conversation's text and the ``[start, end)`` character spans of its answers."""
-        full = self.render(messages)
-        spans = []
-        for i, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
-            start = common_prefix(self.render(messages[:i], add_generation_prompt=True), full)
-            end = common_prefix(self.render(messages[:i + 1]), full)
-            if end > start:
-                spans.append((start, end))
-        return full, spans
+    def render_with_answers(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]], int]:
+        """The conversation's text, the ``[start, end)`` character spans of its answers and the
+        number of assistant turns with no span."""
+        full, spans = cut_generation_markers(self._render(messages))
+        assistant = [i for i, message in enumerate(messages) if message.get("role") == "assistant"]
+        if spans:
+            return full, spans, max(0, len(assistant) - len(spans))
+        for i in assistant:
+            span = self._answer_span(messages, i, full)
+            if span is not None:
+                spans.append(span)
+        return full, spans, len(assistant) - len(spans)
+
+    def _answer_span(self, messages: list[dict], i: int, full: str) -> tuple[int, int] | None:
+        start = common_prefix(self.render(messages[:i], add_generation_prompt=True), full)
+        end = common_prefix(self.render(messages[:i + 1]), full)
+        if end > start:
+            return start, end
+        content = messages[i].get("content")
+        if not isinstance(content, str) or not content.strip():
+            return None
+        found = full.find(content.strip(), start)
+        if found < 0:
+            return None
+        end = found + len(content.strip())
+        eos = self.special_tokens.get("eos_token")
+        if eos and full.startswith(eos, end):
+            end += len(eos)
+        return found, end
+
+
+def cut_generation_markers(rendered: str) -> tuple[str, list[tuple[int, int]]]:
+    """The render without the ``{% generation %}`` markers, and the non-empty spans they enclosed."""
+    text, spans, pos, length = [], [], 0, 0
+    while (start := rendered.find(GENERATION_START, pos)) >= 0:
+        end = rendered.find(GENERATION_END, start)
+        if end < 0:
+            break
+        body = rendered[start + len(GENERATION_START):end]
+        text += [rendered[pos:start], body]
+        length += start - pos
+        if body:
+            spans.append((length, length + len(body)))
+        length += len(body)
+        pos = end + len(GENERATION_END)
+    text.append(rendered[pos:])
+    return "".join(text), spans
 
 
 def common_prefix(a: str, b: str) -> int:

@@ -19,6 +19,7 @@ class Encoder:
     def __init__(self, tok: TokenizerDir, chat: bool):
         self.tok = tok
         self.renderer = ChatRenderer(tok.chat_template, tok.special_tokens, str(tok.path)) if chat else None
+        self.answers_found = self.answers_missing = 0  # assistant turns with / without a span
 
     def encode(self, documents: list) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """(ids, mask) per document; mask None: every token counts."""
@@ -43,10 +44,13 @@ class Encoder:
         from jinja2.exceptions import TemplateError
 
         try:
-            return self.renderer.render_with_answers(messages)
+            text, spans, missing = self.renderer.render_with_answers(messages)
         except TemplateError as exc:
             raise field_error("messages_field", f"the chat template refused a conversation ({exc}): "
                                                 f"{str(messages)[:200]}") from None
+        self.answers_found += len(spans)
+        self.answers_missing += missing
+        return text, spans
 
     def _with_eos(self, ids: np.ndarray) -> np.ndarray:
         eos = self.tok.eos_id

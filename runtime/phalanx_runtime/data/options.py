@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
+from pathlib import Path
 
 FORMATS = ("jsonl", "parquet", "text", "arrow")
+MAX_EVAL_FRACTION = 0.5  # the API's limit (operator/phalanx/api/pretrained.py)
 
 # attribute → (TrainingJob field, `phalanx data prepare` flag): every error names both.
 FIELD_NAMES = {
@@ -48,10 +51,24 @@ class PrepareOptions:
             raise field_error("tokenizer", "no tokenizer directory (set it, or model.pretrained.path)")
         if self.format is not None and self.format not in FORMATS:
             raise field_error("format", f"{self.format!r} is not one of {', '.join(FORMATS)}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise field_error("eval_fraction", f"{self.eval_fraction} is not in [0, 1)")
+        if not 0.0 <= self.eval_fraction <= MAX_EVAL_FRACTION:
+            raise field_error("eval_fraction", f"{self.eval_fraction} is not in [0, {MAX_EVAL_FRACTION}]")
         if not self.text_field:
             raise field_error("text_field", "empty field name")
+        if self.format == "text" and self.messages_field is not None:
+            raise field_error("messages_field", "a text file holds no fields (chat data needs jsonl, parquet or arrow)")
+        self._check_out_outside_inputs()
+
+    def _check_out_outside_inputs(self) -> None:
+        """Directory inputs are read recursively: an output inside one would be read as input at
+        the next preparation (a glob's matches leave the output out when resolved instead)."""
+        out = Path(self.out).resolve()
+        for attr, patterns in (("inputs", self.inputs), ("eval_inputs", self.eval_inputs)):
+            for pattern in patterns:
+                if not glob.has_magic(pattern) and out.is_relative_to(Path(pattern).resolve()):
+                    field, _ = FIELD_NAMES[attr]
+                    raise field_error("out", f"{self.out} is inside the input {pattern} ({field}): choose a "
+                                             "directory outside the inputs")
 
 
 def options_from_spec(prepare, path: str | None, pretrained_path: str | None = None) -> PrepareOptions:

@@ -47,21 +47,31 @@ def format_of(path: Path, fmt: str | None, attr: str) -> str:
     return found
 
 
-def resolve_inputs(patterns: tuple[str, ...], fmt: str | None, attr: str) -> list[tuple[Path, str]]:
-    """Every input file (or datasets directory) with its format, in a deterministic order."""
+def resolve_inputs(patterns: tuple[str, ...], fmt: str | None, attr: str,
+                   exclude: Path | None = None) -> list[tuple[Path, str]]:
+    """Every input file (or datasets directory) with its format, in a deterministic order;
+    nothing inside ``exclude`` (the output directory, which a glob or directory may hold)."""
+    excluded = exclude.resolve() if exclude is not None else None
+
+    def kept(path: Path) -> bool:
+        return excluded is None or not path.resolve().is_relative_to(excluded)
+
     out: list[tuple[Path, str]] = []
     for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches or not all(os.path.exists(m) for m in matches):
             raise field_error(attr, f"{pattern}: no such file or directory")
-        for match in map(Path, matches):
+        for match in filter(kept, map(Path, matches)):
             if match.is_dir() and not is_hf_dataset_dir(match) and not (match / "dataset_dict.json").is_file():
-                files = sorted(p for p in match.rglob("*") if p.is_file() and not p.name.startswith("."))
+                files = sorted(p for p in match.rglob("*") if p.is_file() and not p.name.startswith(".") and kept(p))
                 if not files:
                     raise field_error(attr, f"{match}: an empty directory")
                 out += [(f, format_of(f, fmt, attr)) for f in files]
             else:
-                out.append((match, format_of(match, fmt, attr)))
+                fmt_found = format_of(match, fmt, attr)
+                if fmt_found == "arrow":
+                    arrow_files(match, attr)  # its state.json checked now, naming the field
+                out.append((match, fmt_found))
     return out
 
 
@@ -123,11 +133,20 @@ def _parquet(path: Path, text_field: str, messages_field: str | None) -> Iterato
                         messages_field)
 
 
-def arrow_files(path: Path) -> list[Path]:
+def arrow_files(path: Path, attr: str = "inputs") -> list[Path]:
+    """A datasets directory's ``*.arrow`` files (its state.json), each inside the directory."""
     if not path.is_dir():
         return [path]
-    state = json.loads((path / "state.json").read_text())
-    return [path / f["filename"] for f in state.get("_data_files", [])]
+    root = path.resolve()
+    try:
+        listed = [f["filename"] for f in json.loads((path / "state.json").read_text()).get("_data_files", [])]
+        files = [path / name for name in listed]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise field_error(attr, f"{path / 'state.json'}: not a datasets state.json (_data_files with filenames)") from None
+    outside = [name for name, file in zip(listed, files, strict=True) if not file.resolve().is_relative_to(root)]
+    if outside:
+        raise field_error(attr, f"{path / 'state.json'} names a file outside {path}: {outside[0]!r}")
+    return files
 
 
 def _arrow(path: Path, text_field: str, messages_field: str | None) -> Iterator[Document]:

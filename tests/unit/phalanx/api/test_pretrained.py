@@ -49,6 +49,8 @@ def problems(obj) -> list:
      "training": {"eval": {}}},  # both: the eval inputs and a share of the others
     {"model": {"entrypoint": "my.model:build"}, "data": {"source": "prepared", "path": "/data/p",
                                                          "prepare": {"inputs": ["/data/a"], "tokenizer": "/tok"}}},
+    {"model": PRETRAINED, "data": {**PREPARED, "path": "/d/prepared", "prepare": {"inputs": ["/d/prep", "/d/prepared.jsonl"],
+                                                                          "format": "jsonl", "messagesField": "m"}}},
     {"model": {"preset": "debug"}, "checkpoint": {"volume": PVC, "exportHuggingFace": True}},
     {"data": {"source": "corpus"}, "training": {"eval": {"everySteps": 5}}},  # the bytes after the training corpus
     {"model": {"entrypoint": "m:f"}, "training": {"eval": {}}},  # the token loss of its logits
@@ -95,6 +97,18 @@ API, OPERATOR = "api", "operator"
      "'jsonl', 'parquet', 'text' or 'arrow'", API),
     ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d"], "evalFraction": 0.6}}},
      "spec.data.prepare.evalFraction", "less than or equal to 0.5", API),
+    ({"model": PRETRAINED, "data": {**PREPARED, "prepare": {"inputs": ["/d/a.txt"], "format": "text",
+                                                           "messagesField": "messages"}}},
+     "spec.data.prepare.messagesField", "format jsonl, parquet or arrow", API),
+    # the prepared files would be read back as inputs
+    ({"model": PRETRAINED, "data": {**PREPARED, "path": "/d/prepared", "prepare": {"inputs": ["/d"]}}},
+     "spec.data.path", "outside data.prepare.inputs", API),
+    ({"model": PRETRAINED, "data": {**PREPARED, "path": "/d/prepared", "prepare": {"inputs": ["/e", "/d/"]}}},
+     "spec.data.path", "outside data.prepare.inputs", API),
+    ({"model": PRETRAINED, "data": {**PREPARED, "path": "/d", "prepare": {"inputs": ["/d"]}}},
+     "spec.data.path", "outside data.prepare.inputs", API),
+    ({"model": PRETRAINED, "data": {**PREPARED, "path": "/d/held/p", "prepare": {"inputs": ["/a"], "evalInputs": ["/d/held"]}}},
+     "spec.data.path", "outside data.prepare.inputs and evalInputs", API),
     # eval needs a held-out split and the built-in transformer
     ({"data": {"source": "tokens", "path": "/d/t.bin"}, "training": {"eval": {}}}, "spec.training.eval",
      "needs a held-out split", API),

@@ -14,7 +14,7 @@ from phalanx_runtime.components.data import DataLoader, PreparedSource, make_eva
 from phalanx_runtime.config import DataSpec  # noqa: E402
 from phalanx_runtime.data.options import PrepareOptions  # noqa: E402
 from phalanx_runtime.data.prepare import prepare  # noqa: E402
-from tests.unit.phalanx_runtime.data.tiny_tokenizer import make_tokenizer_dir  # noqa: E402
+from tests.tiny_tokenizer import make_tokenizer_dir  # noqa: E402
 
 SEQ = 16
 
@@ -61,3 +61,26 @@ def test_eval_source(chat_dir, tmp_path):
         PreparedSource(str(chat_dir), SEQ, vocab_size=256)
     with pytest.raises(ValueError, match="fewer than seqLen"):
         PreparedSource(str(chat_dir), 1 << 20)
+
+
+def test_loader_refuses_to_resume_over_other_prepared_data(chat_dir, tmp_path):
+    """The loader's position is saved with the prepared split's content id: the same data
+    resumes, data prepared again from a changed input is refused naming the field."""
+    source = PreparedSource(str(chat_dir), SEQ)
+    loader = DataLoader(source, global_batch=4, dp_rank=0, dp_size=1, seed=3)
+    loader.next_batch()
+    state = loader.state_dict()
+    assert state["data"] == source.content_id
+    same = DataLoader(PreparedSource(str(chat_dir), SEQ), global_batch=4, dp_rank=0, dp_size=1, seed=3)
+    same.load_state_dict(state)
+    assert same.step == 1
+    records = [json.loads(line) for line in (chat_dir.parent / "chat.jsonl").read_text().splitlines()]
+    changed = tmp_path / "chat.jsonl"
+    changed.write_text("".join(json.dumps(r) + "\n" for r in records + records[:1]))
+    prepare(PrepareOptions(inputs=(str(changed),), out=str(tmp_path / "out"), tokenizer=str(chat_dir.parent / "tok"),
+                           messages_field="messages", eval_fraction=0.2))
+    other = DataLoader(PreparedSource(str(tmp_path / "out"), SEQ), global_batch=4, dp_rank=0, dp_size=1, seed=3)
+    with pytest.raises(ValueError, match=r"data.prepare.inputs / data.path: the prepared data is not the data"):
+        other.load_state_dict(state)
+    # sources without a content id (synthetic, tokens, corpus) keep their state as it was
+    assert "data" not in DataLoader(range(8), global_batch=4, dp_rank=0, dp_size=1, seed=0).state_dict()

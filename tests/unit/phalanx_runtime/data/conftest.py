@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.phalanx_runtime.data.tiny_tokenizer import CHATML, LLAMA3, make_tokenizer_dir
+from tests.tiny_tokenizer import CHATML, LLAMA3, make_tokenizer_dir
 from tests.unit.phalanx_runtime.data.util import GENERATION_TAGGED
 
 

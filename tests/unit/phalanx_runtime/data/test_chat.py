@@ -62,3 +62,51 @@ def test_rendering_and_tokens_are_transformers(template, tokenizers_dir, tmp_pat
     expected = hf.apply_chat_template(CONVERSATION, tokenize=True, return_dict=False)
     expected = list(expected) if expected[-1] == meta["eos_id"] else [*expected, meta["eos_id"]]
     assert ids.tolist() == expected
+
+
+# Qwen3's shape: an assistant turn after the last user message (the final answer) gets a <think>
+# block the earlier turns do not, so rendering a prefix of the conversation writes an earlier
+# answer differently from the full render.
+THINKING = ("{%- set ns = namespace(last_user=0) %}{%- for m in messages %}{%- if m['role'] == 'user' %}"
+            "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
+            "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' }}"
+            "{%- if m['role'] == 'assistant' and loop.index0 > ns.last_user %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+            "{%- endif %}{{- m['content'] + '<|im_end|>' }}{{- '\\n' }}{%- endfor %}"
+            "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+THINKING_TAGGED = THINKING.replace("{{- m['content'] + '<|im_end|>' }}",
+                                   "{%- if m['role'] == 'assistant' %}{% generation %}{{- m['content'] + '<|im_end|>' }}"
+                                   "{% endgeneration %}{%- else %}{{- m['content'] + '<|im_end|>' }}{%- endif %}")
+
+
+@pytest.mark.parametrize("template,answers", [
+    # no generation blocks: the first answer found by its content, with the eos the template writes
+    (THINKING, ["four.<|im_end|>", "<think>\n\n</think>\n\nit jumps over the lazy dog.<|im_end|>\n"]),
+    # generation blocks: exactly their bodies
+    (THINKING_TAGGED, ["four.<|im_end|>", "it jumps over the lazy dog.<|im_end|>"]),
+])
+def test_every_answer_counts_when_earlier_turns_render_differently(template, answers, tmp_path):
+    from tests.tiny_tokenizer import make_tokenizer_dir
+
+    tok = make_tokenizer_dir(tmp_path / "tok", chat_template=template, eos="<|im_end|>")
+    data = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}])
+    meta, _ = prepare(PrepareOptions(inputs=(str(data),), out=str(tmp_path / "out"), tokenizer=str(tok),
+                                     messages_field="messages"))
+    _, ids, mask, _ = read_split(tmp_path / "out")
+    runs = np.split(np.arange(len(ids))[mask], np.where(np.diff(np.arange(len(ids))[mask]) != 1)[0] + 1)
+    assert [decode(tok, ids[r]) for r in runs] == answers
+    assert meta["answers"] == {"found": 2, "missing": 0}
+
+
+def test_answers_not_in_the_render_are_counted_missing(tmp_path, caplog):
+    from tests.tiny_tokenizer import make_tokenizer_dir
+
+    # a template that writes a placeholder instead of earlier answers: those cannot be found
+    template = THINKING.replace("{{- m['content'] + '<|im_end|>' }}",
+                                "{{- (m['content'] if loop.last or m['role'] != 'assistant' else '...') + '<|im_end|>' }}")
+    tok = make_tokenizer_dir(tmp_path / "tok", chat_template=template, eos="<|im_end|>")
+    data = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}])
+    with caplog.at_level("WARNING", logger="phalanx_runtime"):
+        meta, _ = prepare(PrepareOptions(inputs=(str(data),), out=str(tmp_path / "out"), tokenizer=str(tok),
+                                         messages_field="messages"))
+    assert meta["answers"] == {"found": 1, "missing": 1}
+    assert "1 of 2 assistant answers were not found" in caplog.text
