@@ -84,6 +84,7 @@ from phalanx_common.contract import (  # noqa: F401
     ErrorKey,
     ErrorSource,
     ProgressKey,
+    StartupPhase,
 )
 
 # --- API identity: the CRDs' group, version, kinds and names ------------------------------------
