@@ -93,8 +93,8 @@ class StartupPhase(StrEnum):
     AGENT = "agent"  # config read and checked, torch imported: torchrun's agent starts
     WORKER = "worker"  # the worker process started (the agents' rendezvous, the spawn)
     IMPORTS = "imports"  # the worker's imports (torch and the trainer's modules)
-    PROCESS_GROUP = "processGroup"  # the process group (the workers' rendezvous)
-    MESH = "mesh"  # the device mesh and its sub-groups
+    PROCESS_GROUP = "processGroup"  # this rank joined the process group (its store)
+    MESH = "mesh"  # the device mesh and its groups: the first collective, it waits for the slowest rank
     MODEL = "model"  # model built, initialised (or loaded) and parallelised
     OPTIMIZER = "optimizer"
     DATA = "data"  # data loader and held-out evaluation
