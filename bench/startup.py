@@ -26,6 +26,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "common"))
+from phalanx_common.contract import StartupPhase  # noqa: E402
+
 LINE = re.compile(r"start-up \(seconds since the container started\): (.*)")
 PHASE = re.compile(r"(\w+) ([\d.]+)s \(\+[\d.]+\)")
 LOCAL_STEPS = 2
@@ -83,7 +86,9 @@ def run_kind(job: Path, namespace: str, checkpoints: Path | None, timeout: float
 
 
 def table(runs: list[dict[str, float]]) -> str:
-    phases = list(dict.fromkeys(k for run in runs for k in run))
+    """The phases in StartupPhase order (a status map comes back sorted by name), then the rest."""
+    names = [phase.value for phase in StartupPhase]
+    phases = sorted(dict.fromkeys(k for run in runs for k in run), key=lambda k: names.index(k) if k in names else len(names))
     head = "| phase | " + " | ".join(f"run {i + 1} (end, +took)" for i in range(len(runs))) + " |"
     rows = [head, "|" + "---|" * (len(runs) + 1)]
     before = [0.0] * len(runs)
