@@ -28,7 +28,7 @@ Environment:
   PHALANX_KIND_DIR         state: kubeconfig, kind config, logs, shared/ (default .kind/)
   PHALANX_KIND_NODE_IMAGE  use this node image
   PHALANX_KIND_IMAGES      Phalanx images to build and load (default "operator runtime";
-                           "operator" skips the 3.6 GB runtime image)
+                           "operator" skips the 3.9 GB runtime image)
   PHALANX_KIND_NETPOL=1    up also installs a NetworkPolicy enforcer (hack/kind/netpol.sh)
   PHALANX_NAMESPACE        namespace of the jobs and the shared PVC (default default)
   PHALANX_CACHE            binary and wheel cache (default ~/.cache/phalanx)

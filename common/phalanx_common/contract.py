@@ -85,6 +85,30 @@ class ProgressKey(StrEnum):
     LAST_CHECKPOINT = "lastCheckpoint"  # {"step", "path", "time"}: the last committed checkpoint
     RESUMED_STEP = "resumedStep"  # the step this attempt's script resumed from (its checkpoint)
     RESUMED_FROM = "resumedFrom"  # built-in runtime: {"uid", "step"} of an earlier job's checkpoint
+    STARTUP = "startup"  # built-in runtime: {StartupPhase: seconds since the container started}
+
+
+# The built-in runtime's start-up timeline, in the order the phases end: each value is the seconds
+# from the container's start (the launcher process's start) to the end of that phase.
+class StartupPhase(StrEnum):
+    LAUNCHER = "launcher"  # the launcher's interpreter and imports, up to its main()
+    AGENT = "agent"  # config read and checked, torch imported: torchrun's agent starts
+    WORKER = "worker"  # the worker process started (the agents' rendezvous, the spawn)
+    IMPORTS = "imports"  # the worker's imports (torch and the trainer's modules)
+    PROCESS_GROUP = "processGroup"  # this rank joined the process group (its store)
+    MESH = "mesh"  # the device mesh and its groups: the first collective, it waits for the slowest rank
+    MODEL = "model"  # model built, initialised (or loaded) and parallelised
+    OPTIMIZER = "optimizer"
+    DATA = "data"  # data loader and held-out evaluation
+    CHECKPOINT = "checkpoint"  # the newest committed checkpoint resumed (if any)
+    METRICS = "metrics"  # metrics and the progress endpoint
+    FIRST_STEP = "firstStep"  # the first optimizer step done
+
+
+# The launcher's start (seconds since the epoch) and the ends of its phases (JSON {phase: epoch
+# seconds}), for the workers' timeline; set by the launcher, passed to the workers by torchrun.
+ENV_START_TIME = "PHALANX_START_TIME"
+ENV_STARTUP_MARKS = "PHALANX_STARTUP_MARKS"
 
 
 # Bounds both sides keep: what a reporter sends and what the operator accepts.

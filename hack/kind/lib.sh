@@ -54,7 +54,10 @@ ensure_dockerd() {
   docker info >/dev/null 2>&1 && return 0
   if command -v dockerd >/dev/null && [[ $EUID -eq 0 ]]; then
     log "starting dockerd"
-    (nohup dockerd >/var/log/phalanx-dockerd.log 2>&1 9>&- &)   # 9: a builder's lock (build_lock)
+    # Without the caller's open files: an inherited lock (build_lock's fd 9, `flock LOCK cmd`'s fd 3)
+    # would stay held by dockerd, which outlives the caller, and block every later taker.
+    (for fd in /proc/$BASHPID/fd/*; do fd="${fd##*/}"; ((fd > 2)) && eval "exec $fd>&-"; done
+     nohup dockerd >/var/log/phalanx-dockerd.log 2>&1 &)
     local _; for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
   fi
   log "a running Docker engine is needed"

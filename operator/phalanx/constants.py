@@ -61,6 +61,8 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_RANK,
     ENV_RESTART_ATTEMPT,
     ENV_RESULT_FILE,
+    ENV_START_TIME,
+    ENV_STARTUP_MARKS,
     ENV_STOP_GRACE_SECONDS,
     ENV_TERMINATION_LOG,
     ENV_WORLD_SIZE,
@@ -85,6 +87,7 @@ from phalanx_common.contract import (  # noqa: F401
     ErrorKey,
     ErrorSource,
     ProgressKey,
+    StartupPhase,
 )
 
 # --- API identity: the CRDs' group, version, kinds and names ------------------------------------

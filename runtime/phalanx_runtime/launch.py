@@ -46,6 +46,7 @@ from phalanx_common.contract import (
     ENV_RESTART_ATTEMPT,
     ENV_WORLD_SIZE,
     ErrorSource,
+    StartupPhase,
 )
 from phalanx_common.hf_config import check_pretrained
 from phalanx_common.layout import check_layout
@@ -68,6 +69,7 @@ from phalanx_runtime.lifetime import (
     parent_pid_from_env,
     stop_grace,
 )
+from phalanx_runtime.startup import StartupTimeline
 
 log = logging.getLogger("phalanx_runtime.launch")
 EXIT_INVALID = 2
@@ -227,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="validate the config and layout, start nothing")
     ap.add_argument("--dry-run", action="store_true", help="print the torchrun command, start nothing")
     args = ap.parse_args(argv)
+    timeline = StartupTimeline.for_launcher()
+    timeline.mark(StartupPhase.LAUNCHER)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     watchdog = _arm_early_stop()
     try:
-        return _run(args)
+        return _run(args, timeline)
     except Exception as exc:  # the rendezvous, torchrun itself, a direct-mode worker: say why
         if getattr(exc, "sigval", None) is None:  # torchrun's SignalException is a stop, no failure
             report_exception(exc, source=ErrorSource.LAUNCHER)
@@ -248,7 +252,7 @@ def _invalid(lines: list[str]) -> int:
     return EXIT_INVALID
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
     config_path = args.config or default_config_path()
     try:
         cfg = load_config(config_path)
@@ -272,6 +276,8 @@ def _run(args: argparse.Namespace) -> int:
     os.environ[ENV_CONFIG_PATH] = os.path.abspath(config_path)
     os.environ.setdefault(ENV_JOB_NAME, cfg.name)
     os.environ.setdefault(ENV_PYTHONUNBUFFERED, "1")
+    timeline.mark(StartupPhase.AGENT)
+    os.environ.update(timeline.to_env())  # the workers' start-up timeline goes on from here
     if le.direct:
         os.environ.update({runtime_env.ENV_RANK: str(le.rank), ENV_WORLD_SIZE: str(le.world_size),
                            runtime_env.ENV_LOCAL_RANK: str(le.local_rank), ENV_MASTER_ADDR: le.master_addr,

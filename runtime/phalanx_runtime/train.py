@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 
+from phalanx_common.contract import StartupPhase
 from phalanx_runtime.config import RuntimeConfig, load_config
 from phalanx_runtime.env import ENV_RANK, ENV_RESULT_FILE
 from phalanx_runtime.failure_report import report_exception
@@ -28,6 +29,7 @@ from phalanx_runtime.lifetime import (
     parent_pid_from_env,
     stop_grace,
 )
+from phalanx_runtime.startup import StartupTimeline
 from phalanx_runtime.trainer import Trainer, TrainResult
 
 _stop = threading.Event()
@@ -56,13 +58,15 @@ def sigterm_flag():
         signal.signal(signal.SIGTERM, prev)
 
 
-def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port: int | None = None) -> TrainResult:
+def train(cfg: RuntimeConfig, *, progress_port: int | None = None, metrics_port: int | None = None,
+          timeline: StartupTimeline | None = None) -> TrainResult:
     if cfg.spec.parallelism.parameter_server is not None:
         from phalanx_runtime.ps.run import run_parameter_server
 
         return run_parameter_server(cfg)
     with sigterm_flag():
-        trainer = Trainer(cfg, stop_requested=_stop.is_set, progress_port=progress_port, metrics_port=metrics_port)
+        trainer = Trainer(cfg, stop_requested=_stop.is_set, progress_port=progress_port, metrics_port=metrics_port,
+                          timeline=timeline)
         return trainer.run()
 
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m phalanx_runtime.train")
     ap.add_argument("--config", default=None, help="runtime config JSON (default: $PHALANX_CONFIG)")
     args = ap.parse_args(argv)
+    timeline = StartupTimeline.for_worker()
+    timeline.mark(StartupPhase.IMPORTS)
     # A worker never outlives the launcher (or test harness) that started it: if that is killed
     # outright, nobody else would stop this process, and it would wait in a collective forever.
     # In direct mode the launcher runs this in its own process, already armed: leave it be.
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent(signal.SIGKILL, parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        result = train(load_config(args.config))
+        result = train(load_config(args.config), timeline=timeline)
     except Exception as exc:  # the pod's termination message names this rank and its error
         report_exception(exc, rank=_rank())
         raise

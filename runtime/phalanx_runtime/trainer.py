@@ -19,6 +19,8 @@ from phalanx_common.contract import (
     ENV_METRICS_PORT,
     ENV_PROGRESS_PORT,
     ENV_TERMINATION_LOG,
+    ProgressKey,
+    StartupPhase,
 )
 from phalanx_common.layout import check_layout
 from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
@@ -48,6 +50,7 @@ from phalanx_runtime.models.huggingface.export import export_in_job
 from phalanx_runtime.models.huggingface.provenance import model_files_writer
 from phalanx_runtime.models.transformer.lora import adapters_only_checkpoints
 from phalanx_runtime.preflight import run_preflight
+from phalanx_runtime.startup import StartupTimeline
 
 log = logging.getLogger("phalanx_runtime")
 
@@ -100,16 +103,25 @@ class Trainer:
     this rank got SIGTERM; the ranks agree on it at each step boundary."""
 
     def __init__(self, cfg: RuntimeConfig, *, stop_requested=lambda: False, progress_port: int | None = None,
-                 metrics_port: int | None = None):
+                 metrics_port: int | None = None, timeline: StartupTimeline | None = None):
         self.cfg, self.spec = cfg, cfg.spec
         self.stop_requested = stop_requested
+        self.timeline = timeline or StartupTimeline.for_worker()
+        mark = self.timeline.mark
         self._build_process(checkpointing=checkpoint_dir() is not None)
+        mark(StartupPhase.MESH)
         self._build_model()
+        mark(StartupPhase.MODEL)
         self._build_optimizer()
+        mark(StartupPhase.OPTIMIZER)
         self._build_data()
         self._build_eval()
+        mark(StartupPhase.DATA)
         self._build_checkpointer()
+        mark(StartupPhase.CHECKPOINT)
         self._build_reporting(progress_port, metrics_port)
+        mark(StartupPhase.METRICS)
+        self.progress.update(**{ProgressKey.STARTUP: self.timeline.seconds()})
 
     # ---------------------------------------------------------------- build
 
@@ -118,6 +130,7 @@ class Trainer:
         precision, seed, mesh (pp → dp_replicate → dp_shard → tp)."""
         tr = self.spec.training
         self.member = init_distributed()
+        self.timeline.mark(StartupPhase.PROCESS_GROUP)
         self.rank, self.world = self.member.rank, self.member.world_size
         self.device = device_for_rank(self.member.local_rank)
         if self.spec.failure_policy.preflight:
@@ -253,9 +266,18 @@ class Trainer:
         self.progress.update(phase="Running", step=self.start_step)
         for step in range(self.start_step + 1, total + 1):
             stop = self.step(step)
+            if step == self.start_step + 1:
+                self._started()
             if self._after_step(step, stop):
                 break
         return self.close()
+
+    def _started(self) -> None:
+        """The first step is done: the start-up timeline is complete (log line and progress record)."""
+        self.timeline.mark(StartupPhase.FIRST_STEP)
+        self.progress.update(**{ProgressKey.STARTUP: self.timeline.seconds()})
+        if self.rank == 0:
+            log.info("%s", self.timeline.describe())
 
     def step(self, step: int) -> bool:
         """One optimizer step; True when any rank asked to stop."""

@@ -677,6 +677,11 @@ class TrainingJobStatus(Model):
     start_time: str | None = None
     completion_time: str | None = None
     last_progress_time: str | None = None
+    startup: dict[str, float] | None = Field(
+        None, max_length=len(constants.StartupPhase),
+        description="The built-in runtime's start-up timeline, as rank 0 last reported it: when each phase ended, in "
+                    "seconds since its container started (launcher, agent, worker, imports, processGroup, mesh, model, "
+                    "optimizer, data, checkpoint, metrics, firstStep).")
     last_failure: FailureStatus | None = Field(
         None, description="Why the gang last failed (kept through restarts; the Restarting or Failed condition says it too).")
     message: str | None = None

@@ -30,6 +30,7 @@ from phalanx.constants import (
     ConditionType,
     ProgressKey,
     Reason,
+    StartupPhase,
 )
 from phalanx.lifecycle.conditions import get_condition, is_true
 from phalanx.lifecycle.pods import attempt_of
@@ -41,6 +42,7 @@ MAX_STRING = 1024
 MAX_COUNT = 2**53  # steps, world size: exact in a float and in int64
 MAX_RATE = 1e15  # tokens/s, seconds, MFU, epoch seconds: finite and far from overflow
 MAX_ETA_SECONDS = 2**31 - 1  # estimatedRemainingSeconds from a huge stepTimeSeconds stays an int32
+MAX_STARTUP_SECONDS = 7 * 24 * 3600.0  # a start-up phase ending later than this is no start-up
 MAX_NAMED_IN_PROBLEM = 5  # dropped metric names a problem lists (then "and N more")
 _BAD = object()
 _TOKENS = re.compile(r'[\\"\[\]{}]')
@@ -113,6 +115,19 @@ def dropped_metrics(sent: dict[Any, Any], kept: dict[str, float]) -> str | None:
             f"at most {MAX_REPORTED_METRICS} entries)")
 
 
+def _startup(value: Any) -> Any:
+    """``{StartupPhase: seconds}``: the known phases with a number in [0, MAX_STARTUP_SECONDS],
+    rounded to 0.01 s, in the phases' order; anything else in it is left out. Not a mapping: invalid."""
+    if not isinstance(value, dict):
+        return _BAD
+    out: dict[str, float] = {}
+    for phase in StartupPhase:
+        seconds = value.get(phase.value)
+        if type(seconds) in (int, float) and 0 <= seconds <= MAX_STARTUP_SECONDS:  # NaN and ±inf fail too
+            out[phase.value] = round(float(seconds), 2)
+    return out
+
+
 FIELDS: dict[str, Callable[[Any], Any]] = {
     ProgressKey.PHASE: _string(32),
     ProgressKey.STEP: _count,
@@ -131,6 +146,8 @@ FIELDS: dict[str, Callable[[Any], Any]] = {
     ProgressKey.RESUMED_STEP: _count,
     # Set by the runtime when it resumed a checkpoint another job uid wrote ("" = unrecorded).
     ProgressKey.RESUMED_FROM: _record({"uid": _string(128), "step": _count}, ("uid", "step")),
+    # The built-in runtime's start-up timeline (phalanx_runtime/startup.py).
+    ProgressKey.STARTUP: _startup,
 }
 
 
@@ -292,6 +309,8 @@ def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int |
         view.status.metrics = merged_metrics(view.status.metrics, report[ProgressKey.METRICS])
     if report.get(ProgressKey.LAST_CHECKPOINT):
         view.status.last_checkpoint = CheckpointStatus.model_validate(report[ProgressKey.LAST_CHECKPOINT])
+    if report.get(ProgressKey.STARTUP):
+        view.status.startup = report[ProgressKey.STARTUP]
     if report.get(ProgressKey.RESUMED_STEP) is not None:
         _resumed_at_step(view, report[ProgressKey.RESUMED_STEP])
     if report.get(ProgressKey.RESUMED_FROM) and report[ProgressKey.RESUMED_FROM]["uid"] != uid:

@@ -4,14 +4,16 @@ layer split, PipelineStage + schedule construction, and one training step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import get_schedule_class
 
 from phalanx_common.layout import MULTI_STAGE_SCHEDULES
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
 
 
 def stage_ids_for_rank(pp_rank: int, pp: int, schedule: str, virtual_stages: int) -> list[int]:
@@ -69,6 +71,10 @@ class PipelineRunner:
 
 def build_pipeline(parts: list[nn.Module], stage_ids: list[int], n_stages: int, *, device: torch.device,
                    group: dist.ProcessGroup, schedule: str, microbatches: int, loss_fn) -> PipelineRunner:
+    # Imported here, not with this module: torch.distributed.pipelining imports torch._dynamo, near a
+    # second of CPU in every worker, which only pipelined jobs need.
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import get_schedule_class
     from torch.nn.parallel import DistributedDataParallel
 
     for part in parts:

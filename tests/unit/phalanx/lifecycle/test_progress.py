@@ -392,3 +392,51 @@ def test_a_resumed_step_that_keeps_changing_is_one_event_per_attempt(job_obj):
         sim.step(progress={"step": 300, "resumedStep": resumed})
     assert sim.status["resumedStep"] == 200 and sim.status["message"].endswith("; resumed from step 200")
     assert [e[2] for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT] == ["resumed from step 100"]
+
+
+# ------------------------------------------------------------------------ the start-up timeline
+
+FULL_STARTUP = {phase.value: float(i) for i, phase in enumerate(constants.StartupPhase)}
+
+
+@pytest.mark.parametrize(("startup", "kept"), [
+    ({"launcher": 0.4, "imports": 3.25, "firstStep": 20}, {"launcher": 0.4, "imports": 3.25, "firstStep": 20.0}),
+    (FULL_STARTUP, FULL_STARTUP),
+    ({"firstStep": 9.0, "launcher": 0.5}, {"launcher": 0.5, "firstStep": 9.0}),  # the phases' order
+    ({"imports": 1.23456}, {"imports": 1.23}),
+    ({}, {}),
+    ({"bogus": 1.0, "x" * 10_000: 2.0, "Imports": 3.0}, {}),  # no phase of the runtime's
+    ({"launcher": -1, "agent": math.nan, "worker": math.inf, "imports": True, "mesh": "2", "model": None,
+      "optimizer": [1], "data": {"a": 1}, "checkpoint": 10**400, "metrics": 1e9, "firstStep": 7.0},
+     {"firstStep": 7.0}),
+])
+def test_the_startup_timeline_keeps_known_phases_with_sane_seconds(startup, kept):
+    problems: list[str] = []
+    report = parse_progress({"step": 1, "startup": startup}, problems)
+    assert report == {"step": 1, "startup": kept} and problems == []
+    assert list(report["startup"]) == list(kept)
+    json.dumps(report, allow_nan=False)
+
+
+@pytest.mark.parametrize("startup", [[1, 2], "imports=3", 5])
+def test_a_startup_timeline_that_is_no_mapping_is_dropped(startup):
+    problems: list[str] = []
+    assert parse_progress({"step": 1, "startup": startup}, problems) == {"step": 1}
+    assert len(problems) == 1 and problems[0].startswith("startup: invalid value")
+
+
+def test_a_hostile_startup_timeline_stays_bounded():
+    body = json.dumps({"step": 1, "startup": {f"p{i}": i for i in range(3000)} | {"model": 3}}).encode()
+    assert len(body) < MAX_BYTES
+    assert parse_progress(body) == {"step": 1, "startup": {"model": 3.0}}
+
+
+def test_the_startup_timeline_goes_into_the_status(job_obj):
+    sim = Sim(job_obj)
+    sim.run_until_running()
+    sim.step(progress={"step": 0, "startup": {"launcher": 0.5, "model": 4.0}})
+    assert sim.status["startup"] == {"launcher": 0.5, "model": 4.0}
+    sim.step(progress={"step": 1, "startup": {"launcher": 0.5, "model": 4.0, "firstStep": 6.5}})
+    assert sim.status["startup"] == {"launcher": 0.5, "model": 4.0, "firstStep": 6.5}
+    sim.step(progress={"step": 2})  # a record without one keeps the last
+    assert sim.status["startup"]["firstStep"] == 6.5
