@@ -155,6 +155,15 @@ def escalation(level: int, grace: float) -> float:
     return grace + level * STOP_ESCALATION_SECONDS
 
 
+# --- Progress phases of work that makes no steps ---
+# Rank 0 reports these while it prepares data.prepare's token files (before training) or writes the
+# in-job Hugging Face export (after it); both can outlast failurePolicy.hangTimeoutSeconds. The
+# operator's hang timer does not run while one is reported and starts afresh when it ends.
+PROGRESS_PHASE_PREPARING = "Preparing"
+PROGRESS_PHASE_EXPORTING = "Exporting"
+PHASES_WITHOUT_STEPS = frozenset({PROGRESS_PHASE_PREPARING, PROGRESS_PHASE_EXPORTING})
+
+
 # --- Why a pod failed (runtime/phalanx_runtime/failure_report.py → lifecycle/failure_cause.py) ---
 # A failing runtime process writes {"phase": "Failed", "error": {<ErrorKey>: ...}} to its
 # terminationMessagePath.

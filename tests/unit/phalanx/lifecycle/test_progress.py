@@ -392,3 +392,22 @@ def test_a_resumed_step_that_keeps_changing_is_one_event_per_attempt(job_obj):
         sim.step(progress={"step": 300, "resumedStep": resumed})
     assert sim.status["resumedStep"] == 200 and sim.status["message"].endswith("; resumed from step 200")
     assert [e[2] for e in sim.events if e[1] == constants.Reason.RESUMED_FROM_CHECKPOINT] == ["resumed from step 100"]
+
+
+@pytest.mark.parametrize(("status", "report", "restarted"), [
+    ({"step": 7}, {"step": 8}, True),  # a new step
+    ({"step": 7}, {"step": 7}, False),  # the same step again
+    ({"step": 0}, {"phase": "Preparing", "step": 0}, True),  # data.prepare: no steps, the clock starts again
+    ({"step": 40}, {"phase": "Exporting", "step": 40}, True),  # the in-job export, likewise
+    ({"step": 40}, {"phase": "Succeeded", "step": 40}, False),
+])
+def test_the_hang_clock_restarts_on_a_step_or_a_phase_without_steps(status, report, restarted):
+    from datetime import UTC, datetime
+
+    from phalanx.lifecycle.progress import apply_progress
+    from phalanx.lifecycle.status import StatusView
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    view = StatusView({"phase": "Running", "lastProgressTime": "2026-01-01T11:00:00Z", **status}, 1, now)
+    apply_progress(view, report, 100, "uid")
+    assert (view.status.last_progress_time != "2026-01-01T11:00:00Z") is restarted
