@@ -24,6 +24,7 @@ from phalanx_common.presets import ModelShape
 
 FIELD = "model.pretrained.path"
 CONFIG_FILE = "config.json"
+MAX_CONFIG_BYTES = 2**20  # a config.json is a few KiB
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -103,7 +104,11 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     if file.suffix != ".json":
         file = file / CONFIG_FILE
     try:
-        doc = json.loads(file.read_text())
+        with open(file, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes; not a model config")
+        doc = json.loads(data)
     except (OSError, ValueError) as e:
         raise ValueError(f"{FIELD}: cannot read {file}: {type(e).__name__}: {e}") from e
     if not isinstance(doc, dict):

@@ -160,6 +160,8 @@ def export_argv(args: argparse.Namespace) -> list[str]:
         argv.append(f"--step={args.step}")
     if args.base:
         argv.append(f"--base={args.base}")
+    if args.dtype:
+        argv.append(f"--dtype={args.dtype}")
     if args.adapter_only:
         argv.append("--adapter-only")
     elif args.merge_lora:
@@ -328,6 +330,8 @@ def _offline_commands(sub: Any) -> None:
     p.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
     p.add_argument("--base", metavar="DIR", help="the pretrained model directory a LoRA checkpoint's base weights "
                    "are read from (default: the path the job recorded, model.pretrained.path as the pods saw it)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                   help="dtype of the exported weights (default: the model's own, as its config.json names it)")
     lora = p.add_mutually_exclusive_group()
     lora.add_argument("--merge-lora", action="store_true", help="LoRA: the model with the adapters merged in (the default)")
     lora.add_argument("--adapter-only", action="store_true", help="LoRA: only the adapters, as a PEFT adapter directory")

@@ -100,6 +100,7 @@ def test_bad_input_exits_with_its_code_and_says_why(tmp_path, capsys, argv, code
     (["--adapter-only"], ["--adapter-only"]),
     (["--merge-lora", "--max-shard-size", "2GB"], ["--merge-lora", "--max-shard-size=2GB"]),
     (["--base", "/models/base"], ["--base=/models/base"]),
+    (["--dtype", "bfloat16"], ["--dtype=bfloat16"]),
 ])
 def test_export_runs_the_runtime_module_with_the_options_given(extra, passed):
     args = build_parser().parse_args(["export", "/ckpt/ns/job", "--out", "/models/job", *extra])

@@ -224,3 +224,11 @@ def test_no_malformed_value_raises_from_the_checks(field, family):
             shape_from_hf_config(doc)
         except ValueError:
             pass
+
+
+def test_a_config_larger_than_the_cap_is_refused_unparsed(tmp_path):
+    from phalanx_common.hf_config import MAX_CONFIG_BYTES
+
+    (tmp_path / "config.json").write_text(json.dumps({**config("llama"), "padding": "x" * MAX_CONFIG_BYTES}))
+    with pytest.raises(ValueError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        read_hf_config(tmp_path)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx_runtime.models.huggingface.keys import LAYER_MODULES, from_hf, from_peft, to_hf, to_peft
+from phalanx_runtime.models.huggingface.keys import (
+    LAYER_MODULES,
+    from_hf,
+    from_peft,
+    to_hf,
+    to_peft,
+)
 
 OURS = ["tok_embeddings.weight", "output.weight", "norm.weight"] + [
     f"layers.{layer}.{module}.{kind}" for layer in (0, 11) for module in LAYER_MODULES for kind in ("weight", "bias")]
