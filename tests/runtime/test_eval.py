@@ -185,6 +185,7 @@ def test_a_local_sweep_of_the_builtin_runtime_picks_the_trial_with_the_lowest_ev
 def test_a_run_resumed_at_its_last_step_evaluates_once_for_the_final_record(tmp_path, monkeypatch):
     """Nothing is left to step, but the final record still carries the final evaluation's metrics."""
     monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    (tmp_path / "termination").touch()  # as the kubelet makes it: only an existing file is written
     monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
     doc = job(steps=STEPS, training=EVAL)
     first = run_inproc(doc)
