@@ -606,6 +606,12 @@ def _write_final(export: ModelExport, final: Path, rank: int, world: int, group)
                 _write_json(marker, export_marker(export))
             except Exception as exc:  # noqa: BLE001
                 error = exc
+    _raise_if_any(error, group)
+
+
+def _raise_if_any(error: Exception | None, group) -> None:
+    """Collective: raise on every rank when any rank of ``group`` has an error (its own, or one
+    saying another rank failed)."""
     failed = _agree(error is not None, group)
     if error is not None:
         raise error
@@ -624,9 +630,13 @@ def export_in_job(ckpt) -> Path | None:
     if ckpt.last is None:
         return None
     max_bytes = int(os.environ.get(ENV_EXPORT_MAX_SHARD_BYTES) or DEFAULT_MAX_SHARD_BYTES)
-    export = load_export(ckpt.last["path"], max_shard_bytes=max_bytes)
-    final = ckpt.dir / "final"
-    done = _read_marker(final / EXPORT_MARKER) == export_marker(export) and (final / "hf").is_dir()
+    final, error, done = ckpt.dir / "final", None, False
+    try:
+        export = load_export(ckpt.last["path"], max_shard_bytes=max_bytes)
+        done = _read_marker(final / EXPORT_MARKER) == export_marker(export) and (final / "hf").is_dir()
+    except Exception as exc:  # noqa: BLE001 — every rank must hear of it
+        error = exc
+    _raise_if_any(error, ckpt.pg)
     if _agree(not done, ckpt.pg):  # a rank that does not find it complete makes every rank export
         _write_final(export, final, ckpt.rank, ckpt.world, ckpt.pg)
     elif ckpt.rank == 0:
