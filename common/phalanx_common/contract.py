@@ -101,7 +101,7 @@ class StartupPhase(StrEnum):
     OPTIMIZER = "optimizer"
     DATA = "data"  # data loader and held-out evaluation
     CHECKPOINT = "checkpoint"  # the newest committed checkpoint resumed (if any)
-    METRICS = "metrics"  # metrics and the progress endpoint
+    METRICS = "metrics"  # metrics and the Prometheus endpoint
     FIRST_STEP = "firstStep"  # the first optimizer step done
 
 
@@ -179,6 +179,15 @@ def stop_grace(env=None, default: float = STOP_GRACE_SECONDS) -> float:
 def escalation(level: int, grace: float) -> float:
     """When layer ``level`` gives up: 0 worker, 1 torchrun agent, 2 launcher, 3 ``phalanx local``."""
     return grace + level * STOP_ESCALATION_SECONDS
+
+
+# --- Progress phases of work that makes no steps ---
+# Rank 0 reports these while it prepares data.prepare's token files (before training) or writes the
+# in-job Hugging Face export (after it); both can outlast failurePolicy.hangTimeoutSeconds. The
+# operator's hang timer does not run while one is reported and starts afresh when it ends.
+PROGRESS_PHASE_PREPARING = "Preparing"
+PROGRESS_PHASE_EXPORTING = "Exporting"
+PHASES_WITHOUT_STEPS = frozenset({PROGRESS_PHASE_PREPARING, PROGRESS_PHASE_EXPORTING})
 
 
 # --- Why a pod failed (runtime/phalanx_runtime/failure_report.py → lifecycle/failure_cause.py) ---

@@ -16,6 +16,7 @@ named as they are spelled there.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from phalanx_common.presets import ModelShape
 
 FIELD = "model.pretrained.path"
 CONFIG_FILE = "config.json"
+MAX_CONFIG_BYTES = 2**20  # a config.json is a few KiB
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -45,6 +47,54 @@ QWEN3_HEAD_DIM_DEFAULT = 128
 RMS_NORM_EPS_DEFAULT = 1e-6
 ROPE_THETA_DEFAULT = 10000.0
 MULTI_STAGE_SCHEDULES = ("Interleaved1F1B", "ZBVZeroBubble")
+ROPE_FACTORS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _positive_int(value: Any) -> bool:
+    return type(value) is int and value > 0  # type(): true is no count
+
+
+def _positive_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_list_of_text(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+# Optional keys the shape or a check reads: (valid, the rule a message states).
+OPTIONAL_KEYS: dict[str, tuple[Any, str]] = {
+    "num_key_value_heads": (_positive_int, "a positive integer"),
+    "head_dim": (_positive_int, "a positive integer"),
+    "max_position_embeddings": (_positive_int, "a positive integer"),
+    "rms_norm_eps": (_positive_number, "a positive number"),
+    "rope_theta": (_positive_number, "a positive number"),
+    "partial_rotary_factor": (_positive_number, "a positive number"),
+    "tie_word_embeddings": (_is_bool, "true or false"),
+    "attention_bias": (_is_bool, "true or false"),
+    "mlp_bias": (_is_bool, "true or false"),
+    "use_sliding_window": (_is_bool, "true or false"),
+    "sliding_window": (_positive_int, "a positive integer"),
+    "max_window_layers": (_is_count, "a non-negative integer"),
+    "layer_types": (_is_list_of_text, "a list of strings"),
+    "architectures": (_is_list_of_text, "a list of strings"),
+    "model_type": (_is_text, "a string"),
+    "hidden_act": (_is_text, "a string"),
+    "rope_parameters": (lambda v: isinstance(v, dict), "an object"),
+    "rope_scaling": (lambda v: isinstance(v, dict), "an object"),
+}
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -54,7 +104,11 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     if file.suffix != ".json":
         file = file / CONFIG_FILE
     try:
-        doc = json.loads(file.read_text())
+        with open(file, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"larger than {MAX_CONFIG_BYTES} bytes; not a model config")
+        doc = json.loads(data)
     except (OSError, ValueError) as e:
         raise ValueError(f"{FIELD}: cannot read {file}: {type(e).__name__}: {e}") from e
     if not isinstance(doc, dict):
@@ -80,7 +134,8 @@ def rope_parameters(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "type" in params:
         params.setdefault("rope_type", params.pop("type"))
     params.setdefault("rope_type", "default")
-    params.setdefault("rope_theta", doc.get("rope_theta", ROPE_THETA_DEFAULT))
+    if params.get("rope_theta") is None:
+        params["rope_theta"] = doc.get("rope_theta") or ROPE_THETA_DEFAULT
     return key, params
 
 
@@ -130,11 +185,30 @@ def _rope_errors(doc: dict[str, Any]) -> list[str]:
     return errors
 
 
+def _value_errors(doc: dict[str, Any]) -> list[str]:
+    """Every key the shape is read from, of the type and range it must have (an optional key may
+    be absent or null: transformers' default applies), so that nothing after this raises."""
+    errors = [f"{FIELD}: {CONFIG_FILE} has no positive integer {key}" for key in REQUIRED_KEYS
+              if not _positive_int(doc.get(key))]
+    for key, (valid, rule) in OPTIONAL_KEYS.items():
+        if doc.get(key) is not None and not valid(doc[key]):
+            errors.append(f"{FIELD}: {CONFIG_FILE} {key} {json.dumps(doc[key])[:60]} must be {rule}")
+    for key in ("rope_parameters", "rope_scaling"):
+        params = doc.get(key)
+        if not isinstance(params, dict):
+            continue
+        for name in ("rope_theta", *ROPE_FACTORS):
+            value = params.get(name)
+            if value is not None and not isinstance(value, dict) and not _positive_number(value):
+                errors.append(f"{FIELD}: {CONFIG_FILE} {key}.{name} {json.dumps(value)[:60]} must be a positive number")
+    return errors
+
+
 def config_errors(doc: dict[str, Any]) -> list[str]:
     """Every reason the built-in transformer cannot express this config (whatever the layout)."""
-    missing = [key for key in REQUIRED_KEYS if not isinstance(doc.get(key), int)]
-    if missing:
-        return [f"{FIELD}: {CONFIG_FILE} has no integer {key}" for key in missing]
+    errors = _value_errors(doc)
+    if errors:
+        return errors
     errors = _architecture_errors(doc)
     family = family_of(doc)
     act = doc.get("hidden_act", "silu")
@@ -170,7 +244,7 @@ def shape_from_hf_config(doc: dict[str, Any]) -> ModelShape:
         ffn_hidden=doc["intermediate_size"], max_seq_len=max_positions,
         tie_embeddings=bool(doc.get("tie_word_embeddings", False)),
         rope_theta=float(rope_parameters(doc)[1]["rope_theta"]),
-        norm_eps=float(doc.get("rms_norm_eps", RMS_NORM_EPS_DEFAULT)),
+        norm_eps=float(doc.get("rms_norm_eps") or RMS_NORM_EPS_DEFAULT),
         head_dim_override=None if dim % heads == 0 and head_dim == dim // heads else head_dim,
         qkv_bias=family == "qwen2" or attention_bias, o_bias=family != "qwen2" and attention_bias,
         qk_norm=family == "qwen3", rope_style="half", rope_scaling=rope_scaling_items(doc, max_positions),

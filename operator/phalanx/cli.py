@@ -158,22 +158,39 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 def export_argv(args: argparse.Namespace) -> list[str]:
     """The runtime's exporter (``python -m phalanx_runtime.export``), run as a process of its own:
-    this package never imports the runtime."""
-    argv = [sys.executable, "-m", "phalanx_runtime.export", args.ckpt, "--out", args.out]
+    this package never imports the runtime. Paths go as ``--flag=value`` and after ``--``, so
+    one that starts with ``-`` is never read as an option."""
+    argv = [sys.executable, "-m", "phalanx_runtime.export", f"--out={args.out}"]
     if args.step is not None:
-        argv += ["--step", str(args.step)]
+        argv.append(f"--step={args.step}")
+    if args.base:
+        argv.append(f"--base={args.base}")
+    if args.dtype:
+        argv.append(f"--dtype={args.dtype}")
     if args.adapter_only:
         argv.append("--adapter-only")
     elif args.merge_lora:
         argv.append("--merge-lora")
     if args.max_shard_size:
-        argv += ["--max-shard-size", args.max_shard_size]
-    return argv
+        argv.append(f"--max-shard-size={args.max_shard_size}")
+    return [*argv, "--", args.ckpt]
+
+
+def _runtime_missing(command: str) -> bool:
+    """Whether the runtime package is absent here (then says what to install)."""
+    import importlib.util
+
+    if importlib.util.find_spec("phalanx_runtime") is not None:
+        return False
+    print(f"error: phalanx {command} needs the runtime package: pip install 'phalanx[runtime,hf]'", file=sys.stderr)
+    return True
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     import subprocess
 
+    if _runtime_missing("export"):
+        return 2
     try:
         return subprocess.call(export_argv(args))
     except KeyboardInterrupt:
@@ -183,20 +200,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     """``phalanx data prepare``: the runtime's preparation (``python -m phalanx_runtime.data.prepare``,
     a separate process: this package never imports the runtime) with the same flags."""
-    import importlib.util
     import subprocess
 
-    if importlib.util.find_spec("phalanx_runtime") is None:
-        print("error: phalanx data prepare needs the runtime package: pip install 'phalanx[runtime,hf]'",
-              file=sys.stderr)
+    if _runtime_missing("data prepare"):
         return 2
-    argv = [sys.executable, "-m", "phalanx_runtime.data.prepare", "--out", args.out, "--tokenizer", args.tokenizer,
-            "--text-field", args.text_field, "--eval-fraction", str(args.eval_fraction)]
+    argv = [sys.executable, "-m", "phalanx_runtime.data.prepare", f"--out={args.out}", f"--tokenizer={args.tokenizer}",
+            f"--text-field={args.text_field}", f"--eval-fraction={args.eval_fraction}"]
     argv += [f"--input={path}" for path in args.inputs] + [f"--eval-input={path}" for path in args.eval_inputs]
     if args.format:
-        argv += ["--format", args.format]
+        argv.append(f"--format={args.format}")
     if args.messages_field:
-        argv += ["--messages-field", args.messages_field]
+        argv.append(f"--messages-field={args.messages_field}")
     return subprocess.run(argv, check=False).returncode
 
 
@@ -321,6 +335,10 @@ def _offline_commands(sub: Any) -> None:
                    "on its checkpoint volume, or phalanx local's --checkpoint-dir), or one step-N directory in it")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty)")
     p.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
+    p.add_argument("--base", metavar="DIR", help="the pretrained model directory a LoRA checkpoint's base weights "
+                   "are read from (default: the path the job recorded, model.pretrained.path as the pods saw it)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                   help="dtype of the exported weights (default: the model's own, as its config.json names it)")
     lora = p.add_mutually_exclusive_group()
     lora.add_argument("--merge-lora", action="store_true", help="LoRA: the model with the adapters merged in (the default)")
     lora.add_argument("--adapter-only", action="store_true", help="LoRA: only the adapters, as a PEFT adapter directory")

@@ -18,6 +18,7 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -247,10 +248,10 @@ class RuntimeConfig:
     def layout(self) -> Layout:
         return layout_of(self.spec)
 
-    @property
+    @cached_property
     def shape(self) -> ModelShape | None:
-        """The built-in transformer's shape: from ``model.pretrained.path``'s config.json, else the
-        preset with its overrides; None for an entrypoint model."""
+        """The built-in transformer's shape: from ``model.pretrained.path``'s config.json (read
+        once: the spec is frozen), else the preset with its overrides; None for an entrypoint model."""
         path = pretrained_path(self.spec)
         if path is not None:
             return shape_from_hf_config(read_hf_config(path))

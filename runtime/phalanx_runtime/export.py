@@ -1,4 +1,5 @@
-"""``python -m phalanx_runtime.export CKPT_DIR --out DIR [--step N] [--merge-lora | --adapter-only]``:
+"""``python -m phalanx_runtime.export CKPT_DIR --out DIR [--step N] [--base DIR] [--dtype D]
+[--merge-lora | --adapter-only]``:
 a committed checkpoint of the built-in transformer as a Hugging Face model directory (safetensors
 shards, index, config.json, tokenizer files) that transformers loads as it is, or its LoRA adapters
 as a PEFT adapter directory. One process, no process group, one tensor in memory at a time
@@ -6,7 +7,9 @@ as a PEFT adapter directory. One process, no process group, one tensor in memory
 
 CKPT_DIR is a job's checkpoint directory (the newest valid ``step-N``, or ``--step N``) or one
 ``step-N`` directory in it; the model is described by the ``model/`` directory the training run
-recorded there.
+recorded there. A checkpoint that holds LoRA adapters only is merged with the base weights read from
+the pretrained directory the run recorded (as the pods saw it), or from ``--base DIR`` (a copy of it
+on this machine); either must be the model the run trained.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from phalanx_runtime.components.checkpoint import (
 )
 
 EXIT_FAILED = 1
+EXPORT_DTYPE_NAMES = ("float32", "bfloat16", "float16")  # models/huggingface/export.py EXPORT_DTYPES
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -65,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("ckpt", metavar="CKPT_DIR", help="a job's checkpoint directory, or one step-N directory in it")
     ap.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty)")
     ap.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
+    ap.add_argument("--base", metavar="DIR", help="LoRA adapters-only checkpoints: the pretrained model directory "
+                    "to read the base weights from (default: the path the run recorded)")
+    ap.add_argument("--dtype", choices=tuple(EXPORT_DTYPE_NAMES),
+                    help="dtype of the exported weights (default: the model's own, as its config.json names it)")
     lora = ap.add_mutually_exclusive_group()
     lora.add_argument("--merge-lora", action="store_true",
                       help="LoRA checkpoints: the model with the adapters merged in (the default)")
@@ -82,7 +90,8 @@ def run(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out}: exists and is not an empty directory")
-    export = load_export(step_dir, merge_lora=True, max_shard_bytes=args.max_shard_size)
+    export = load_export(step_dir, merge_lora=True, max_shard_bytes=args.max_shard_size, base_dir=args.base,
+                         dtype=args.dtype)
     if args.adapter_only:
         return export_adapter(export, out)
     return export_hf(export, out)

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,8 @@ from phalanx_common.contract import (
     ENV_METRICS_PORT,
     ENV_PROGRESS_PORT,
     ENV_TERMINATION_LOG,
+    PROGRESS_PHASE_EXPORTING,
+    PROGRESS_PHASE_PREPARING,
     ProgressKey,
     StartupPhase,
 )
@@ -34,7 +37,12 @@ from phalanx_runtime.components.metrics import (
     metrics_log_path,
 )
 from phalanx_runtime.components.optimizer import build_lr_scheduler, build_optimizer
-from phalanx_runtime.components.progress import Progress, ProgressServer, write_final
+from phalanx_runtime.components.progress import (
+    Progress,
+    ProgressServer,
+    reporting_phase,
+    write_final,
+)
 from phalanx_runtime.config import RuntimeConfig
 from phalanx_runtime.distributed.clip import clip_grad_norm_
 from phalanx_runtime.distributed.data_parallel import grad_sync
@@ -47,7 +55,7 @@ from phalanx_runtime.lifetime import EXIT_PREEMPTED
 from phalanx_runtime.models.build import build_model_parts
 from phalanx_runtime.models.entrypoint import ModelContext
 from phalanx_runtime.models.huggingface.export import export_in_job
-from phalanx_runtime.models.huggingface.provenance import model_files_writer
+from phalanx_runtime.models.huggingface.provenance import model_files_writer, resumed_base_problems
 from phalanx_runtime.models.transformer.lora import adapters_only_checkpoints
 from phalanx_runtime.preflight import run_preflight
 from phalanx_runtime.startup import StartupTimeline
@@ -109,17 +117,21 @@ class Trainer:
         self.timeline = timeline or StartupTimeline.for_worker()
         mark = self.timeline.mark
         self._build_process(checkpointing=checkpoint_dir() is not None)
+        self._build_progress(progress_port)
         mark(StartupPhase.MESH)
         self._build_model()
         mark(StartupPhase.MODEL)
         self._build_optimizer()
         mark(StartupPhase.OPTIMIZER)
-        self._build_data()
+        # data.prepare may tokenize a corpus for longer than the operator's hang timeout: a phase of its own
+        preparing = self.spec.data.prepare is not None
+        with reporting_phase(self.progress, PROGRESS_PHASE_PREPARING) if preparing else nullcontext():
+            self._build_data()
         self._build_eval()
         mark(StartupPhase.DATA)
         self._build_checkpointer()
         mark(StartupPhase.CHECKPOINT)
-        self._build_reporting(progress_port, metrics_port)
+        self._build_reporting(metrics_port)
         mark(StartupPhase.METRICS)
         self.progress.update(**{ProgressKey.STARTUP: self.timeline.seconds()})
 
@@ -143,6 +155,14 @@ class Trainer:
             log.warning("training.precision bf16 needs a GPU; this CPU run computes in fp32")
         torch.manual_seed(tr.seed)
         self.parallel_dims = ParallelDims.from_spec(self.spec).build_mesh(self.device.type)
+
+    def _build_progress(self, progress_port: int | None) -> None:
+        """The progress record, served by global rank 0 from the start (preparing data and loading
+        a pretrained model come before the first step)."""
+        self.progress = Progress(self.spec.training.steps, self.world, self.cfg.name)
+        if progress_port is None and os.environ.get(ENV_PROGRESS_PORT) and self.rank == 0:
+            progress_port = int(os.environ[ENV_PROGRESS_PORT])
+        self.server = ProgressServer(self.progress, progress_port) if self.rank == 0 and progress_port else None
 
     def _build_model(self) -> None:
         """Model parts, split and parallelised (PP → TP → AC → FSDP/DDP), and the pipeline schedule."""
@@ -222,8 +242,8 @@ class Trainer:
 
     def _build_checkpointer(self) -> None:
         """Checkpoints (components/checkpoint.py, DCP): resume model parts, optimizer, scheduler,
-        loader position and RNG from the newest committed checkpoint."""
-        self.progress = Progress(self.spec.training.steps, self.world, self.cfg.name)
+        loader position and RNG from the newest committed checkpoint; LoRA adapters alone resume only
+        onto the base model they were trained on."""
         self.ckpt_dir = checkpoint_dir()
         self.ckpt = None
         if self.ckpt_dir:
@@ -234,10 +254,14 @@ class Trainer:
                                      dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),
                                      trainable_only=adapters_only_checkpoints(self.spec.model))
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
+        if self.start_step and adapters_only_checkpoints(self.spec.model):
+            problems = resumed_base_problems(self.ckpt.dir, self.spec.model.pretrained.path)
+            if problems:
+                raise ValueError(f"model.pretrained.path: {self.spec.model.pretrained.path} is not the base model the "
+                                 f"checkpoints in {self.ckpt.dir} hold LoRA adapters for:\n  " + "\n  ".join(problems))
 
-    def _build_reporting(self, progress_port: int | None, metrics_port: int | None) -> None:
-        """Metrics (Prometheus per pod, on local rank 0; metrics.jsonl on rank 0) and progress
-        (served by global rank 0)."""
+    def _build_reporting(self, metrics_port: int | None) -> None:
+        """Metrics (Prometheus per pod, on local rank 0; metrics.jsonl on rank 0)."""
         spec, cfg, rank, local_rank = self.spec, self.cfg, self.rank, self.member.local_rank
         tokens_per_step = spec.training.global_batch_size * spec.data.seq_len
         peak, peak_src = device_peak_flops(self.device, self.precision)
@@ -249,9 +273,6 @@ class Trainer:
                                      device=self.device, prometheus_port=metrics_port if local_rank == 0 else None,
                                      labels=metric_labels(cfg.namespace, cfg.name, rank),
                                      log_path=metrics_log_path(self.ckpt_dir) if rank == 0 else None)
-        if progress_port is None and os.environ.get(ENV_PROGRESS_PORT) and rank == 0:
-            progress_port = int(os.environ[ENV_PROGRESS_PORT])
-        self.server = ProgressServer(self.progress, progress_port) if rank == 0 and progress_port else None
         if rank == 0:
             log.info("job %s: world %d layout %s model %s peak %.3g FLOP/s (%s)", cfg.name, self.world,
                      self.parallel_dims.layout.shape, shape, peak, peak_src)
@@ -264,6 +285,8 @@ class Trainer:
         """Every remaining step (stopping early, with a checkpoint, when a rank got SIGTERM), then close."""
         total = self.spec.training.steps
         self.progress.update(phase="Running", step=self.start_step)
+        if self.start_step == total:
+            self._evaluate_resumed_at_end(total)
         for step in range(self.start_step + 1, total + 1):
             stop = self.step(step)
             if step == self.start_step + 1:
@@ -345,6 +368,13 @@ class Trainer:
                      evaluated[PERPLEXITY], ev.batches, time.perf_counter() - t0)
         return evaluated
 
+    def _evaluate_resumed_at_end(self, step: int) -> None:
+        """A run resumed at its last step has no step left to evaluate after, and the checkpoint
+        holds no eval metrics (a stop at the last step saves without evaluating): the final
+        evaluation runs here once, for the final record."""
+        if self._evaluate(step):
+            self.progress.update(metrics=dict(self.latest_eval))
+
     def _record(self, step: int, loss: float, gnorm: float, step_time: float, evaluated: dict[str, float]) -> None:
         m = self.metrics.record(step=step, loss=loss, grad_norm=gnorm, lr=self.scheduler.get_last_lr()[0],
                                 step_time=step_time, evaluated=evaluated)
@@ -389,10 +419,14 @@ class Trainer:
         r, ckpt = self.result, self.ckpt
         if ckpt is not None:
             ckpt.close()
-            if self.spec.checkpoint.export_consolidated and not r.preempted:
-                ckpt.export_consolidated()
-            if self.spec.checkpoint.export_hugging_face and not r.preempted:
-                export_in_job(ckpt)
+            exporting = not r.preempted and (self.spec.checkpoint.export_consolidated
+                                             or self.spec.checkpoint.export_hugging_face)
+            # after the last step: an export of a large model can outlast the operator's hang timeout
+            with reporting_phase(self.progress, PROGRESS_PHASE_EXPORTING) if exporting else nullcontext():
+                if self.spec.checkpoint.export_consolidated and not r.preempted:
+                    ckpt.export_consolidated()
+                if self.spec.checkpoint.export_hugging_face and not r.preempted:
+                    export_in_job(ckpt)
             if os.environ.get(ENV_DEBUG_FULL_STATE):
                 ckpt.dump_full_state(os.environ[ENV_DEBUG_FULL_STATE])
             r.last_checkpoint = ckpt.last

@@ -180,3 +180,18 @@ def test_a_local_sweep_of_the_builtin_runtime_picks_the_trial_with_the_lowest_ev
     assert result["bestTrial"]["value"] == pytest.approx(final_eval[best])
     manifest = yaml.safe_load((work / "evlr-1.yaml").read_text())
     assert manifest["spec"]["training"]["eval"] == {"everySteps": 3, "batches": 2}
+
+
+def test_a_run_resumed_at_its_last_step_evaluates_once_for_the_final_record(tmp_path, monkeypatch):
+    """Nothing is left to step, but the final record still carries the final evaluation's metrics."""
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    (tmp_path / "termination").touch()  # as the kubelet makes it: only an existing file is written
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    doc = job(steps=STEPS, training=EVAL)
+    first = run_inproc(doc)
+    resumed = run_inproc(doc)
+    assert resumed.start_step == STEPS and resumed.losses == []
+    assert [step for step, _ in resumed.eval_losses] == [STEPS]
+    assert resumed.eval_losses[0][1] == pytest.approx(first.eval_losses[-1][1], rel=RTOL)
+    final = json.loads((tmp_path / "termination").read_text())
+    assert final["metrics"]["eval_loss"] == pytest.approx(first.eval_losses[-1][1], rel=RTOL)

@@ -394,6 +394,174 @@ def test_pretrained_lora_in_job_export_with_fsdp_equals_the_offline_export(pretr
     assert dev <= 1e-4
 
 
+# ---------------------------------------------------------------- (e) restarts, another base, dtype, safety
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def reported_phase(port: int) -> str:
+    from urllib.request import urlopen
+
+    with urlopen(f"http://127.0.0.1:{port}/progress", timeout=10) as response:
+        return json.loads(response.read())["phase"]
+
+
+def resave_with_metadata(directory: Path) -> None:
+    """The same tensors in a file of another size (as another model's would be)."""
+    from safetensors.torch import load_file, save_file
+
+    file = directory / "model.safetensors"
+    save_file(load_file(file), file, metadata={"format": "pt", "note": "x" * 64})
+
+
+def test_a_restart_at_the_final_step_finds_the_export_done_and_reports_its_phases(pretrained_lora, tmp_path,
+                                                                                   monkeypatch):
+    """The progress server is up before data preparation (phase Preparing) and the export reports
+    Exporting; a start at the last step finds export.json matching and rewrites nothing."""
+    import shutil
+
+    from phalanx_common.contract import ENV_PROGRESS_PORT
+    from phalanx_runtime import trainer as trainer_module
+    from phalanx_runtime.config import RuntimeConfig
+
+    hf_dir, ckpt, _ = pretrained_lora
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    final = tmp_path / "ckpt" / "final"
+    assert json.loads((final / "export.json").read_text())["step"] == 3
+    before = {p.name: p.stat().st_mtime_ns for p in (final / "hf").iterdir()}
+    port = free_port()
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    monkeypatch.setenv(ENV_PROGRESS_PORT, str(port))
+    seen = []
+    real_export = trainer_module.export_in_job
+    monkeypatch.setattr(trainer_module, "export_in_job", lambda ckpt: seen.append(reported_phase(port)) or real_export(ckpt))
+    monkeypatch.setattr(trainer_module.Trainer, "_prepare_data", lambda self: seen.append(reported_phase(port)))
+    doc = pretrained_lora_job(hf_dir)
+    doc["spec"]["data"]["prepare"] = {"inputs": ["unused.jsonl"]}  # source stays synthetic: _prepare_data stubbed
+    restarted = trainer_module.Trainer(RuntimeConfig.from_dict(doc))
+    restarted.run()
+    assert seen == ["Preparing", "Exporting"]
+    assert {p.name: p.stat().st_mtime_ns for p in (final / "hf").iterdir()} == before
+    assert restarted.progress.snapshot()["phase"] == "Succeeded"
+    (final / "export.json").unlink()  # an export cut short: done again
+    trainer_module.Trainer(RuntimeConfig.from_dict(pretrained_lora_job(hf_dir))).run()
+    assert (final / "export.json").is_file()
+    assert {p.name: p.stat().st_mtime_ns for p in (final / "hf").iterdir()} != before
+
+
+def test_a_resume_onto_another_base_model_is_refused(pretrained_lora, tmp_path, monkeypatch):
+    import shutil
+
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.trainer import Trainer
+
+    hf_dir, ckpt, _ = pretrained_lora
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    other = tmp_path / "other-base"
+    shutil.copytree(hf_dir, other)
+    resave_with_metadata(other)
+    monkeypatch.setenv(ENV_CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    monkeypatch.setenv(ENV_TERMINATION_LOG, str(tmp_path / "termination"))
+    with pytest.raises(ValueError, match=f"(?s)model.pretrained.path: {other} is not the base model the checkpoints"
+                                         ".*model.safetensors: .* bytes when the run trained"):
+        Trainer(RuntimeConfig.from_dict(pretrained_lora_job(other)))
+
+
+def test_export_reads_the_base_from_another_copy_and_refuses_another_model(pretrained_lora, tmp_path, monkeypatch):
+    import shutil
+
+    hf_dir, ckpt, _ = pretrained_lora
+    copy = tmp_path / "copy"
+    shutil.copytree(hf_dir, copy)
+    monkeypatch.setenv("PYTHONPATH", RUNTIME_PYTHONPATH)
+    assert run_export_cli([str(ckpt), "--out", str(tmp_path / "from-copy"), "--base", str(copy)]) == 0
+    assert safetensor_files(tmp_path / "from-copy") == safetensor_files(ckpt / "final" / "hf")
+    resave_with_metadata(copy)
+    export = hf_export.load_export(ckpt / "step-3", base_dir=copy)
+    with pytest.raises(ValueError, match=f"{copy} is not the base model this run trained"):
+        hf_export.export_hf(export, tmp_path / "refused")
+
+
+def test_the_base_is_exported_in_its_own_dtype(pretrained_lora, tmp_path):
+    """A bf16 base with fp32 adapters exports as bf16 (the config's dtype), the untouched tensors
+    bit for bit the base's; --dtype float32 asks for float32."""
+    from safetensors.torch import load_file, save_file
+
+    from phalanx_runtime.models.huggingface.provenance import base_fingerprint
+
+    hf_dir, ckpt, _ = pretrained_lora
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    save_file({k: v.to(torch.bfloat16) for k, v in load_file(hf_dir / "model.safetensors").items()},
+              bf16 / "model.safetensors", metadata={"format": "pt"})
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    config = json.loads((ckpt / "model" / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16", "torch_dtype": "bfloat16"}))
+    record = json.loads((ckpt / "model" / "phalanx-model.json").read_text())
+    (model_dir / "phalanx-model.json").write_text(json.dumps({**record, "base": base_fingerprint(bf16)}))
+    out = hf_export.export_hf(hf_export.load_export(ckpt / "step-3", model_dir, base_dir=bf16), tmp_path / "out")
+    got, base = load_file(out / "model-00001-of-00001.safetensors"), load_file(bf16 / "model.safetensors")
+    assert {t.dtype for t in got.values()} == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert torch.equal(got["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    asked = hf_export.load_export(ckpt / "step-3", model_dir, base_dir=bf16, dtype="float32")
+    out32 = hf_export.export_hf(asked, tmp_path / "out32")
+    assert {t.dtype for t in load_file(out32 / "model-00001-of-00001.safetensors").values()} == {torch.float32}
+
+
+def test_the_runtime_clis_dtype_names_are_the_exporters():
+    from phalanx_runtime.export import EXPORT_DTYPE_NAMES
+
+    assert EXPORT_DTYPE_NAMES == tuple(hf_export.EXPORT_DTYPES)
+
+
+def test_a_symlink_planted_in_the_model_record_is_refused(pretrained_lora, tmp_path):
+    import shutil
+
+    _, ckpt, _ = pretrained_lora
+    model_dir = tmp_path / "model"
+    shutil.copytree(ckpt / "model", model_dir)
+    secret = tmp_path / "kubeconfig"
+    secret.write_text("token: hunter2")
+    (model_dir / "tokenizer.json").unlink()
+    (model_dir / "tokenizer.json").symlink_to(secret)
+    with pytest.raises(ValueError, match="tokenizer.json is a symlink"):
+        hf_export.export_adapter(hf_export.load_export(ckpt / "step-3", model_dir), tmp_path / "out")
+    assert not (tmp_path / "out" / "tokenizer.json").exists()
+
+
+def test_a_rank_failing_its_shards_fails_the_in_job_export_and_leaves_no_marker(pretrained_lora, tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    _, ckpt, _ = pretrained_lora
+    export = hf_export.load_export(ckpt / "step-3")
+
+    def disk_full(out, rank=0, world=1):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(export, "write_shards", disk_full)
+    final = tmp_path / "final"
+    created = not dist.is_initialized()  # an in-process run before may have left its group
+    if created:
+        dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    group = dist.new_group(ranks=[dist.get_rank()], backend="gloo")
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            hf_export._write_final(export, final, 0, 1, group)
+    finally:
+        if created:
+            dist.destroy_process_group()
+    assert not (final / "export.json").exists() and not (final / "hf").exists()
+
+
 # ---------------------------------------------------------------- pure parts
 
 

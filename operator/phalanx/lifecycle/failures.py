@@ -10,7 +10,14 @@ from typing import Any
 
 from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import FailurePolicy, FailureStatus, Phase
-from phalanx.constants import LABEL_NODE_RANK, ConditionType, FailureCategory, Reason
+from phalanx.constants import (
+    LABEL_NODE_RANK,
+    PHASES_WITHOUT_STEPS,
+    ConditionType,
+    FailureCategory,
+    ProgressKey,
+    Reason,
+)
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.failure_cause import Cause, cause_of, one_line, precedence, terminated
 from phalanx.lifecycle.pods import is_alive, is_gated
@@ -122,7 +129,12 @@ def first_failure(view: StatusView, current: list[dict], spec: Any, now: datetim
 
 
 def _hang(view: StatusView, spec: Any, now: datetime, progress: dict[str, Any] | None) -> Failure | None:
+    """No step for hangTimeoutSeconds while Running. Not while rank 0 reports a phase that makes no
+    steps (PHASES_WITHOUT_STEPS: a long data.prepare, the in-job export); apply_progress restarts
+    the clock at each report of one, so it runs afresh when that phase ends."""
     hang = spec.failure_policy.hang_timeout_seconds
+    if (progress or {}).get(ProgressKey.PHASE) in PHASES_WITHOUT_STEPS:
+        return None
     last = parse_iso(view.status.last_progress_time) or parse_iso(view.status.start_time)
     # A step reported in this very pass is progress (it is applied to the status only at the end).
     fresh = (progress or {}).get("step") not in (None, view.status.step)

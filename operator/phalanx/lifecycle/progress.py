@@ -25,6 +25,7 @@ from phalanx.constants import (
     LABEL_NODE_RANK,
     MAX_REPORTED_METRICS,
     METRIC_NAME_PATTERN,
+    PHASES_WITHOUT_STEPS,
     PORT_NAME_PROGRESS,
     PROGRESS_PORT,
     ConditionType,
@@ -290,8 +291,8 @@ def apply_progress(view: StatusView, report: dict[str, Any] | None, total: int |
     if not report:
         return
     step = report.get(ProgressKey.STEP)
-    if step is not None and step != view.status.step:
-        view.status.last_progress_time = view.now
+    if (step is not None and step != view.status.step) or report.get(ProgressKey.PHASE) in PHASES_WITHOUT_STEPS:
+        view.status.last_progress_time = view.now  # the hang clock (lifecycle/failures.py _hang) starts again
     view.status.step = step if step is not None else view.status.step
     if total is None:
         view.status.total_steps = report.get(ProgressKey.TOTAL_STEPS, view.status.total_steps)

@@ -96,14 +96,42 @@ def test_bad_input_exits_with_its_code_and_says_why(tmp_path, capsys, argv, code
 
 @pytest.mark.parametrize(("extra", "passed"), [
     ([], []),
-    (["--step", "40"], ["--step", "40"]),
+    (["--step", "40"], ["--step=40"]),
     (["--adapter-only"], ["--adapter-only"]),
-    (["--merge-lora", "--max-shard-size", "2GB"], ["--merge-lora", "--max-shard-size", "2GB"]),
+    (["--merge-lora", "--max-shard-size", "2GB"], ["--merge-lora", "--max-shard-size=2GB"]),
+    (["--base", "/models/base"], ["--base=/models/base"]),
+    (["--dtype", "bfloat16"], ["--dtype=bfloat16"]),
 ])
 def test_export_runs_the_runtime_module_with_the_options_given(extra, passed):
     args = build_parser().parse_args(["export", "/ckpt/ns/job", "--out", "/models/job", *extra])
-    assert export_argv(args) == [sys.executable, "-m", "phalanx_runtime.export", "/ckpt/ns/job", "--out",
-                                 "/models/job", *passed]
+    assert export_argv(args) == [sys.executable, "-m", "phalanx_runtime.export", "--out=/models/job", *passed,
+                                 "--", "/ckpt/ns/job"]
+
+
+def test_export_passes_paths_that_start_with_a_dash_as_paths():
+    import argparse
+
+    args = build_parser().parse_args(["export", "./-ckpt", "--out=-out", "--base=-base"])
+    argv = export_argv(args)
+    assert argv[-2:] == ["--", "./-ckpt"] and "--out=-out" in argv and "--base=-base" in argv
+    # the runtime's own parser reads them back as the same paths
+    runtime = argparse.ArgumentParser()
+    runtime.add_argument("ckpt")
+    runtime.add_argument("--out")
+    runtime.add_argument("--base")
+    runtime.add_argument("--step")
+    parsed = runtime.parse_args([*argv[3:-2], "--", "-ckpt"])
+    assert (parsed.ckpt, parsed.out, parsed.base) == ("-ckpt", "-out", "-base")
+
+
+def test_export_without_the_runtime_says_what_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "phalanx_runtime" else real(name, *a))
+    monkeypatch.setattr("subprocess.call", lambda argv: pytest.fail("ran the exporter"))
+    assert main(["export", "/ckpt", "--out", "/out"]) == 2
+    assert "pip install 'phalanx[runtime,hf]'" in capsys.readouterr().err
 
 
 def test_export_returns_the_exporters_exit_code(monkeypatch):
@@ -133,11 +161,11 @@ def test_data_prepare_runs_the_runtime_module(monkeypatch):
     (argv,) = calls
     assert argv[:3] == [sys.executable, "-m", "phalanx_runtime.data.prepare"]
     flags = argv[3:]
-    assert flags[flags.index("--out") + 1] == "DIR" and flags[flags.index("--tokenizer") + 1] == "TOK"
+    assert "--out=DIR" in flags and "--tokenizer=TOK" in flags
     assert "--input=a.jsonl" in flags and "--input=b/*.parquet" in flags and "--eval-input=held.jsonl" in flags
-    assert flags[flags.index("--messages-field") + 1] == "messages"
-    assert flags[flags.index("--eval-fraction") + 1] == "0.05" and flags[flags.index("--format") + 1] == "jsonl"
-    assert flags[flags.index("--text-field") + 1] == "body"
+    assert "--messages-field=messages" in flags
+    assert "--eval-fraction=0.05" in flags and "--format=jsonl" in flags
+    assert "--text-field=body" in flags
 
 
 def test_data_prepare_needs_inputs_out_and_tokenizer(capsys):

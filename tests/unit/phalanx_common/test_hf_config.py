@@ -111,7 +111,7 @@ FIELD = "model.pretrained.path: config.json"
     (config("llama", mlp_bias=True), job(), f"{FIELD} mlp_bias true is not supported"),
     (config("llama", num_key_value_heads=3), job(), f"{FIELD} num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
     (config("llama", head_dim=15), job(), f"{FIELD} head dimension 15 must be even"),
-    (config("llama", hidden_size=None), job(), f"{FIELD} has no integer hidden_size"),
+    (config("llama", hidden_size=None), job(), f"{FIELD} has no positive integer hidden_size"),
     (config("llama"), job(tensor=4), "parallelism.tensor: tensor 4 does not divide config.json num_key_value_heads 2"),
     (config("llama", intermediate_size=129, num_key_value_heads=4), job(tensor=2),
      "parallelism.tensor: tensor 2 does not divide config.json intermediate_size 129"),
@@ -173,3 +173,62 @@ def test_check_pretrained_reads_the_job_path(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config("llama")))
     assert check_pretrained(job(path=str(tmp_path))) == []
     assert "tensor 4" in check_pretrained(job(path=str(tmp_path), tensor=4))[0]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_key_value_heads", "2", 'num_key_value_heads "2" must be a positive integer'),
+    ("num_key_value_heads", 0, "num_key_value_heads 0 must be a positive integer"),
+    ("num_attention_heads", 0, "has no positive integer num_attention_heads"),
+    ("hidden_size", True, "has no positive integer hidden_size"),
+    ("rms_norm_eps", "1e-6", 'rms_norm_eps "1e-6" must be a positive number'),
+    ("rms_norm_eps", -1.0, "rms_norm_eps -1.0 must be a positive number"),
+    ("max_position_embeddings", "x", 'max_position_embeddings "x" must be a positive integer'),
+    ("head_dim", 16.0, "head_dim 16.0 must be a positive integer"),
+    ("tie_word_embeddings", "false", 'tie_word_embeddings "false" must be true or false'),
+    ("architectures", "LlamaForCausalLM", 'architectures "LlamaForCausalLM" must be a list of strings'),
+    ("rope_parameters", [1], "rope_parameters [1] must be an object"),
+    ("rope_parameters", {"rope_type": "linear", "factor": "2"}, 'rope_parameters.factor "2" must be a positive number'),
+    ("rope_parameters", {"rope_type": "default", "rope_theta": 0}, "rope_parameters.rope_theta 0 must be a positive number"),
+    ("sliding_window", "8", 'sliding_window "8" must be a positive integer'),
+])
+def test_a_value_of_the_wrong_type_or_range_is_named(field, value, message):
+    doc = {**config("llama"), field: value}
+    errors = check_hf_config(doc, job())
+    assert any(f"{FIELD} {message}" in e for e in errors), errors
+    with pytest.raises(ValueError, match="must be|has no positive integer"):
+        shape_from_hf_config(doc)
+
+
+@pytest.mark.parametrize("field", ["num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
+                                   "rope_theta", "tie_word_embeddings", "attention_bias", "rope_scaling",
+                                   "sliding_window"])
+def test_an_optional_key_set_to_null_takes_the_default(field):
+    doc = {**config("llama", rope_parameters=None, rope_theta=10000.0), field: None}
+    assert check_hf_config(doc, job()) == []
+    shape_from_hf_config(doc)
+
+
+BAD_VALUES = ["2", 0, -1, 1.5, None, True, [], {}, float("nan")]
+FUZZED_KEYS = sorted({*BASE, "architectures", "model_type", "head_dim", "tie_word_embeddings", "attention_bias",
+                      "sliding_window", "use_sliding_window", "layer_types", "max_window_layers", "rope_scaling",
+                      "rope_theta", "partial_rotary_factor"})
+
+
+@pytest.mark.parametrize("field", FUZZED_KEYS)
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+def test_no_malformed_value_raises_from_the_checks(field, family):
+    for value in BAD_VALUES:
+        doc = {**config(family), field: value}
+        check_hf_config(doc, job())  # a list of messages, never an exception
+        try:
+            shape_from_hf_config(doc)
+        except ValueError:
+            pass
+
+
+def test_a_config_larger_than_the_cap_is_refused_unparsed(tmp_path):
+    from phalanx_common.hf_config import MAX_CONFIG_BYTES
+
+    (tmp_path / "config.json").write_text(json.dumps({**config("llama"), "padding": "x" * MAX_CONFIG_BYTES}))
+    with pytest.raises(ValueError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        read_hf_config(tmp_path)

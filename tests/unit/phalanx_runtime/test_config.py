@@ -159,3 +159,19 @@ def test_unknown_and_null_fields_are_ignored():
                                "parallelism": {"parameterServer": None, "tensor": 2}})
     assert spec.nodes == 2 and spec.model is None and spec.parallelism.tensor == 2
     assert spec.parallelism.parameter_server is None
+
+
+def test_a_pretrained_shape_reads_config_json_once(tmp_path, monkeypatch):
+    import json
+
+    import phalanx_runtime.config as runtime_config_module
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 128, "vocab_size": 256}))
+    reads = []
+    real_read = runtime_config_module.read_hf_config
+    monkeypatch.setattr(runtime_config_module, "read_hf_config", lambda path: reads.append(path) or real_read(path))
+    cfg = RuntimeConfig(spec=from_wire(JobSpec, {"model": {"pretrained": {"path": str(tmp_path)}}}))
+    assert cfg.shape is cfg.shape and cfg.shape.dim == 64
+    assert len(reads) == 1

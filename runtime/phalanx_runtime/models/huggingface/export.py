@@ -10,9 +10,13 @@ write them side by side (:func:`rank_files`); one writes ``model.safetensors.ind
 
 A LoRA run on a pretrained model checkpoints its adapters only (the frozen base is the pretrained
 directory, read again at every start). Exporting such a checkpoint merged takes each base tensor
-from that directory (recorded in ``phalanx-model.json``), one at a time with ``safe_open``, cast
-to the dtype the run trained in (its adapters'); the PEFT adapter directory needs the checkpoint
-alone.
+from that directory (recorded in ``phalanx-model.json``, or another copy given as ``base_dir``),
+one at a time with ``safe_open``, after checking it is the model the run trained (the recorded
+fingerprint); the PEFT adapter directory needs the checkpoint alone.
+
+Dtype: the model is exported in its own dtype — the one its ``config.json`` names (a pretrained
+model's as published: bf16 stays bf16 whatever the run trained in), else the checkpoint's — or
+the one asked for (``dtype``). Adapters are merged in float32, then cast.
 
 RoPE: the preset transformer rotates adjacent pairs (x[2i], x[2i+1]); Hugging Face's Llama family
 rotates halves (x[i], x[i + head_dim/2]), both with frequency i. Moving row 2i+j of every head to
@@ -24,6 +28,7 @@ to both. Biases, q/k norms (per head_dim) and LoRA B (its rows are the output's)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -41,18 +46,26 @@ from phalanx_runtime.models.huggingface.provenance import (
     CONFIG_FILE,
     ROPE_INTERLEAVED,
     TOKENIZER_FILES,
+    base_mismatch,
+    copy_regular,
 )
+
+log = logging.getLogger("phalanx_runtime.models.huggingface")
 
 MODEL_PREFIX = "model."  # the checkpoint's top-level key of model parameters
 DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
 INDEX_FILE = "model.safetensors.index.json"
 ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
+EXPORT_MARKER = "export.json"  # in final/, written last by an in-job export
 SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
     torch.bool: "BOOL",
 }
+DTYPES_BY_CODE = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
+EXPORT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                         "float16": torch.float16}
 _LORA = re.compile(r"^(.+)\.lora_([ab])\.weight$")
 BASE_UNREADABLE = "base model {path} is not readable: export needs it because the checkpoint holds LoRA adapters only"
 _ROTATED = {"attention.wq": "n_heads", "attention.wk": "n_kv_heads"}  # rows permuted per head
@@ -130,8 +143,20 @@ def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
-def plan_model(params: dict[str, Param], record: dict[str, Any], *, merge_lora: bool = True) -> list[ExportTensor]:
-    """The exported model's tensors (Hugging Face names), in the checkpoint's natural order.
+def export_dtype(config: dict[str, Any], asked: str | None = None) -> torch.dtype | None:
+    """The floating dtype of the export: ``asked``, else the one ``config.json`` names (``dtype``
+    or ``torch_dtype``) when it is one of EXPORT_DTYPES, else None (each tensor's own)."""
+    if asked is not None:
+        if asked not in EXPORT_DTYPES:
+            raise ValueError(f"dtype {asked!r} is no export dtype (one of {', '.join(EXPORT_DTYPES)})")
+        return EXPORT_DTYPES[asked]
+    return EXPORT_DTYPES.get(config.get("dtype") or config.get("torch_dtype"))
+
+
+def plan_model(params: dict[str, Param], record: dict[str, Any], *, merge_lora: bool = True,
+               dtype: torch.dtype | None = None) -> list[ExportTensor]:
+    """The exported model's tensors (Hugging Face names), in the checkpoint's natural order, its
+    floating tensors in ``dtype`` (None: as stored).
 
     LoRA parameters are merged into their base weight (``merge_lora``) or left out (the base alone);
     ``output.weight`` is left out when the embeddings are tied (Hugging Face ties it back)."""
@@ -149,7 +174,8 @@ def plan_model(params: dict[str, Param], record: dict[str, Any], *, merge_lora: 
         pair = (f"{module}.lora_a.weight", f"{module}.lora_b.weight")
         lora = pair if merge_lora and name.endswith(".weight") and pair[0] in params else None
         p = params[name]
-        out.append(ExportTensor(hf, p.shape, p.dtype, name, lora, _rotary_heads(module, record)))
+        cast = dtype if dtype is not None and p.dtype.is_floating_point else p.dtype
+        out.append(ExportTensor(hf, p.shape, cast, name, lora, _rotary_heads(module, record)))
     return out
 
 
@@ -291,13 +317,13 @@ def _metadata_once_reader(step_dir: str):
 
 
 class PretrainedBase:
-    """The base weights of a pretrained Hugging Face directory under our names, each read alone
-    (``safe_open``: the file's header, then that tensor's bytes) and cast to ``dtype``."""
+    """The base weights of a pretrained Hugging Face directory under our names and in their own
+    dtype, each read alone (``safe_open``: the file's header, then that tensor's bytes)."""
 
-    def __init__(self, directory: str | os.PathLike, dtype: torch.dtype):
+    def __init__(self, directory: str | os.PathLike):
         from safetensors import safe_open
 
-        self.directory, self.dtype = Path(directory), dtype
+        self.directory = Path(directory)
         self.location: dict[str, tuple[Path, str]] = {}  # our name → (file, its name there)
         self.params: dict[str, Param] = {}
         try:
@@ -307,8 +333,10 @@ class PretrainedBase:
                     for hf_name in f.keys():
                         name = keys.from_hf(hf_name)
                         if name is not None:  # buffers some files carry (rotary inv_freq) are not weights
+                            piece = f.get_slice(hf_name)
                             self.location[name] = (file, hf_name)
-                            self.params[name] = Param(name, tuple(f.get_slice(hf_name).get_shape()), dtype)
+                            self.params[name] = Param(name, tuple(piece.get_shape()),
+                                                      DTYPES_BY_CODE[piece.get_dtype()])
         except OSError as e:
             raise ValueError(f"{BASE_UNREADABLE.format(path=self.directory)} ({e})") from e
         if not self.params:
@@ -322,7 +350,7 @@ class PretrainedBase:
             file, hf_name = self.location[name]
             try:
                 with safe_open(file, framework="pt") as f:
-                    out[name] = f.get_tensor(hf_name).to(self.dtype)
+                    out[name] = f.get_tensor(hf_name)
             except OSError as e:
                 raise ValueError(f"{BASE_UNREADABLE.format(path=self.directory)} ({e})") from e
         return out
@@ -360,10 +388,10 @@ class TensorReader:
         value = got[tensor.source]
         if tensor.lora is not None:
             a, b = (got[n].float() for n in tensor.lora)
-            value = (value.float() + scaling * (b @ a)).to(value.dtype)
+            value = value.float() + scaling * (b @ a)
         if tensor.rotary_heads:
             value = interleaved_to_half(value, tensor.rotary_heads)
-        return value.contiguous()
+        return value.to(tensor.dtype).contiguous()
 
 
 # ---------------------------------------------------------------- writing
@@ -399,6 +427,7 @@ class ModelExport:
     merge_lora: bool = True
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     base_dir: Path | None = None  # where the base weights the checkpoint lacks are (its pretrained model)
+    dtype: torch.dtype | None = None  # the model's floating tensors (None: as stored)
 
     def __post_init__(self):
         self.adapters = plan_adapter(self.params, self.record)
@@ -410,10 +439,9 @@ class ModelExport:
         """The model's tensors (made on first use: the adapter directory needs no base)."""
         params = self.params
         if self.base_dir is not None:
-            dtype = next(iter(self.params.values())).dtype
-            self.reader.base = PretrainedBase(self.base_dir, dtype)
+            self.reader.base = PretrainedBase(self.base_dir)
             params = {**self.reader.base.params, **self.params}
-        return plan_model(params, self.record, merge_lora=self.merge_lora)
+        return plan_model(params, self.record, merge_lora=self.merge_lora, dtype=self.dtype)
 
     @cached_property
     def shards(self) -> list[list[ExportTensor]]:
@@ -453,37 +481,54 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _copy_tokenizer(model_dir: Path, out: Path) -> None:
+    """The tokenizer files ``model/`` holds, each a regular file (a symlink there is refused)."""
     for name in TOKENIZER_FILES:
-        if (model_dir / name).is_file():
-            shutil.copyfile(model_dir / name, out / name)
+        if (model_dir / name).is_file() or (model_dir / name).is_symlink():
+            copy_regular(model_dir / name, out / name)
 
 
 # ---------------------------------------------------------------- whole exports
 
 
 def load_export(step_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None, *, merge_lora: bool = True,
-                max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> ModelExport:
+                max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, base_dir: str | os.PathLike | None = None,
+                dtype: str | None = None) -> ModelExport:
     """The export of the committed checkpoint ``step_dir``; its model is described by ``model_dir``
-    (default: ``model/`` beside it, where the Checkpointer records it)."""
+    (default: ``model/`` beside it, where the Checkpointer records it). An adapters-only checkpoint's
+    base is read from ``base_dir`` (default: the pretrained directory the run recorded), which must
+    be the model the run trained. ``dtype``: float32 | bfloat16 | float16 (default: the model's own)."""
     from phalanx_runtime.models.huggingface.provenance import MODEL_DIR, RECORD_FILE, read_model_dir
 
     step_dir = Path(step_dir)
     model_dir = Path(model_dir) if model_dir is not None else step_dir.parent / MODEL_DIR
     config, record = read_model_dir(model_dir)
     params = checkpoint_params(step_dir)
-    base_dir = None
+    base = None
     if adapters_only(params):
-        if not record.get("pretrained"):
+        if base_dir is None and not record.get("pretrained"):
             raise ValueError(f"{step_dir} holds LoRA adapters only and {model_dir / RECORD_FILE} names no "
-                             "pretrained base model to merge them into")
-        base_dir = Path(record["pretrained"])
+                             "pretrained base model to merge them into (give its directory with --base)")
+        base = Path(base_dir if base_dir is not None else record["pretrained"])
+        log.info("LoRA adapters only: the base weights are read from %s", base)
     return ModelExport(step_dir, model_dir, config, record, params, merge_lora=merge_lora,
-                       max_shard_bytes=max_shard_bytes, base_dir=base_dir)
+                       max_shard_bytes=max_shard_bytes, base_dir=base, dtype=export_dtype(config, dtype))
+
+
+def check_base(export: ModelExport) -> None:
+    """The base directory an adapters-only export reads is the model the run trained (its
+    recorded fingerprint); ValueError listing the differences."""
+    if export.base_dir is None or not export.base_dir.is_dir():
+        return  # PretrainedBase says it is unreadable
+    problems = base_mismatch(export.record.get("base"), export.base_dir)
+    if problems:
+        raise ValueError(f"{export.base_dir} is not the base model this run trained (give the right copy with "
+                         "--base):\n  " + "\n  ".join(problems))
 
 
 def export_hf(export: ModelExport, out: str | os.PathLike) -> Path:
     """The whole Hugging Face directory, from this process alone."""
     out = Path(out)
+    check_base(export)
     _ = export.shards  # planned (the base found, or refused) before anything is written
     out.mkdir(parents=True, exist_ok=True)
     export.write_shards(out)
@@ -506,32 +551,94 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     os.rename(tmp, final)
 
 
+def export_marker(export: ModelExport) -> dict[str, Any]:
+    """What ``final/`` holds once an in-job export is complete (``EXPORT_MARKER``, written last):
+    a start that finds the same one has nothing to export again."""
+    return {"step": int(export.step_dir.name.removeprefix("step-")), "checkpoint": export.step_dir.name,
+            "max_shard_bytes": export.max_shard_bytes, "adapter": export.has_lora}
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _agree(failed: bool, group) -> bool:
+    """Whether any rank of ``group`` failed (every rank learns it, none waits at a barrier for one
+    that gave up)."""
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if failed else 0.0])
+    dist.all_reduce(flag, group=group)
+    return bool(flag.item())
+
+
+def _write_final(export: ModelExport, final: Path, rank: int, world: int, group) -> None:
+    """The collective writing of ``final/hf`` (and ``final/adapter``), marker last. Raises on every
+    rank when any rank failed (the failing one with its cause)."""
+    tmp_hf, tmp_adapter, marker = final / ".tmp-hf", final / ".tmp-adapter", final / EXPORT_MARKER
+    error: Exception | None = None
+    try:
+        if rank == 0:
+            check_base(export)
+            marker.unlink(missing_ok=True)  # from here until it is rewritten, final/ is incomplete
+            for d in (tmp_hf, tmp_adapter):
+                shutil.rmtree(d, ignore_errors=True)
+            tmp_hf.mkdir(parents=True)
+    except Exception as exc:  # noqa: BLE001 — every rank must hear of it
+        error = exc
+    if not _agree(error is not None, group):
+        try:
+            export.write_shards(tmp_hf, rank, world)
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+        if not _agree(error is not None, group) and rank == 0:
+            try:
+                export.write_model_metadata(tmp_hf)
+                if export.has_lora:
+                    export_adapter(export, tmp_adapter)
+                _replace_dir(tmp_hf, final / "hf")
+                if export.has_lora:
+                    _replace_dir(tmp_adapter, final / "adapter")
+                _write_json(marker, export_marker(export))
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+    _raise_if_any(error, group)
+
+
+def _raise_if_any(error: Exception | None, group) -> None:
+    """Collective: raise on every rank when any rank of ``group`` has an error (its own, or one
+    saying another rank failed)."""
+    failed = _agree(error is not None, group)
+    if error is not None:
+        raise error
+    if failed:
+        raise RuntimeError("exportHuggingFace failed on another rank (its log names the cause)")
+
+
 def export_in_job(ckpt) -> Path | None:
     """``checkpoint.exportHuggingFace``: the last committed checkpoint of the Checkpointer ``ckpt``
     → ``<dir>/final/hf/`` (LoRA merged) and, with adapters, ``<dir>/final/adapter/``. Collective:
-    the ranks split the shard files; rank 0 writes the rest and moves the directories into place."""
-    import torch.distributed as dist
-
+    the ranks split the shard files; rank 0 writes the rest, moves the directories into place and
+    writes ``final/export.json`` last. Skipped when that marker says this checkpoint is exported
+    (a job restarted at its final step); a failure on any rank fails every rank, none left waiting."""
     from phalanx_runtime.env import ENV_EXPORT_MAX_SHARD_BYTES
 
     if ckpt.last is None:
         return None
     max_bytes = int(os.environ.get(ENV_EXPORT_MAX_SHARD_BYTES) or DEFAULT_MAX_SHARD_BYTES)
-    export = load_export(ckpt.last["path"], max_shard_bytes=max_bytes)
-    final = ckpt.dir / "final"
-    tmp_hf, tmp_adapter = final / ".tmp-hf", final / ".tmp-adapter"
-    if ckpt.rank == 0:
-        for d in (tmp_hf, tmp_adapter):
-            shutil.rmtree(d, ignore_errors=True)
-        tmp_hf.mkdir(parents=True)
-    dist.barrier(group=ckpt.pg)
-    export.write_shards(tmp_hf, ckpt.rank, ckpt.world)
-    dist.barrier(group=ckpt.pg)
-    if ckpt.rank == 0:
-        export.write_model_metadata(tmp_hf)
-        _replace_dir(tmp_hf, final / "hf")
-        if export.has_lora:
-            export_adapter(export, tmp_adapter)
-            _replace_dir(tmp_adapter, final / "adapter")
-    dist.barrier(group=ckpt.pg)
+    final, error, done = ckpt.dir / "final", None, False
+    try:
+        export = load_export(ckpt.last["path"], max_shard_bytes=max_bytes)
+        done = _read_marker(final / EXPORT_MARKER) == export_marker(export) and (final / "hf").is_dir()
+    except Exception as exc:  # noqa: BLE001 — every rank must hear of it
+        error = exc
+    _raise_if_any(error, ckpt.pg)
+    if _agree(not done, ckpt.pg):  # a rank that does not find it complete makes every rank export
+        _write_final(export, final, ckpt.rank, ckpt.world, ckpt.pg)
+    elif ckpt.rank == 0:
+        log.info("%s already holds the export of %s", final, export.step_dir.name)
     return final / "hf"

@@ -10,14 +10,22 @@ Rank 0 writes ``<checkpoint dir>/model/`` at a run's first save (``Checkpointer(
   model loaded from Hugging Face, exported by renaming only), the shape, tied embeddings, the
   LoRA adapters' rank, alpha and targets (their scaling, and the PEFT adapter config), and the
   pretrained model's directory (absolute): the base weights an export of a checkpoint that holds
-  LoRA adapters only reads from there.
+  LoRA adapters only reads from there, and that base's fingerprint (each safetensors file's name
+  and size, the index's sha256), which a resume and an export compare with the directory they
+  read, refusing another model.
+
+An export runs on whatever machine the operator chooses and reads files the job wrote: it opens
+them without following symlinks (a planted ``tokenizer.json -> ~/.kube/config`` is refused, not
+copied into the export) and parses JSON of at most ``MAX_JSON_BYTES``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -33,6 +41,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
                    "generation_config.json")
 RECORD_FORMAT = 1
+MAX_JSON_BYTES = 2**20  # config.json and phalanx-model.json are a few KiB
+SAFETENSORS_SUFFIX = ".safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 ROPE_INTERLEAVED, ROPE_HALF = "interleaved", "half"
 # family → (architecture, model_type) of a synthesized config.
 ARCHITECTURES: dict[str, tuple[str, str]] = {
@@ -94,14 +105,40 @@ def hf_config_for_shape(shape: ModelShape) -> dict[str, Any]:
 
 
 def model_record(shape: ModelShape, *, preset: str | None = None, pretrained: str | None = None,
-                 lora: Any = None) -> dict[str, Any]:
-    """The content of ``phalanx-model.json``."""
+                 lora: Any = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The content of ``phalanx-model.json`` (``base``: the pretrained model's :func:`base_fingerprint`)."""
     shape_doc = asdict(shape)
     shape_doc["head_dim"] = shape.head_dim
     return {"format": RECORD_FORMAT, "preset": preset, "pretrained": pretrained, "rope_style": shape.rope_style,
-            "shape": shape_doc,
+            "shape": shape_doc, "base": base,
             "lora": None if lora is None else {"rank": int(lora.rank), "alpha": float(lora.alpha),
                                                "dropout": float(lora.dropout), "targets": list(lora.targets)}}
+
+
+def base_fingerprint(directory: str | os.PathLike) -> dict[str, Any]:
+    """What identifies a pretrained model's weights without reading them: each safetensors file's
+    name and size, and the sha256 of its index (None without one)."""
+    d = Path(directory)
+    files = {p.name: p.stat().st_size for p in sorted(d.glob("*" + SAFETENSORS_SUFFIX))}
+    index = d / SAFETENSORS_INDEX
+    digest = hashlib.sha256(index.read_bytes()).hexdigest() if index.is_file() else None
+    return {"files": files, "index_sha256": digest}
+
+
+def base_mismatch(recorded: dict[str, Any] | None, directory: str | os.PathLike) -> list[str]:
+    """How the weights in ``directory`` differ from the fingerprint a run recorded ([] when they
+    match, or when the record has none)."""
+    if not recorded:
+        return []
+    now = base_fingerprint(directory)
+    was, files = recorded.get("files") or {}, now["files"]
+    problems = [f"{name}: {was[name]} bytes when the run trained, {files[name]} bytes now"
+                for name in sorted(was.keys() & files.keys()) if was[name] != files[name]]
+    problems += [f"{name}: missing (the run trained with it)" for name in sorted(was.keys() - files.keys())]
+    problems += [f"{name}: not part of the model the run trained" for name in sorted(files.keys() - was.keys())]
+    if recorded.get("index_sha256") != now["index_sha256"]:
+        problems.append(f"{SAFETENSORS_INDEX}: its content differs from the one the run trained with")
+    return problems
 
 
 def write_model_dir(directory: str | os.PathLike, shape: ModelShape, *, preset: str | None = None,
@@ -118,7 +155,8 @@ def write_model_dir(directory: str | os.PathLike, shape: ModelShape, *, preset: 
     for name in TOKENIZER_FILES if tokenizer_dir else ():
         if (Path(tokenizer_dir) / name).is_file():
             shutil.copyfile(Path(tokenizer_dir) / name, out / name)
-    record = model_record(shape, preset=preset, pretrained=pretrained, lora=lora)
+    base = base_fingerprint(pretrained) if pretrained else None
+    record = model_record(shape, preset=preset, pretrained=pretrained, lora=lora, base=base)
     (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -140,13 +178,55 @@ def model_files_writer(cfg: Any) -> Callable[[Path], None] | None:
                                              lora=model.lora, tokenizer=tokenizer)
 
 
+def resumed_base_problems(checkpoint_dir: str | os.PathLike, pretrained: str | os.PathLike) -> list[str]:
+    """How ``pretrained`` differs from the base the run that wrote ``checkpoint_dir``'s model record
+    trained (:func:`base_mismatch`; [] without a record)."""
+    try:
+        record = read_json(Path(checkpoint_dir) / MODEL_DIR / RECORD_FILE)
+    except FileNotFoundError:
+        return []
+    return base_mismatch(record.get("base") if isinstance(record, dict) else None, pretrained)
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file and no symlink (ValueError)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO does not block the open
+    except OSError as e:
+        if Path(path).is_symlink():
+            raise ValueError(f"{path} is a symlink; an export reads only regular files the job wrote") from e
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file; an export reads only regular files the job wrote")
+    return fd
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A regular file's JSON (no symlink, at most MAX_JSON_BYTES)."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        data = f.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_JSON_BYTES} bytes; not a model description")
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from e
+
+
+def copy_regular(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Copy a regular file (no symlink) to ``target``."""
+    with os.fdopen(open_regular(source), "rb") as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def read_model_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
     """(Hugging Face config, record) of a checkpoint's ``model/`` directory; a missing or foreign
     one raises ValueError saying what is missing."""
     d = Path(directory)
     try:
-        config = json.loads((d / CONFIG_FILE).read_text())
-        record = json.loads((d / RECORD_FILE).read_text())
+        config = read_json(d / CONFIG_FILE)
+        record = read_json(d / RECORD_FILE)
     except FileNotFoundError as e:
         raise ValueError(f"{d}: no {Path(e.filename).name}; this checkpoint directory does not record its model "
                          "(written at the first save of a built-in transformer's run)") from e

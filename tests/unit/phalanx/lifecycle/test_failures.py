@@ -165,6 +165,10 @@ HANG = {"phase": "Running", "lastProgressTime": "2026-01-01T11:50:00Z"}  # 600 s
     (HANG | {"step": 7}, 60, {"step": 8}, False),  # a step reported in this pass is progress
     (HANG | {"step": 7}, 60, {"step": 7}, True),  # the same step again is not
     ({"phase": "Running", "startTime": "2026-01-01T11:50:00Z"}, 60, None, True),  # no progress yet: from the start
+    (HANG | {"step": 0}, 60, {"phase": "Preparing", "step": 0}, False),  # data.prepare makes no steps
+    (HANG | {"step": 40}, 60, {"phase": "Exporting", "step": 40}, False),  # nor does the in-job export
+    (HANG | {"step": 40}, 60, {"phase": "Succeeded", "step": 40}, True),  # any other phase: the clock runs
+    (HANG | {"step": 40}, 60, {"phase": "Running", "step": 40}, True),
 ])
 def test_hang(status, timeout, progress, hang):
     pods = [running_pod(0), running_pod(1)]

@@ -440,3 +440,22 @@ def test_the_startup_timeline_goes_into_the_status(job_obj):
     assert sim.status["startup"] == {"launcher": 0.5, "model": 4.0, "firstStep": 6.5}
     sim.step(progress={"step": 2})  # a record without one keeps the last
     assert sim.status["startup"]["firstStep"] == 6.5
+
+
+@pytest.mark.parametrize(("status", "report", "restarted"), [
+    ({"step": 7}, {"step": 8}, True),  # a new step
+    ({"step": 7}, {"step": 7}, False),  # the same step again
+    ({"step": 0}, {"phase": "Preparing", "step": 0}, True),  # data.prepare: no steps, the clock starts again
+    ({"step": 40}, {"phase": "Exporting", "step": 40}, True),  # the in-job export, likewise
+    ({"step": 40}, {"phase": "Succeeded", "step": 40}, False),
+])
+def test_the_hang_clock_restarts_on_a_step_or_a_phase_without_steps(status, report, restarted):
+    from datetime import UTC, datetime
+
+    from phalanx.lifecycle.progress import apply_progress
+    from phalanx.lifecycle.status import StatusView
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    view = StatusView({"phase": "Running", "lastProgressTime": "2026-01-01T11:00:00Z", **status}, 1, now)
+    apply_progress(view, report, 100, "uid")
+    assert (view.status.last_progress_time != "2026-01-01T11:00:00Z") is restarted

@@ -5,13 +5,27 @@ weights); a shape its family's model cannot have is refused."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from dataclasses import replace
 
 import pytest
 
 from phalanx_common.hf_config import shape_from_hf_config
 from phalanx_common.presets import PRESETS, ModelShape
-from phalanx_runtime.models.huggingface.provenance import hf_config_for_shape, model_record
+from phalanx_runtime.models.huggingface.provenance import (
+    MAX_JSON_BYTES,
+    base_fingerprint,
+    base_mismatch,
+    copy_regular,
+    hf_config_for_shape,
+    model_record,
+    read_json,
+    read_model_dir,
+    resumed_base_problems,
+    write_model_dir,
+)
 
 BASE = ModelShape(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=256, ffn_hidden=128, max_seq_len=128)
 LLAMA3 = (("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
@@ -66,3 +80,74 @@ def test_record_keeps_the_rope_layout_and_the_pretrained_directory():
     record = model_record(replace(BASE, rope_style="half"), pretrained="/models/base")
     assert (record["rope_style"], record["pretrained"], record["shape"]["head_dim"]) == ("half", "/models/base", 16)
     assert model_record(PRESETS["debug"], preset="debug")["rope_style"] == "interleaved"
+
+
+# ---------------------------------------------------------------- what an export reads
+
+
+def model_dir_with(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(hf_config_for_shape(BASE)))
+    (d / "phalanx-model.json").write_text(json.dumps(model_record(BASE)))
+    return d
+
+
+def test_a_symlinked_file_in_the_model_record_is_refused_not_read(tmp_path):
+    secret = tmp_path / "kubeconfig"
+    secret.write_text("token: hunter2")
+    d = model_dir_with(tmp_path)
+    (d / "tokenizer.json").symlink_to(secret)
+    with pytest.raises(ValueError, match="is a symlink"):
+        copy_regular(d / "tokenizer.json", tmp_path / "copied")
+    assert not (tmp_path / "copied").exists()
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to(secret)
+    with pytest.raises(ValueError, match="config.json is a symlink"):
+        read_model_dir(d)
+
+
+def test_a_fifo_or_a_huge_record_is_refused(tmp_path):
+    d = model_dir_with(tmp_path)
+    (d / "phalanx-model.json").write_text(json.dumps({**model_record(BASE), "pad": "x" * MAX_JSON_BYTES}))
+    with pytest.raises(ValueError, match=f"larger than {MAX_JSON_BYTES} bytes"):
+        read_model_dir(d)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_json(tmp_path / "fifo")
+
+
+def test_base_fingerprint_names_what_changed(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "model-1.safetensors").write_bytes(b"a" * 10)
+    (base / "model-2.safetensors").write_bytes(b"b" * 20)
+    (base / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    recorded = base_fingerprint(base)
+    assert recorded["files"] == {"model-1.safetensors": 10, "model-2.safetensors": 20}
+    assert base_mismatch(recorded, base) == [] and base_mismatch(None, base) == []
+    copy = tmp_path / "copy"
+    shutil.copytree(base, copy)
+    assert base_mismatch(recorded, copy) == []  # another copy of the same model
+    (copy / "model-1.safetensors").write_bytes(b"a" * 11)
+    (copy / "model-2.safetensors").unlink()
+    (copy / "model-3.safetensors").write_bytes(b"c")
+    (copy / "model.safetensors.index.json").write_text('{"weight_map": {"x": 1}}')
+    assert base_mismatch(recorded, copy) == [
+        "model-1.safetensors: 10 bytes when the run trained, 11 bytes now",
+        "model-2.safetensors: missing (the run trained with it)",
+        "model-3.safetensors: not part of the model the run trained",
+        "model.safetensors.index.json: its content differs from the one the run trained with"]
+
+
+def test_the_record_of_a_pretrained_run_carries_its_base_fingerprint(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps(hf_config_for_shape(BASE)))
+    (base / "model.safetensors").write_bytes(b"x" * 8)
+    write_model_dir(tmp_path / "ckpt" / "model", BASE, pretrained=str(base))
+    assert resumed_base_problems(tmp_path / "ckpt", base) == []
+    (base / "model.safetensors").write_bytes(b"x" * 9)
+    assert resumed_base_problems(tmp_path / "ckpt", base) == [
+        "model.safetensors: 8 bytes when the run trained, 9 bytes now"]
+    assert resumed_base_problems(tmp_path / "elsewhere", base) == []  # no record: nothing to compare
