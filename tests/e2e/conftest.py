@@ -9,8 +9,8 @@ never read. ``hack/kind-e2e.sh test`` runs this suite alone. Without a cluster t
 
 Environment: ``PHALANX_E2E_IMAGE`` (runtime image, default phalanx/runtime:<version>),
 ``PHALANX_E2E_NAMESPACE`` (default ``default``; needs a ReadWriteMany PVC ``phalanx-shared``),
-``PHALANX_E2E_SHARED_DIR`` (optional: where that volume is visible on this machine, to check the
-checkpoint files themselves).
+``PHALANX_E2E_SHARED_DIR`` (where that volume is visible on this machine, to check the checkpoint
+files themselves; the kind cluster's ``shared/`` when ``PHALANX_E2E_UP=1`` brought it up).
 """
 
 from __future__ import annotations
@@ -110,5 +110,10 @@ def runtime_image() -> str:
 
 @pytest.fixture(scope="session")
 def shared_dir(namespace) -> Path | None:
+    """Where the shared volume is visible here: ``PHALANX_E2E_SHARED_DIR``, else, on the kind
+    cluster ``PHALANX_E2E_UP=1`` brings up, its state's ``shared/`` (hack/kind/lib.sh: the nodes
+    mount it as the ``phalanx-shared`` volume)."""
     d = os.environ.get("PHALANX_E2E_SHARED_DIR")
+    if not d and os.environ.get("PHALANX_E2E_UP") == "1" and not os.environ.get("PHALANX_E2E_KUBECONFIG"):
+        return Path(os.environ.get("PHALANX_KIND_DIR", ROOT / ".kind")) / "shared"
     return Path(d) if d else None
