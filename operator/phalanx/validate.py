@@ -212,15 +212,15 @@ def _model_of(annotation: Any) -> Any:
 # --- Semantic rules -----------------------------------------------------------------------------
 
 
+def _spec_problems(errors: list[str]) -> list[Problem]:
+    """phalanx_common's ``"<field>: <rule>"`` messages as the operator's problems on ``spec.<field>``."""
+    return [Problem(f"spec.{field}", message, "operator")
+            for field, _, message in (error.partition(": ") for error in errors)]
+
+
 def _layout_problems(spec: TrainingJobSpec) -> list[Problem]:
     """The built-in runtime's layout rules (phalanx_common.layout), for jobs it trains."""
-    if not spec.uses_runtime:
-        return []
-    problems = []
-    for error in check_layout(spec):
-        field, _, message = error.partition(": ")
-        problems.append(Problem(f"spec.{field}", message, "operator"))
-    return problems
+    return _spec_problems(check_layout(spec)) if spec.uses_runtime else []
 
 
 def validate_network(spec: Any, profile: NetworkProfile | None, profile_name: str | None = None) -> list[str]:
@@ -331,11 +331,7 @@ def pretrained_problems(spec: TrainingJobSpec) -> list[Problem]:
         return []
     if not (Path(spec.model.pretrained.path) / CONFIG_FILE).is_file():
         return []
-    problems = []
-    for error in check_pretrained(spec):
-        field, _, message = error.partition(": ")
-        problems.append(Problem(f"spec.{field}", message, "operator"))
-    return problems
+    return _spec_problems(check_pretrained(spec))
 
 
 def check_document(obj: dict[str, Any], config: OperatorConfig, path: str) -> tuple[TrainingJob | None, list[str]]:

@@ -37,42 +37,39 @@ _HF_MODULES = {hf: ours for ours, hf in LAYER_MODULES.items()}
 _TOP_HF = {hf: ours for ours, hf in TOP_LEVEL.items()}
 
 
+def _rename(pattern: re.Pattern[str], modules: dict[str, str], name: str, out: str,
+            last_case=str) -> str | None:
+    """``name`` matched by ``pattern`` (layer, module, last part) with its module renamed through
+    ``modules`` and its last part through ``last_case``, formatted by ``out``; None when it does not
+    match or names no known module."""
+    match = pattern.match(name)
+    if not match or match.group(2) not in modules:
+        return None
+    layer, module, last = match.groups()
+    return out.format(layer=layer, module=modules[module], last=last_case(last))
+
+
 def to_hf(name: str) -> str | None:
     """``layers.3.attention.wq.weight`` → ``model.layers.3.self_attn.q_proj.weight``."""
     if name in TOP_LEVEL:
         return TOP_LEVEL[name]
-    match = _OURS_LAYER.match(name)
-    if not match or match.group(2) not in LAYER_MODULES:
-        return None
-    layer, module, kind = match.groups()
-    return f"model.layers.{layer}.{LAYER_MODULES[module]}.{kind}"
+    return _rename(_OURS_LAYER, LAYER_MODULES, name, "model.layers.{layer}.{module}.{last}")
 
 
 def from_hf(name: str) -> str | None:
     """The inverse of :func:`to_hf`."""
     if name in _TOP_HF:
         return _TOP_HF[name]
-    match = _HF_LAYER.match(name)
-    if not match or match.group(2) not in _HF_MODULES:
-        return None
-    layer, module, kind = match.groups()
-    return f"layers.{layer}.{_HF_MODULES[module]}.{kind}"
+    return _rename(_HF_LAYER, _HF_MODULES, name, "layers.{layer}.{module}.{last}")
 
 
 def to_peft(name: str) -> str | None:
     """``layers.3.attention.wq.lora_a.weight`` → PEFT's
     ``base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight``."""
-    match = _OURS_LORA.match(name)
-    if not match or match.group(2) not in LAYER_MODULES:
-        return None
-    layer, module, which = match.groups()
-    return f"{PEFT_PREFIX}model.layers.{layer}.{LAYER_MODULES[module]}.lora_{which.upper()}.weight"
+    return _rename(_OURS_LORA, LAYER_MODULES, name, PEFT_PREFIX + "model.layers.{layer}.{module}.lora_{last}.weight",
+                   str.upper)
 
 
 def from_peft(name: str) -> str | None:
     """The inverse of :func:`to_peft`."""
-    match = _PEFT_LORA.match(name)
-    if not match or match.group(2) not in _HF_MODULES:
-        return None
-    layer, module, which = match.groups()
-    return f"layers.{layer}.{_HF_MODULES[module]}.lora_{which.lower()}.weight"
+    return _rename(_PEFT_LORA, _HF_MODULES, name, "layers.{layer}.{module}.lora_{last}.weight", str.lower)
