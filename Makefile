@@ -24,6 +24,7 @@ install: ## pip install -e '.[operator,runtime,dev]' (and the deepspeed and trai
 # API reference, the chart's ValidatingAdmissionPolicy and values schema, the chart's appVersion.
 GENERATED := crds/phalanx.dev_trainingjobs.yaml charts/phalanx/crds/phalanx.dev_trainingjobs.yaml docs/api.md docs/policy.md \
   crds/phalanx.dev_trainingsweeps.yaml charts/phalanx/crds/phalanx.dev_trainingsweeps.yaml \
+  crds/phalanx.dev_nodequarantines.yaml charts/phalanx/crds/phalanx.dev_nodequarantines.yaml \
   charts/phalanx/templates/admission-policy.yaml charts/phalanx/values.schema.json charts/phalanx/Chart.yaml
 # Markdown files whose `<!-- generated: NAME -->` blocks `make crds` fills from the code in place
 # (phalanx/docstables.py: reasons, conditions, cli, rbac, printer-columns, ...); crds-check fails
@@ -35,6 +36,8 @@ define generate
 	cp $(1)/crds/phalanx.dev_trainingjobs.yaml $(1)/charts/phalanx/crds/
 	$(PYTHON) -m phalanx crd --sweep -o $(1)/crds/phalanx.dev_trainingsweeps.yaml
 	cp $(1)/crds/phalanx.dev_trainingsweeps.yaml $(1)/charts/phalanx/crds/
+	$(PYTHON) -m phalanx crd --quarantine -o $(1)/crds/phalanx.dev_nodequarantines.yaml
+	cp $(1)/crds/phalanx.dev_nodequarantines.yaml $(1)/charts/phalanx/crds/
 	$(PYTHON) -m phalanx crd --reference -o $(1)/docs/api.md
 	$(PYTHON) -m phalanx crd --policy-reference -o $(1)/docs/policy.md
 	$(PYTHON) -m phalanx crd --admission-policy -o $(1)/charts/phalanx/templates/admission-policy.yaml

@@ -159,6 +159,7 @@ def chart_operator_config() -> dict[str, Any]:
         "defaultShmSize": values["defaultShmSize"],
         "policy": copy.deepcopy(values["policy"]),
         "limits": copy.deepcopy(values["limits"]),
+        "health": copy.deepcopy(values["health"]),
         "networkPolicy": {
             "enabled": values["networkPolicy"]["enabled"],
             "operatorNamespaceLabels": {"kubernetes.io/metadata.name": "phalanx-system"},

@@ -46,6 +46,8 @@ ENV_CONFIG_PATH = "PHALANX_CONFIG"
 ENV_JOB_NAME = "PHALANX_JOB_NAME"
 ENV_JOB_UID = "PHALANX_JOB_UID"
 ENV_RESTART_ATTEMPT = "PHALANX_RESTART_ATTEMPT"
+# The pod's node (downward API): the runtime names it when its pre-flight device check fails.
+ENV_NODE_NAME = "PHALANX_NODE_NAME"
 
 # Where the runtime writes and listens.
 ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"

@@ -82,6 +82,10 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
     if (sweep_crd := _sweep_cli().crd(args)) is not None:  # --sweep: the TrainingSweep's (phalanx.sweep.cli)
         text = sweep_crd
+    elif args.quarantine:
+        from phalanx.api.quarantine import quarantine_crd_yaml
+
+        text = quarantine_crd_yaml()
     elif args.reference:
         text = api_reference()
     elif args.policy_reference:
@@ -127,7 +131,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if _checked(jobs[0], config, args.job) is None:
         return EXIT_INPUT_ERROR  # the operator's verdict first: it would never plan this job
     levels = args.levels.split(",") if args.levels else None
-    code, text = run_plan(jobs[0], args.nodes, pods_yaml=args.pods, levels=levels, json_out=args.json, config=config)
+    code, text = run_plan(jobs[0], args.nodes, pods_yaml=args.pods, levels=levels, json_out=args.json, config=config,
+                          quarantine_yaml=args.quarantine)
     print(text)
     return code
 
@@ -280,7 +285,7 @@ def _offline_commands(sub: Any) -> None:
 
     p = sub.add_parser("crd", help="print the TrainingJob CRD (or, by flag, another generated file)",
                        description="Print the TrainingJob CRD, or by flag the Markdown API reference, the policy "
-                       "reference, the chart's admission policy or values schema, or the TrainingSweep CRD; "
+                       "reference, the chart's admission policy or values schema, or the TrainingSweep or NodeQuarantine CRD; "
                        "--docs-tables fills the generated tables of Markdown files. `make crds` runs them all.")
     p.add_argument("-o", "--output", metavar="FILE", help="write to this file instead of stdout")
     p.add_argument("--reference", action="store_true", help="the Markdown API reference instead of the CRD")
@@ -288,6 +293,7 @@ def _offline_commands(sub: Any) -> None:
     p.add_argument("--admission-policy", action="store_true", help="the chart's ValidatingAdmissionPolicy template instead")
     p.add_argument("--values-schema", action="store_true", help="the chart's values.schema.json instead")
     p.add_argument("--sweep", action="store_true", help="the TrainingSweep CRD instead")
+    p.add_argument("--quarantine", action="store_true", help="the NodeQuarantine CRD instead")
     p.add_argument("--docs-tables", nargs="+", metavar="FILE", help="instead, rewrite the `<!-- generated: NAME -->` "
                    "blocks of these Markdown files from the code (phalanx/docstables.py)")
     p.add_argument("--check", action="store_true", help="with --docs-tables: change nothing; exit 1 naming each "
@@ -302,6 +308,7 @@ def _offline_commands(sub: Any) -> None:
     p.add_argument("job", metavar=JOB_FILE, help="TrainingJob YAML file (one job)")
     p.add_argument("--nodes", required=True, metavar="NODES.yaml", help="nodes YAML (a List, as kubectl prints it)")
     p.add_argument("--pods", metavar="PODS.yaml", help="running pods YAML (their requests are taken as used)")
+    p.add_argument("--quarantine", metavar="NQ.yaml", help="`kubectl get nq -o yaml`: quarantined nodes are left out")
     p.add_argument("--levels", metavar="KEY,…", help="comma-separated topology label keys, coarse to fine")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology, policy) for the checks and levels")

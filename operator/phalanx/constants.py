@@ -39,6 +39,7 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_MASTER_PORT,
     ENV_METRICS_PORT,
     ENV_NNODES,
+    ENV_NODE_NAME,
     ENV_NODE_RANK,
     ENV_NPROC_PER_NODE,
     ENV_OMP_NUM_THREADS,
@@ -108,6 +109,12 @@ SWEEP_PLURAL = "trainingsweeps"
 SWEEP_SINGULAR = "trainingsweep"
 SWEEP_SHORT_NAMES = ["tsw"]
 SWEEP_CRD_NAME = f"{SWEEP_PLURAL}.{GROUP}"
+# NodeQuarantine: a node kept out of new placements (api/quarantine.py, docs/health.md). Cluster-scoped.
+QUARANTINE_KIND = "NodeQuarantine"
+QUARANTINE_PLURAL = "nodequarantines"
+QUARANTINE_SINGULAR = "nodequarantine"
+QUARANTINE_SHORT_NAMES = ["nq"]
+QUARANTINE_CRD_NAME = f"{QUARANTINE_PLURAL}.{GROUP}"
 
 # --- Phalanx's labels, annotations, gate and finalizer -------------------------------------------
 # Labels on every child object.
@@ -226,7 +233,6 @@ ENV_ROLES = "PHALANX_ROLES"  # "worker=4,chief=1,ps=2": every role and its repli
 ENV_SUBDOMAIN = "PHALANX_SUBDOMAIN"  # "<service>.<namespace>.svc": <job>-<role>-<i>.$PHALANX_SUBDOMAIN
 ENV_NAMESPACE = "PHALANX_NAMESPACE"
 ENV_POD_NAME = "PHALANX_POD_NAME"
-ENV_NODE_NAME = "PHALANX_NODE_NAME"
 # The job's uid, so the runtime records which job wrote a checkpoint and says when it resumes
 # one written by an earlier job of the same name.
 # rank 0 writes its final progress JSON to this path (DEFAULT_TERMINATION_LOG) for the operator.
@@ -334,6 +340,7 @@ class FailureCategory(StrEnum):
     USER_CODE = "UserCodeError"  # any other exception with a traceback
     INFRASTRUCTURE = "Infrastructure"  # evicted, preempted, the node or the pod lost
     HANG = "Hang"  # no step progress for hangTimeoutSeconds
+    PREFLIGHT = "Preflight"  # the gang's pre-flight check (all-reduce, device) failed on this rank's node
     UNKNOWN = "Unknown"
 
 
@@ -425,6 +432,9 @@ class Reason(StrEnum):
     LOSS_FINITE = "LossFinite"
     RESUMED_FROM_PREDECESSOR = "ResumedFromPredecessor"
     RESUMED_FROM_CHECKPOINT = "ResumedFromCheckpoint"  # a command job's script resumed at a step
+    # node health (nodehealth.py): Events on the Node and on the job whose failure tipped it
+    NODE_QUARANTINED = "NodeQuarantined"
+    NODE_QUARANTINE_RELEASED = "NodeQuarantineReleased"
 
 
 class UnschedulableReason(StrEnum):
@@ -447,6 +457,17 @@ class NodeExclusion(StrEnum):
     SELECTOR_MISMATCH = "nodeSelector mismatch"
     TOO_LITTLE = "too little {resource}"  # free after running pods and other gangs' reservations
     OUTSIDE_WORKERS_DOMAIN = "outside the workers' {level}"  # a role's pod, scheduling.topology.required
+    QUARANTINED = "quarantined"  # a NodeQuarantine names it (gang/nodehealth.py); running gangs keep it
+
+
+class QuarantineReason(StrEnum):
+    """Why a node is quarantined (NodeQuarantine spec.reason; gang/nodehealth.py)."""
+
+    CONDITION = "Condition"  # a node condition configured as unhealthy is True (health.unhealthyConditions)
+    TAINT = "Taint"  # a taint configured as unhealthy (health.unhealthyTaints)
+    JOB_EVIDENCE = "JobEvidence"  # jobs' failures were attributed to it health.evidenceThreshold times
+    PREFLIGHT = "Preflight"  # a gang's pre-flight check failed on it
+    MANUAL = "Manual"  # created by an admin
 
 
 class KueueReason(StrEnum):

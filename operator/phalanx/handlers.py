@@ -113,6 +113,25 @@ async def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> 
     memo.scheduler.changed()
 
 
+@kopf.on.event("nodes", id="node_health")
+async def node_health(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A node's unhealthy conditions and taints (phalanx.nodehealth)."""
+    startup.start_node_health(memo)
+    memo.node_health.node_event(type, name, body, memo.config.health)
+
+
+@kopf.on.event(constants.GROUP, constants.VERSION, constants.QUARANTINE_PLURAL)
+async def node_quarantine(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A NodeQuarantine created, renewed or deleted: the planner's exclusions change."""
+    memo.node_health.quarantine_event(type, name, body)
+
+
+@kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL, id="failure_evidence")
+async def failure_evidence(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A job's last failure may implicate the node of its failed rank (phalanx.nodehealth)."""
+    memo.node_health.job_event(type, body)
+
+
 # --------------------------------------------------------------------------------------------
 # The per-job loop
 

@@ -239,6 +239,23 @@ class Kube:
         await self._call_expecting((Outcome.GONE,), "patch", self.custom.patch_namespaced_custom_object,
                                    constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, {"spec": {"suspend": True}})
 
+    async def create_quarantine(self, obj: dict[str, Any]) -> bool:
+        """Create a NodeQuarantine (cluster-scoped); False when the node has one already."""
+        outcome, _ = await self._call_expecting((Outcome.EXISTS,), "create", self.custom.create_cluster_custom_object,
+                                                constants.GROUP, constants.VERSION, constants.QUARANTINE_PLURAL, obj)
+        return outcome is Outcome.DONE
+
+    async def renew_quarantine(self, name: str, expires_at: str) -> None:
+        """Move a NodeQuarantine's spec.expiresAt; one deleted meanwhile needs nothing."""
+        await self._call_expecting((Outcome.GONE,), "patch", self.custom.patch_cluster_custom_object, constants.GROUP,
+                                   constants.VERSION, constants.QUARANTINE_PLURAL, name, {"spec": {"expiresAt": expires_at}})
+
+    async def delete_quarantine(self, name: str) -> bool:
+        """Delete a NodeQuarantine; False when it was gone already (an admin cleared it)."""
+        outcome, _ = await self._call_expecting((Outcome.GONE,), "delete", self.custom.delete_cluster_custom_object,
+                                                constants.GROUP, constants.VERSION, constants.QUARANTINE_PLURAL, name)
+        return outcome is Outcome.DONE
+
     async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:
         """Rank 0's progress body, unparsed: it is untrusted (lifecycle.progress.parse_progress).
         None when unreachable, slower than ``timeout``, not 200, or over the size limit."""

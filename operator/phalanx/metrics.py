@@ -8,6 +8,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from phalanx.api.types import Phase
+from phalanx.constants import QuarantineReason
 
 RECONCILE_RESULTS = ("ok", "error")
 
@@ -20,6 +21,8 @@ JOBS = Gauge("phalanx_jobs", "TrainingJobs by phase", ["phase"])
 PODS_CREATED = Counter("phalanx_pods_created_total", "Worker pods created")
 API_REQUESTS = Counter("phalanx_api_requests_total", "Kubernetes API requests made by the operator", ["verb"])
 RESTARTS = Counter("phalanx_gang_restarts_total", "Whole-gang restarts")
+NODE_QUARANTINED = Gauge("phalanx_node_quarantined", "1 while a NodeQuarantine keeps the node out of new placements", ["node", "reason"])
+QUARANTINES = Counter("phalanx_node_quarantines_total", "Nodes quarantined by the operator", ["reason"])
 LEADER = Gauge("phalanx_leader", "1 while this operator process reconciles (holds the leader lease, or runs without leader election)")
 
 # Every known label value exists from the start at 0, so rate()/increase() see the first error
@@ -28,3 +31,5 @@ for _result in RECONCILE_RESULTS:
     RECONCILES.labels(_result)
 for _phase in Phase:
     JOBS.labels(_phase.value)
+for _reason in QuarantineReason:
+    QUARANTINES.labels(_reason.value)

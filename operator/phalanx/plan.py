@@ -1,6 +1,7 @@
-"""``phalanx plan JOB.yaml --nodes NODES.yaml [--pods PODS.yaml] [--levels a,b,c] [--json]``.
+"""``phalanx plan JOB.yaml --nodes NODES.yaml [--pods PODS.yaml] [--quarantine NQ.yaml] [--levels a,b,c] [--json]``.
 
-Offline dry run of the gang planner on ``kubectl get nodes -o yaml`` output: where the job would
+Offline dry run of the gang planner on ``kubectl get nodes -o yaml`` output (and the NodeQuarantines
+of ``kubectl get nq -o yaml``: those nodes are left out, as the operator does): where the job would
 go, how many domains it spans, the predicted gradient allreduce against the most compact
 placement possible, and ZeRO model-state memory per GPU. Pure: reads files, returns text.
 """
@@ -10,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.api.config import OperatorConfig
 from phalanx.api.manifests import parse_documents
 from phalanx.api.types import TrainingJob
+from phalanx.constants import QUARANTINE_KIND
 from phalanx.gang.costmodel import cost_report, levels_config
 from phalanx.gang.inventory import nodes_from_list, pods_from_list, reservations_from_pods
+from phalanx.gang.nodehealth import Quarantine, mark_quarantined
 from phalanx.gang.planner import GangRequest, Placement, plan_gang
 from phalanx.gang.topology import Topology, topology_levels
 
@@ -58,6 +62,7 @@ def run_plan(
     json_out: bool = False,
     *,
     config: OperatorConfig | None = None,
+    quarantine_yaml: str | os.PathLike | dict | list | None = None,
 ) -> tuple[int, str]:
     """(exit code, text): 0 placed, 1 unschedulable, 2 bad input."""
     try:
@@ -66,10 +71,12 @@ def run_plan(
         raw_pods = _load(pods_yaml) if pods_yaml is not None else {"items": []}
         pod_items = raw_pods.get("items", []) if isinstance(raw_pods, dict) else raw_pods
         usage = pods_from_list(pod_items)
+        quarantined = active_quarantines(_load(quarantine_yaml)) if quarantine_yaml is not None else []
     except Exception as e:  # noqa: BLE001 - any parse error is an input error for the CLI
         return EXIT_INPUT_ERROR, f"error: {e}"
     if not nodes:
         return EXIT_INPUT_ERROR, "error: no Node objects in the nodes file"
+    nodes = mark_quarantined(nodes, [q.node for q in quarantined])
 
     topo_cfg = (config or OperatorConfig()).topology
     names = levels.split(",") if isinstance(levels, str) else levels
@@ -82,22 +89,34 @@ def run_plan(
     topo = Topology.build(nodes, lvls)
     result = plan_gang(request, nodes, usage, lvls, reservations, topology=topo)
 
+    held = [{"node": q.node, "reason": q.reason, "expiresAt": q.expires_at.isoformat() if q.expires_at else None}
+            for q in quarantined]
+    note = [f"quarantined: {', '.join(f'{q.node} ({q.reason})' for q in quarantined)}"] if quarantined else []
     if not isinstance(result, Placement):
         if json_out:
             return EXIT_UNSCHEDULABLE, json.dumps({"job": key, "schedulable": False, "reason": result.reason,
                                                    "message": result.message, "fit": result.fit,
-                                                   "excluded": result.excluded}, indent=2)
-        return EXIT_UNSCHEDULABLE, f"{key}: unschedulable: {result.message}"
+                                                   "excluded": result.excluded, "quarantined": held}, indent=2)
+        return EXIT_UNSCHEDULABLE, "\n".join([f"{key}: unschedulable: {result.message}", *note])
 
     report = cost_report(job.spec, result.nodes, nodes, topo, topo_cfg, requests=dict(request.requests))
     if json_out:
-        return EXIT_PLACED, _json_report(key, result, report)
-    return EXIT_PLACED, _text_report(key, job, request, result, report)
+        return EXIT_PLACED, _json_report(key, result, report, held)
+    return EXIT_PLACED, "\n".join([_text_report(key, job, request, result, report), *note])
 
 
-def _json_report(key: str, result: Placement, report: Any) -> str:
+def active_quarantines(obj: Any, now: datetime | None = None) -> list[Quarantine]:
+    """The NodeQuarantines of a ``kubectl get nq -o yaml`` List (or one object) not expired at ``now``."""
+    items = obj.get("items", [obj]) if isinstance(obj, dict) else list(obj)
+    now = now or datetime.now(UTC)
+    found = [Quarantine.from_object(item) for item in items
+             if isinstance(item, dict) and item.get("kind", QUARANTINE_KIND) == QUARANTINE_KIND]
+    return sorted((q for q in found if q.active(now)), key=lambda q: q.node)
+
+
+def _json_report(key: str, result: Placement, report: Any, quarantined: list[dict[str, Any]]) -> str:
     out: dict[str, Any] = {
-        "job": key, "schedulable": True,
+        "job": key, "schedulable": True, "quarantined": quarantined,
         "placement": [{"rank": i, "node": n, "domain": d}
                       for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
         "roles": result.role_nodes, "span": result.span, "notes": result.notes,

@@ -147,6 +147,11 @@ REASONS: dict[Reason, ReasonDoc] = {
                                          "step the message names (`status.resumedStep`; a script reports it through "
                                          "`phalanx_common.report.latest_checkpoint()`); the Running message says so too",
                                          "", EVENT),
+    Reason.NODE_QUARANTINED: _doc(OTHER, "a node was quarantined (a NodeQuarantine): no new gang is placed on it "
+                                  "until it expires; on the Node, and on the job whose failure tipped it",
+                                  "`kubectl get nq NODE -o yaml` says why; `kubectl delete nq NODE` clears it", EVENT),
+    Reason.NODE_QUARANTINE_RELEASED: _doc(OTHER, "a node's quarantine expired (or was deleted): new gangs may use it "
+                                          "again", "", EVENT),
 }
 
 UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {
@@ -176,6 +181,9 @@ class ExclusionDoc:
 
 NODE_EXCLUSIONS: dict[NodeExclusion, ExclusionDoc] = {
     NodeExclusion.NOT_READY: ExclusionDoc("the node's Ready condition is not True", "check the node and its kubelet"),
+    NodeExclusion.QUARANTINED: ExclusionDoc("a NodeQuarantine names the node (an unhealthy condition or taint, or "
+                                            "jobs' failures named it repeatedly); gangs running there keep it",
+                                            "`kubectl get nq NODE -o yaml` says why; fix the node, then `kubectl delete nq NODE`"),
     NodeExclusion.CORDONED: ExclusionDoc("the node is cordoned (`spec.unschedulable`) and the job does not tolerate "
                                          "`node.kubernetes.io/unschedulable`", "uncordon the node"),
     NodeExclusion.TAINTED: ExclusionDoc("the node has a `NoSchedule` or `NoExecute` taint the job does not tolerate",

@@ -34,6 +34,7 @@ from phalanx.api.config import OperatorConfig
 from phalanx.constants import LABEL_JOB_NAME
 from phalanx.gang.admission import admit
 from phalanx.gang.inventory import Reservation
+from phalanx.gang.nodehealth import mark_quarantined
 from phalanx.gang.planner import GangRequest, Placement, Unschedulable
 from phalanx.offloop import decide_started, on_loop
 
@@ -121,6 +122,8 @@ class Scheduler:
         self.nodes: Any = None  # kopf.Index of NodeInfo by node name
         self.usage: Any = None  # every pod: ``usage.get(None, [])``
         self.cycles = 0  # plans of the queue so far (each one admit())
+        # Nodes no new gang is placed on (their NodeQuarantines, phalanx.nodehealth); read each cycle.
+        self.quarantined: Callable[[], Iterable[str]] = lambda: ()
         self._due: asyncio.Event | None = None
 
     # --- on the event loop
@@ -212,7 +215,9 @@ class Scheduler:
                        [r for rs, _ in self.pending.values() for r in rs])
 
     def _nodes(self) -> list[Any]:
-        return [v for store in self.nodes.values() for v in store] if self.nodes is not None else []
+        if self.nodes is None:
+            return []
+        return mark_quarantined([v for store in self.nodes.values() for v in store], self.quarantined())
 
     def _usage(self) -> list[Any]:
         return list(self.usage.get(None, [])) if self.usage is not None else []

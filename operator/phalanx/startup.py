@@ -7,7 +7,8 @@ and the pools shut down on cleanup.
 (leader.Elector with --leader-elect, else None), ``namespaces`` (the served ones, None: all),
 ``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job
 loops' shared bookkeeping, jobloop.Gangs), ``scheduler`` (scheduler.Scheduler: the one gang queue
-and its published rows; ``scheduler_task`` runs its cycles), ``sweep_wakeups`` (the sweep loops'
+and its published rows; ``scheduler_task`` runs its cycles), ``node_health`` (nodehealth.NodeHealth:
+node signals, job evidence, NodeQuarantines; ``node_health_task`` acts on them), ``sweep_wakeups`` (the sweep loops'
 wake-ups, controlloop.Wakeups) and ``decider`` (the one thread every ``decide()`` runs on, off
 the event loop)."""
 
@@ -26,6 +27,7 @@ from phalanx.backends import workload as workload_backend
 from phalanx.controlloop import Wakeups
 from phalanx.jobloop import Gangs
 from phalanx.kube import Kube, load_client
+from phalanx.nodehealth import NodeHealth
 from phalanx.offloop import decide_started, new_decider
 from phalanx.podreflector import PodReflector
 
@@ -37,6 +39,7 @@ def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None
     gangs = Gangs()
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
                      namespaces=None, pod_reflector=None, gangs=gangs, scheduler=gangs.scheduler, scheduler_task=None,
+                     node_health=NodeHealth(changed=gangs.scheduler.changed), node_health_task=None,
                      sweep_wakeups=Wakeups(), decider=new_decider())
 
 
@@ -76,8 +79,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
+    memo.scheduler.quarantined = memo.node_health.quarantined
     if memo.scheduler_task is None:
         memo.scheduler_task = asyncio.create_task(memo.scheduler.run(memo.decider, memo.config), name="phalanx-scheduler")
+
+
+def start_node_health(memo: kopf.Memo) -> None:
+    """The node health task, once. Started from a watch's handler, not at start-up: it posts
+    Events with ``kopf.event``, which works only in a context kopf set up for its handlers."""
+    if memo.get("node_health_task") is None:
+        memo.node_health_task = asyncio.create_task(memo.node_health.run(memo.kube, memo.config.health, memo.leader),
+                                                    name="phalanx-node-health")
 
 
 async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
@@ -112,6 +124,8 @@ def problems(memo: kopf.Memo) -> list[str]:
     started = decide_started[0]
     scheduler_task = memo.get("scheduler_task")
     stopped = ["the gang scheduler's task has stopped"] if scheduler_task is not None and scheduler_task.done() else []
+    health_task = memo.get("node_health_task")
+    stopped += ["the node health task has stopped"] if health_task is not None and health_task.done() else []
     return health.watcher_problems(tasks, memo.watchers_seen) + stopped + health.thread_problems(
         reflector.thread.is_alive() if reflector is not None and reflector.thread is not None else None,
         now - reflector.failing_since if reflector is not None and reflector.failing_since else None,
@@ -123,6 +137,8 @@ def shutdown(memo: kopf.Memo) -> None:
     hold the exit)."""
     if memo.get("scheduler_task") is not None:
         memo.scheduler_task.cancel()
+    if memo.get("node_health_task") is not None:
+        memo.node_health_task.cancel()
     if memo.get("kube") is not None:
         memo.kube.pool.shutdown(wait=False, cancel_futures=True)
     if memo.get("decider") is not None:

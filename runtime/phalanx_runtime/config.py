@@ -167,6 +167,14 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True)
+class FailurePolicySpec:
+    """The part of ``failurePolicy`` the runtime acts on: the pre-flight check (preflight.py)."""
+
+    preflight: bool = False
+    preflight_timeout_seconds: int = 60
+
+
+@dataclass(frozen=True)
 class Resources:
     gpus: int = 0
 
@@ -185,6 +193,7 @@ class JobSpec:
     data: DataSpec = field(default_factory=DataSpec)
     training: TrainingSpec = field(default_factory=TrainingSpec)
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    failure_policy: FailurePolicySpec = field(default_factory=FailurePolicySpec)
 
     @property
     def world_size(self) -> int:

@@ -57,6 +57,7 @@ from phalanx_runtime.models.entrypoint import ModelContext
 from phalanx_runtime.models.huggingface.export import export_in_job
 from phalanx_runtime.models.huggingface.provenance import model_files_writer, resumed_base_problems
 from phalanx_runtime.models.transformer.lora import adapters_only_checkpoints
+from phalanx_runtime.preflight import run_preflight
 from phalanx_runtime.startup import StartupTimeline
 
 log = logging.getLogger("phalanx_runtime")
@@ -144,6 +145,8 @@ class Trainer:
         self.timeline.mark(StartupPhase.PROCESS_GROUP)
         self.rank, self.world = self.member.rank, self.member.world_size
         self.device = device_for_rank(self.member.local_rank)
+        if self.spec.failure_policy.preflight:
+            run_preflight(self.device, self.rank, self.spec.resources.gpus > 0, self.spec.failure_policy.preflight_timeout_seconds)
         errors = check_layout(self.spec, cuda_available=self.device.type == "cuda", checkpointing=checkpointing)
         if errors:
             raise SystemExit("invalid layout:\n  " + "\n  ".join(errors))

@@ -113,8 +113,11 @@ def test_namespaced_mode_uses_roles_per_namespace():
     roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     cluster_rules = by_kind(docs, "ClusterRole")[0]["rules"]
-    # cluster-wide: read-only, and pods only so that the planner sees other namespaces' GPUs
+    # cluster-wide: read-only, and pods only so that the planner sees other namespaces' GPUs; the
+    # one cluster-wide write is the operator's own cluster-scoped record, the NodeQuarantine
     assert cluster_rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+                             {"apiGroups": ["phalanx.dev"], "resources": ["nodequarantines"],
+                              "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
                              {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
                              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
                              {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]

@@ -9,7 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from phalanx.api.config import Limits, NetworkPolicyConfig, NetworkProfile, TopologyConfig
+from phalanx.api.config import (
+    HealthConfig,
+    Limits,
+    NetworkPolicyConfig,
+    NetworkProfile,
+    TopologyConfig,
+)
 from phalanx.api.crd import _inline, _structural
 from phalanx.api.policy import NamespacePolicy, PolicyRules
 
@@ -81,6 +87,7 @@ def values_schema() -> dict[str, Any]:
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
             "createPinned": BOOL,
             "limits": _model(Limits),
+            "health": _model(HealthConfig),
             "terminationGracePeriodSeconds": {"type": "integer", "minimum": 10},
             "livenessPort": PORT,
             "metricsPort": PORT,

@@ -129,6 +129,29 @@ class Limits(Model):
         "The check takes up to ~2 s of CPU per MiB, off the event loop.")
 
 
+class HealthConfig(Model):
+    """Node health (gang/nodehealth.py): which node signals and how much job evidence quarantine a
+    node (a NodeQuarantine), and for how long. NotReady and the unreachable taint are not listed:
+    the planner already leaves such nodes out."""
+
+    enabled: bool = Field(True, description="Quarantine nodes (False: NodeQuarantines are still honoured, none created).")
+    unhealthy_conditions: list[str] = Field(
+        default_factory=lambda: ["GpuUnhealthy", "SysLogsXIDError", "SysLogsSXIDError", "SysLogsGPUFallenOff"],
+        max_length=64, description="Node condition types that mean the node's devices are unhealthy while "
+        "their status is True (set by a node problem detector or a GPU health monitor).")
+    unhealthy_taints: list[str] = Field(
+        default_factory=list, max_length=64, description="Taint keys that mean the same (any effect); a "
+        "NoSchedule taint already keeps pods that do not tolerate it away.")
+    evidence_threshold: int = Field(
+        2, ge=1, le=100, description="A node named by this many job failures (communication errors, hangs, "
+        "lost pods, failed pre-flight checks) within evidenceWindowSeconds is quarantined.")
+    evidence_window_seconds: int = Field(3600, ge=1, description="How far back job failures count.")
+    quarantine_seconds: int = Field(3600, ge=1, description="How long a quarantine lasts (while a node "
+                                    "signal persists, it is renewed).")
+    resync_seconds: float = Field(30.0, gt=0, le=3600, description="How often quarantines are checked "
+                                  "for expiry and node signals re-read.")
+
+
 class OperatorConfig(Model):
     network_profiles: dict[str, NetworkProfile] = Field(default_factory=lambda: {"default": NetworkProfile()})
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
@@ -144,6 +167,7 @@ class OperatorConfig(Model):
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
     limits: Limits = Field(default_factory=Limits, description="Bounds on the work one object may cost the operator.")
+    health: HealthConfig = Field(default_factory=HealthConfig, description="Node health and quarantine.")
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")

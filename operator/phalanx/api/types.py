@@ -343,6 +343,10 @@ class FailurePolicy(Model):
     backoff_seconds: int = Field(10, ge=0, le=86400, description="First restart delay; doubles each restart.")
     max_backoff_seconds: int = Field(300, ge=0, le=86400)
     hang_timeout_seconds: int = Field(0, ge=0, le=1 << 31, description="Restart when no step progress for this long; 0 = off.")
+    preflight: bool = Field(False, description="Built-in trainer: before training, every rank checks its device (CUDA "
+                            "and a small matmul, with GPUs) and the gang all-reduces once; a node that fails is named "
+                            "in the failure (category Preflight) and counts as evidence against it (node health).")
+    preflight_timeout_seconds: int = Field(60, ge=1, le=3600, description="How long the pre-flight all-reduce may take.")
 
     checks = (
         Rule("!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || !self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",

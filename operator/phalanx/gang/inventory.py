@@ -119,6 +119,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    quarantined: bool = False  # a NodeQuarantine names it (gang/nodehealth.py mark_quarantined)
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> NodeInfo:

@@ -172,8 +172,8 @@ class Unschedulable:
 # Feasibility
 
 # Exclusions with equal counts are listed in this order in a message.
-_EXCLUSION_ORDER = [NodeExclusion.NOT_READY, NodeExclusion.CORDONED, NodeExclusion.TAINTED,
-                    NodeExclusion.SELECTOR_MISMATCH]
+_EXCLUSION_ORDER = [NodeExclusion.NOT_READY, NodeExclusion.QUARANTINED, NodeExclusion.CORDONED,
+                    NodeExclusion.TAINTED, NodeExclusion.SELECTOR_MISMATCH]
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
@@ -206,9 +206,11 @@ def untolerated_taints(node: NodeInfo, tolerations: Sequence[Mapping[str, Any]])
 
 def static_rejection(node: NodeInfo, request: GangRequest) -> str | None:
     """Why ``node`` cannot take a pod of ``request`` whatever its free capacity (None when it can):
-    readiness, cordon, taints, nodeSelector."""
+    readiness, quarantine, cordon, taints, nodeSelector."""
     if not node.ready:
         return NodeExclusion.NOT_READY
+    if node.quarantined:
+        return NodeExclusion.QUARANTINED
     if node.unschedulable and not any(
         tolerates(tol, _UNSCHEDULABLE_TAINT, "", "NoSchedule") for tol in request.tolerations
     ):

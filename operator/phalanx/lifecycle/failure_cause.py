@@ -38,6 +38,10 @@ SIGKILL_EXIT = 137
 
 # Text → category, first match wins: the specific kinds before the catch-all of any exception.
 RULES: tuple[tuple[FailureCategory, re.Pattern[str]], ...] = (
+    # the runtime's pre-flight check (phalanx_runtime/preflight.py): the failing rank names its node;
+    # its peers stop with the gang, as after any peer gone
+    (FailureCategory.PREFLIGHT, re.compile(r"\bPreflightError\b")),
+    (FailureCategory.COMMUNICATION, re.compile(r"\bPreflightPeerError\b")),
     (FailureCategory.OUT_OF_MEMORY, re.compile(
         r"(?i:out.of.memory)|OutOfMemoryError|\bMemoryError\b|std::bad_alloc|Cannot allocate memory|\[Errno 12\]"
         r"|CUBLAS_STATUS_ALLOC_FAILED|\bOOMKilled\b|\bSIGKILL\b|(?:^|\s)Killed(?:\s|$)")),
@@ -54,7 +58,7 @@ RULES: tuple[tuple[FailureCategory, re.Pattern[str]], ...] = (
 )
 # Categories that explain a gang's failure; the others (a peer gone, nothing known) may just
 # follow from it: failures.first_failure names a pod with a root cause before those.
-ROOT_CAUSES = frozenset({FailureCategory.OUT_OF_MEMORY, FailureCategory.PERMISSION_DENIED,
+ROOT_CAUSES = frozenset({FailureCategory.PREFLIGHT, FailureCategory.OUT_OF_MEMORY, FailureCategory.PERMISSION_DENIED,
                          FailureCategory.MISSING_FILE_OR_MODULE, FailureCategory.INVALID_CONFIG,
                          FailureCategory.USER_CODE})
 

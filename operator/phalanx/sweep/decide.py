@@ -150,6 +150,8 @@ ADDED_OPTIONAL_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     ((*_TEMPLATE, "data", "prepare"), None),
     ((*_TEMPLATE, "training", "eval"), None),
     ((*_TEMPLATE, "checkpoint", "exportHuggingFace"), False),
+    ((*_TEMPLATE, "failurePolicy", "preflight"), False),
+    ((*_TEMPLATE, "failurePolicy", "preflightTimeoutSeconds"), 60),  # a small int: `is` holds (CPython caches them)
 )
 
 

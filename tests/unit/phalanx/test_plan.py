@@ -105,3 +105,22 @@ def test_roles_are_planned_and_reported_with_the_workers():
     too_many = ROLES_JOB.replace("replicas: 2", "replicas: 200")
     code, text = run_plan(too_many, NODES)
     assert code == EXIT_UNSCHEDULABLE and "role ps: needs 200 nodes" in text
+
+
+def test_quarantined_nodes_are_left_out_and_listed(tmp_path):
+    nq = {"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "phalanx.dev/v1alpha1", "kind": "NodeQuarantine", "metadata": {"name": "gpu-b0-s0-0"},
+         "spec": {"node": "gpu-b0-s0-0", "reason": "Condition", "expiresAt": "2999-01-01T00:00:00Z"}},
+        {"apiVersion": "phalanx.dev/v1alpha1", "kind": "NodeQuarantine", "metadata": {"name": "gpu-b0-s0-1"},
+         "spec": {"node": "gpu-b0-s0-1", "reason": "JobEvidence", "expiresAt": "2000-01-01T00:00:00Z"}}]}  # expired
+    f = tmp_path / "nq.yaml"
+    f.write_text(yaml.safe_dump(nq))
+    code, text = run_plan(JOB, NODES, quarantine_yaml=str(f))
+    assert code == EXIT_PLACED, text
+    assert "gpu-b0-s0-0  " not in text and "gpu-b0-s0-1  " in text
+    assert text.splitlines()[-1] == "quarantined: gpu-b0-s0-0 (Condition)"
+    out = json.loads(run_plan(JOB, NODES, quarantine_yaml=str(f), json_out=True)[1])
+    assert out["quarantined"] == [{"node": "gpu-b0-s0-0", "reason": "Condition", "expiresAt": "2999-01-01T00:00:00+00:00"}]
+    assert "gpu-b0-s0-0" not in [p["node"] for p in out["placement"]]
+    code, text = run_plan(JOB.replace("nodes: 4", "nodes: 13"), NODES, quarantine_yaml=str(f))
+    assert code == EXIT_UNSCHEDULABLE and "1 quarantined" in text

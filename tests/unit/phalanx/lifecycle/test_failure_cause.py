@@ -312,3 +312,13 @@ def test_the_runtime_report_keeps_a_hidden_context_hidden():
     except ValueError as exc:
         error = summarize(exc)
     assert constants.ErrorKey.CAUSE not in error and "secret" not in json.dumps(error)
+
+
+def test_a_failed_preflight_names_its_rank_and_comes_before_its_peers():
+    failing = cause_of(failed_pod(report(type="phalanx_runtime.preflight.PreflightError", rank=9, source="worker",
+                                         message="pre-flight device check failed on node gpu-7 (rank 9): CUDA error")))
+    peer = cause_of(failed_pod(report(type="phalanx_runtime.preflight.PreflightPeerError", rank=0, source="worker",
+                                      message="pre-flight check failed on 1 rank(s) (rank 9 among them)")))
+    assert (failing.category, failing.rank) == (FailureCategory.PREFLIGHT, 9) and "node gpu-7" in failing.text
+    assert peer.category == FailureCategory.COMMUNICATION  # a peer gone: not its own node's fault
+    assert precedence(failing) < precedence(peer)

@@ -353,6 +353,8 @@ def test_a_command_trials_milestones_are_bounded_by_its_reported_total_steps(sta
     {"model": {"preset": "debug"}, "training": {"steps": 100, "eval": {}}},
     {"model": {"preset": "debug"}, "data": {"source": "prepared", "path": "/d", "prepare": {"inputs": ["/r"], "tokenizer": "/t"}}},
     {"model": {"preset": "debug"}, "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}, "exportHuggingFace": True}},
+    {"model": {"preset": "debug"}, "failurePolicy": {"preflight": True}},
+    {"model": {"preset": "debug"}, "failurePolicy": {"preflightTimeoutSeconds": 30}},
 ])
 def test_a_field_added_later_is_in_the_digest_once_set(template):
     """ADDED_OPTIONAL_FIELDS leave a field out of the digest only while it is unset."""

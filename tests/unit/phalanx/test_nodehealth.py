@@ -1,0 +1,138 @@
+"""phalanx/nodehealth.py: the watches feed NodeHealth, its pass creates, renews and deletes
+NodeQuarantines, posts Events and keeps the metrics."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from phalanx import nodehealth as module
+from phalanx.api.config import HealthConfig
+from phalanx.metrics import NODE_QUARANTINED, QUARANTINES
+from phalanx.nodehealth import NodeHealth
+
+CONFIG = HealthConfig()
+
+
+class FakeKube:
+    def __init__(self):
+        self.created, self.renewed, self.deleted = [], [], []
+
+    async def create_quarantine(self, obj):
+        self.created.append(obj)
+        return True
+
+    async def renew_quarantine(self, name, expires_at):
+        self.renewed.append((name, expires_at))
+
+    async def delete_quarantine(self, name):
+        self.deleted.append(name)
+        return True
+
+
+@pytest.fixture
+def events(monkeypatch):
+    posted = []
+    monkeypatch.setattr(module.kopf, "event", lambda ref, **kw: posted.append((ref["kind"], ref["metadata"]["name"], kw)))
+    return posted
+
+
+def failing_job(name, when, node_rank=1, category="CommunicationError"):
+    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+            "status": {"placement": {"nodes": ["n0", "n1"]},
+                       "lastFailure": {"pod": f"{name}-node-{node_rank}", "nodeRank": node_rank, "reason": "exited",
+                                       "category": category, "message": "NCCL error", "time": when}}}
+
+
+def test_two_jobs_implicating_a_node_quarantine_it_once_with_events(events):
+    health, kube = NodeHealth(), FakeKube()
+    health.node_event(None, "n1", {"metadata": {"name": "n1", "uid": "u-n1"}}, CONFIG)
+    when = datetime.now(UTC).replace(microsecond=0)
+    first = failing_job("a", (when - timedelta(minutes=2)).isoformat())
+    health.job_event(None, first)
+    health.job_event("MODIFIED", first)  # the same failure, seen again: counts once
+    assert asyncio.run(_pass(health, kube)) == [] and len(health.evidence) == 1
+    health.job_event("MODIFIED", failing_job("b", when.isoformat()))
+    created = asyncio.run(_pass(health, kube))
+    assert [(o["metadata"]["name"], o["spec"]["reason"]) for o in created] == [("n1", "JobEvidence")]
+    assert [e["job"] for e in created[0]["spec"]["evidence"]] == ["team/a", "team/b"]
+    assert [(kind, name, kw["reason"]) for kind, name, kw in events] == [
+        ("Node", "n1", "NodeQuarantined"), ("TrainingJob", "b", "NodeQuarantined")]
+    assert health.evidence == {}  # spent: the node starts over after its quarantine
+    health.job_event("MODIFIED", failing_job("b", when.isoformat()))
+    assert health.evidence == {}  # and the same failure is not counted again
+
+
+def test_a_user_code_failure_is_no_evidence(events):
+    health = NodeHealth()
+    health.job_event(None, failing_job("a", datetime.now(UTC).isoformat(), category="UserCodeError"))
+    assert health.evidence == {}
+
+
+def test_a_node_signal_quarantines_and_the_quarantine_set_follows_the_objects(events):
+    changed = []
+    health, kube = NodeHealth(changed=lambda: changed.append(1)), FakeKube()
+    body = {"metadata": {"name": "n1", "uid": "node-uid"},
+            "status": {"conditions": [{"type": "SysLogsXIDError", "status": "True", "message": "Xid 79"}]}}
+    health.node_event(None, "n1", body, CONFIG)
+    (created,) = asyncio.run(_pass(health, kube))
+    assert created["spec"]["reason"] == "Condition" and "Xid 79" in created["spec"]["message"]
+    assert events[0][:2] == ("Node", "n1")
+    before = QUARANTINES.labels("Condition")._value.get()
+    assert health.quarantined() == frozenset()  # until the watch shows the object
+    health.quarantine_event(None, "n1", created)
+    assert health.quarantined() == {"n1"} and changed == [1]
+    assert NODE_QUARANTINED.labels("n1", "Condition")._value.get() == 1
+    health.quarantine_event("DELETED", "n1", created)  # an admin cleared it
+    assert health.quarantined() == frozenset() and changed == [1, 1]
+    assert ("Node", "n1") == events[-1][:2] and events[-1][2]["reason"] == "NodeQuarantineReleased"
+    assert QUARANTINES.labels("Condition")._value.get() == before
+
+
+def test_an_expired_quarantine_is_deleted_and_no_longer_excludes(events):
+    health, kube = NodeHealth(), FakeKube()
+    past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
+    health.quarantine_event(None, "n2", {"metadata": {"name": "n2"},
+                                         "spec": {"node": "n2", "reason": "JobEvidence", "expiresAt": past}})
+    assert health.quarantined() == frozenset()  # expired: the planner may use it before the delete lands
+    asyncio.run(_pass(health, kube))
+    assert kube.deleted == ["n2"]
+
+
+async def _pass(health, kube):
+    before = len(kube.created)
+    await health.act(kube, health.decide(CONFIG), CONFIG)
+    return kube.created[before:]
+
+
+def test_the_task_wakes_for_a_change_and_only_the_leader_writes(events):
+    class Follower:
+        def leading(self):
+            return False
+
+    async def main(leader):
+        health, kube = NodeHealth(), FakeKube()
+        task = asyncio.create_task(health.run(kube, HealthConfig(resync_seconds=60), leader))
+        await asyncio.sleep(0)
+        body = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "GpuUnhealthy", "status": "True"}]}}
+        health.node_event(None, "n1", body, CONFIG)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return kube.created
+
+    assert [o["metadata"]["name"] for o in asyncio.run(main(None))] == ["n1"]
+    assert asyncio.run(main(Follower())) == []
+
+
+def test_the_scheduler_plans_against_the_quarantined_set():
+    from phalanx.gang.inventory import NodeInfo
+    from phalanx.scheduler import Scheduler
+
+    scheduler = Scheduler()
+    scheduler.attach({name: [NodeInfo(name, {}, {})] for name in ("n0", "n1")}, {None: []})
+    assert [n.quarantined for n in scheduler._nodes()] == [False, False]
+    health = NodeHealth(changed=scheduler.changed)
+    scheduler.quarantined = health.quarantined
+    health.quarantine_event(None, "n1", {"metadata": {"name": "n1"}, "spec": {"node": "n1", "reason": "Manual"}})
+    assert [(n.name, n.quarantined) for n in scheduler._nodes()] == [("n0", False), ("n1", True)]
