@@ -53,7 +53,22 @@ class NodeHealth:
         self.evidence: dict[tuple[Any, ...], Evidence] = {}  # in the window, not yet spent on a quarantine
         self.seen: dict[tuple[Any, ...], datetime] = {}  # every failure counted (a job's status repeats it)
         self.jobs: dict[str, dict[str, Any]] = {}  # "ns/name" → its reference, for Events
+        # The task running ``run``. Kept here, not in the memo: kopf gives each object's handlers a
+        # copy of the memo, so a task stored there by one node's handler is invisible to the next
+        # node's and to shutdown (each node would start one, none cancelled).
+        self.task: asyncio.Task | None = None
+        self.stopped = False  # the operator is shutting down: no task starts any more
         self._due: asyncio.Event | None = None
+
+    def start(self, kube: Any, config: HealthConfig, leader: Any = None) -> None:
+        """Start ``run`` once (kopf waits 5 s at exit for any task it did not see cancelled)."""
+        if self.task is None and not self.stopped:
+            self.task = asyncio.create_task(self.run(kube, config, leader), name="phalanx-node-health")
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
 
     # --- fed by the watches (on the event loop)
 

@@ -8,7 +8,7 @@ and the pools shut down on cleanup.
 ``pod_reflector`` (podreflector.PodReflector: every pod, and each job's pods), ``gangs`` (the job
 loops' shared bookkeeping, jobloop.Gangs), ``scheduler`` (scheduler.Scheduler: the one gang queue
 and its published rows; ``scheduler_task`` runs its cycles), ``node_health`` (nodehealth.NodeHealth:
-node signals, job evidence, NodeQuarantines; ``node_health_task`` acts on them), ``sweep_wakeups`` (the sweep loops'
+node signals, job evidence, NodeQuarantines; its ``task`` acts on them), ``sweep_wakeups`` (the sweep loops'
 wake-ups, controlloop.Wakeups) and ``decider`` (the one thread every ``decide()`` runs on, off
 the event loop)."""
 
@@ -39,7 +39,7 @@ def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None
     gangs = Gangs()
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
                      namespaces=None, pod_reflector=None, gangs=gangs, scheduler=gangs.scheduler, scheduler_task=None,
-                     node_health=NodeHealth(changed=gangs.scheduler.changed), node_health_task=None,
+                     node_health=NodeHealth(changed=gangs.scheduler.changed),
                      sweep_wakeups=Wakeups(), decider=new_decider())
 
 
@@ -87,9 +87,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
 def start_node_health(memo: kopf.Memo) -> None:
     """The node health task, once. Started from a watch's handler, not at start-up: it posts
     Events with ``kopf.event``, which works only in a context kopf set up for its handlers."""
-    if memo.get("node_health_task") is None:
-        memo.node_health_task = asyncio.create_task(memo.node_health.run(memo.kube, memo.config.health, memo.leader),
-                                                    name="phalanx-node-health")
+    memo.node_health.start(memo.kube, memo.config.health, memo.leader)  # memo copies share it
 
 
 async def _start_pod_reflector(memo: kopf.Memo) -> PodReflector:
@@ -124,7 +122,7 @@ def problems(memo: kopf.Memo) -> list[str]:
     started = decide_started[0]
     scheduler_task = memo.get("scheduler_task")
     stopped = ["the gang scheduler's task has stopped"] if scheduler_task is not None and scheduler_task.done() else []
-    health_task = memo.get("node_health_task")
+    health_task = memo.node_health.task if memo.get("node_health") is not None else None
     stopped += ["the node health task has stopped"] if health_task is not None and health_task.done() else []
     return health.watcher_problems(tasks, memo.watchers_seen) + stopped + health.thread_problems(
         reflector.thread.is_alive() if reflector is not None and reflector.thread is not None else None,
@@ -137,8 +135,8 @@ def shutdown(memo: kopf.Memo) -> None:
     hold the exit)."""
     if memo.get("scheduler_task") is not None:
         memo.scheduler_task.cancel()
-    if memo.get("node_health_task") is not None:
-        memo.node_health_task.cancel()
+    if memo.get("node_health") is not None:
+        memo.node_health.stop()
     if memo.get("kube") is not None:
         memo.kube.pool.shutdown(wait=False, cancel_futures=True)
     if memo.get("decider") is not None:

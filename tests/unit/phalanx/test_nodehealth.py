@@ -136,3 +136,28 @@ def test_the_scheduler_plans_against_the_quarantined_set():
     scheduler.quarantined = health.quarantined
     health.quarantine_event(None, "n1", {"metadata": {"name": "n1"}, "spec": {"node": "n1", "reason": "Manual"}})
     assert [(n.name, n.quarantined) for n in scheduler._nodes()] == [("n0", False), ("n1", True)]
+
+
+def test_one_task_however_many_handlers_start_it_and_none_after_stop(monkeypatch):
+    """Every object's memo is a copy sharing memo.node_health: the task lives on it, starts once,
+    is cancelled by stop, and does not start again after it (kopf waits for strays at exit)."""
+    import asyncio
+
+    async def forever(self, kube, config, leader=None):
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(NodeHealth, "run", forever)
+
+    async def scenario():
+        health = NodeHealth()
+        for _ in range(3):
+            health.start(None, None)
+        assert sum(t.get_name() == "phalanx-node-health" for t in asyncio.all_tasks()) == 1
+        task = health.task
+        health.stop()
+        await asyncio.sleep(0)
+        health.start(None, None)
+        assert task.cancelled() and health.task is task
+        assert not any(t.get_name() == "phalanx-node-health" and not t.done() for t in asyncio.all_tasks())
+
+    asyncio.run(scenario())
