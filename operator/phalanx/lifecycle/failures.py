@@ -10,7 +10,13 @@ from typing import Any
 
 from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import FailurePolicy, FailureStatus, Phase
-from phalanx.constants import LABEL_NODE_RANK, ConditionType, FailureCategory, Reason
+from phalanx.constants import (
+    EXIT_RESTART_IN_PLACE,
+    LABEL_NODE_RANK,
+    ConditionType,
+    FailureCategory,
+    Reason,
+)
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.failure_cause import Cause, cause_of, one_line, precedence, terminated
 from phalanx.lifecycle.pods import is_alive, is_gated
@@ -48,8 +54,8 @@ class Failure:
 def exit_code_retryable(code: int, policy: FailurePolicy) -> bool:
     if code in policy.permanent_exit_codes:
         return False
-    if code in policy.retryable_exit_codes:
-        return True
+    if code in policy.retryable_exit_codes or code == EXIT_RESTART_IN_PLACE:
+        return True  # the runtime's "restart in place": a pod that could not, restarts as a new attempt
     return code >= 128  # killed by a signal (OOM 137, SIGTERM 143, ...): the infrastructure's doing
 
 
