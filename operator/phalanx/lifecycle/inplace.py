@@ -14,6 +14,7 @@ label stay (lifecycle/attempts.py); only a Failed or lost pod still recreates th
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from phalanx.api.types import Phase
@@ -32,6 +33,7 @@ from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failure_cause import cause_of, precedence
 from phalanx.lifecycle.failures import Failure, pod_rank
 from phalanx.lifecycle.pods import alive_names, is_alive, pod_phase
+from phalanx.render.pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
 
 
 def _trainer_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +179,12 @@ def probe_pod(namespace: str) -> dict[str, Any]:
     create: an API server without the feature drops the rules (or refuses the action)."""
     container = {"name": CONTAINER_NAME, "image": "phalanx-probe", "restartPolicy": "Never",
                  "restartPolicyRules": [{"action": RESTART_RULE_ACTION,
-                                         "exitCodes": {"operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}]}
+                                         "exitCodes": {"operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}],
+                 "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
+    # as restricted as the gang's own pods: a namespace enforcing Pod Security admits it
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": PROBE_POD_NAME, "namespace": namespace},
-            "spec": {"restartPolicy": "Never", "containers": [container]}}
+            "spec": {"restartPolicy": "Never", "containers": [container], "automountServiceAccountToken": False,
+                     "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT)}}
 
 
 def rules_kept(pod: dict[str, Any]) -> bool:

@@ -7,7 +7,11 @@ import threading
 
 import pytest
 
-from phalanx_common.contract import ENV_RESTART_REQUEST_FILE, EXIT_RESTART_IN_PLACE, LAUNCH_COUNT_FILE
+from phalanx_common.contract import (
+    ENV_RESTART_REQUEST_FILE,
+    EXIT_RESTART_IN_PLACE,
+    LAUNCH_COUNT_FILE,
+)
 from phalanx_runtime import inplace
 
 
