@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from phalanx import constants
-from phalanx.constants import FailureCategory
+from phalanx.constants import EXIT_RESTART_IN_PLACE, FailureCategory
 from phalanx.lifecycle.failure_cause import cause_of
 from phalanx_runtime import failure_report
 
@@ -168,16 +168,18 @@ def _launch_failing(tmp_path: Path, log: Path, how: str):
     return _run(["-m", "phalanx_runtime.launch", "--config", str(cfg)], log, tmp_path, env)
 
 
-@pytest.mark.parametrize(("how", "category", "says"), [
-    ("raise", FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints'"),
-    ("kill", FailureCategory.OUT_OF_MEMORY, "WorkerFailed: worker rank 1 (local rank 1) was killed by SIGKILL"),
+@pytest.mark.parametrize(("how", "code", "category", "says"), [
+    ("raise", 1, FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints'"),
+    ("kill", EXIT_RESTART_IN_PLACE, FailureCategory.OUT_OF_MEMORY,
+     "WorkerFailed: worker rank 1 (local rank 1) was killed by SIGKILL"),
 ])
-def test_the_launcher_leaves_the_failing_ranks_cause(tmp_path, log, how, category, says):
+def test_the_launcher_leaves_the_failing_ranks_cause(tmp_path, log, how, code, category, says):
     """torchrun with two workers; rank 1 fails in its model build (raises, or dies by SIGKILL as the
     OOM killer would end it). The pod's termination message names rank 1 and why, not rank 0,
-    which fails after it (its peer gone) or is stopped by torchrun."""
+    which fails after it (its peer gone) or is stopped by torchrun. A worker killed by a signal
+    ends the launcher with the restart-in-place code; an exception with 1."""
     p = _launch_failing(tmp_path, log, how)
-    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.returncode == code, p.stderr[-3000:]
     error = read(log)["error"]
     assert error["rank"] == 1, (error, p.stderr[-3000:])
     assert len(log.read_bytes()) <= failure_report.MAX_REPORT_BYTES

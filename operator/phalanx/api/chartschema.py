@@ -80,6 +80,7 @@ def values_schema() -> dict[str, Any]:
             "resources": MAP,
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
             "createPinned": BOOL,
+            "restartInPlace": BOOL,
             "limits": _model(Limits),
             "terminationGracePeriodSeconds": {"type": "integer", "minimum": 10},
             "livenessPort": PORT,
