@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 from kubernetes.stream import stream
 
-from tests.e2e.test_kind_e2e import follow, small_job
+from tests.e2e.test_kind_e2e import RESUMED, follow, rank0_log, small_job
 from tests.integration.harness import wait_for
 
 pytestmark = pytest.mark.timeout(1500)
@@ -42,11 +42,10 @@ def trainer_restarts(pod) -> int:
     return next(s.restart_count for s in pod.status.container_statuses or [] if s.name == "trainer")
 
 
-def resumed_after(seen_restarts: int):
-    """Until the restarted gang trained a step past the checkpoint it resumed from."""
+def resumed_after(seen_restarts: int, step: int):
+    """Until the restarted gang trained past ``step`` (the last one before the kill)."""
     def until(status: dict) -> bool:
-        resumed = status.get("resumedStep")
-        return status.get("restarts", 0) >= seen_restarts and resumed is not None and (status.get("step") or 0) > resumed
+        return status.get("restarts", 0) >= seen_restarts and (status.get("step") or 0) > step
     return until
 
 
@@ -89,14 +88,16 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     pods = {p.metadata.name: p for p in jobs.pods(name)}
     assert all(p.spec.containers[0].restart_policy_rules for p in pods.values()), \
         "the pods carry no restart rule: the operator found no in-place restart support on this cluster"
+    at_kill = jobs.status(name).get("step") or 0  # a step past it is trained after the restart
     killed_at = time.monotonic()
     assert "killed" in kill_workers(jobs, f"{name}-node-1-0")
-    follow(jobs, name, resumed_after(1), 600)
+    follow(jobs, name, resumed_after(1, at_kill), 600)
     print(f"\nin place: kill → first step after the resume {time.monotonic() - killed_at:.1f}s")
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "InPlace", final
     assert final["restartAttempt"] == 0, "an in-place restart is no new attempt"
-    assert final["resumedStep"] >= saved, f"resumed from step {final['resumedStep']}, a checkpoint at {saved} existed"
+    resumed = RESUMED.search(rank0_log(jobs, name, 0))
+    assert resumed and int(resumed.group(1)) >= saved, f"resumed {resumed and resumed.group(0)}, a checkpoint at {saved} existed"
     assert final["step"] == 60 and final["lastCheckpoint"]["step"] == 60
     after = {p.metadata.name: p for p in jobs.pods(name)}
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
@@ -110,12 +111,13 @@ def test_with_in_place_restarts_off_a_killed_rank_recreates_the_gang(jobs, runti
     operator_config(restartInPlace=False)
     name = "e2e-recreate"
     jobs.create(small_job(name, runtime_image, steps=40, interval=5))
-    follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
+    saved = follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)[-1]["lastCheckpoint"]["step"]
     pods = jobs.pods(name)
     assert not any(p.spec.containers[0].restart_policy_rules for p in pods)
+    at_kill = jobs.status(name).get("step") or 0  # a step past it is trained after the restart
     killed_at = time.monotonic()
     assert "killed" in kill_workers(jobs, f"{name}-node-1-0")
-    follow(jobs, name, resumed_after(1), 600)
+    follow(jobs, name, resumed_after(1, at_kill), 600)
     print(f"\nrecreate: kill → first step after the resume {time.monotonic() - killed_at:.1f}s")
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "Recreate" and final["restartAttempt"] == 1, final
