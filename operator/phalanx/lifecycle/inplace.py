@@ -25,15 +25,19 @@ from phalanx.constants import (
     FEATURE_RESTART_ALL_CONTAINERS,
     RESTART_RULE_ACTION,
     ConditionType,
+    FailureCategory,
     Reason,
     RestartMode,
 )
 from phalanx.decision import Plan
 from phalanx.lifecycle.context import Pass
-from phalanx.lifecycle.failure_cause import cause_of, precedence
+from phalanx.lifecycle.failure_cause import Cause, cause_of, precedence
 from phalanx.lifecycle.failures import Failure, pod_rank
 from phalanx.lifecycle.pods import alive_names, is_alive, pod_phase
 from phalanx.render.pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
+
+# The reason the kubelet gives a container it removed to restart every container of the pod.
+KUBELET_REMOVED = "RestartingAllContainers"
 
 
 def _trainer_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -69,8 +73,13 @@ def _restarted(pods: list[dict[str, Any]], counted: int) -> list[dict[str, Any]]
 
 
 def in_place_failure(pod: dict[str, Any]) -> Failure:
-    """The failure behind a pod's in-place restart: its trainer's last termination."""
+    """The failure behind a pod's in-place restart: its trainer's last termination, unless that
+    is the kubelet's own record of a container it removed to restart the pod (no exit code of the
+    program's: unknown)."""
     last = (_trainer_status(pod).get("lastState") or {}).get("terminated") or {}
+    if last.get("reason") == KUBELET_REMOVED:
+        return Failure(pod["metadata"]["name"], pod_rank(pod), Reason.EXITED, "restarted in place", None, True,
+                       Cause(FailureCategory.UNKNOWN, "the kubelet kept no exit code of the restarted container"))
     code = last.get("exitCode") if type(last.get("exitCode")) is int else None
     cause = cause_of({"spec": pod.get("spec"), "status": {"containerStatuses": [
         {"name": CONTAINER_NAME, "lastState": {"terminated": last}}]}})

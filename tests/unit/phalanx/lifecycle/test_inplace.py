@@ -123,3 +123,13 @@ def test_nodes_lacking_the_feature():
              {"metadata": {"name": "old"}, "status": {}},
              {"metadata": {"name": "other"}, "status": {"declaredFeatures": ["Something"]}}]
     assert inplace.nodes_lacking(nodes) == ["old", "other"]
+
+
+def test_a_restart_whose_exit_the_kubelet_did_not_keep_is_unknown():
+    removed = trainer(1, 1)
+    removed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {
+        "exitCode": 137, "reason": "RestartingAllContainers",
+        "message": "The container is removed because RestartAllContainers in place"}}
+    failure = inplace.in_place_failure(removed)
+    assert failure.exit_code is None and failure.cause.category == "Unknown" and failure.retryable
+    assert inplace.in_place_failure(trainer(1, 1, message=REPORT_KILLED)).exit_code == 75
