@@ -156,6 +156,7 @@ def chart_operator_config() -> dict[str, Any]:
         "topology": copy.deepcopy(values["topology"]),
         "podCreateConcurrency": values["podCreateConcurrency"],
         "createPinned": values["createPinned"],
+        "restartInPlace": values["restartInPlace"],
         "defaultShmSize": values["defaultShmSize"],
         "policy": copy.deepcopy(values["policy"]),
         "limits": copy.deepcopy(values["limits"]),

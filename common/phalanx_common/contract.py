@@ -169,6 +169,22 @@ STOP_ESCALATION_SECONDS = 5
 ENV_PARENT_PID = "PHALANX_PARENT_PID"
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped, not finished (retryable)
 
+# --- Restart in place (Kubernetes RestartAllContainers; operator/phalanx/lifecycle/inplace.py) ---
+# The launcher exits with EXIT_RESTART_IN_PLACE when the gang must start over but the pod may
+# stay: a worker killed by a signal, a peer gone (a broken collective or rendezvous), or the
+# operator's request. The trainer container's restart rule maps it to RestartAllContainers, so
+# the kubelet restarts the pod's containers on the same node (EX_TEMPFAIL: try again).
+EXIT_RESTART_IN_PLACE = 75
+# The operator asks a pod to restart in place by setting this annotation to the container restart
+# count the pod should reach; the pod sees it through a downward-API file.
+ANNOTATION_RESTART_REQUEST = "phalanx.dev/restart-request"
+ENV_RESTART_REQUEST_FILE = "PHALANX_RESTART_REQUEST_FILE"
+PODINFO_MOUNT_PATH = "/etc/phalanx/podinfo"
+RESTART_REQUEST_FILE = "restart-request"
+# How many times the launcher started in this pod (kept on the pod's scratch emptyDir, which an
+# in-place restart keeps): its own container restart count, to compare a request against.
+LAUNCH_COUNT_FILE = ".phalanx-launches"
+
 
 def stop_grace(env=None, default: float = STOP_GRACE_SECONDS) -> float:
     """Seconds a worker has after SIGTERM to checkpoint (``$PHALANX_STOP_GRACE_SECONDS``)."""

@@ -13,6 +13,7 @@ from enum import StrEnum
 # The operator↔runtime contract (env names, shared files, the runtime's error report, stopping):
 # defined in the package both import, re-exported here under the names the operator uses.
 from phalanx_common.contract import (  # noqa: F401
+    ANNOTATION_RESTART_REQUEST,
     COLLECT_MODULE,
     DEFAULT_MASTER_PORT,
     DEFAULT_TERMINATION_LOG,
@@ -60,6 +61,7 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_PYTHONUNBUFFERED,
     ENV_RANK,
     ENV_RESTART_ATTEMPT,
+    ENV_RESTART_REQUEST_FILE,
     ENV_RESULT_FILE,
     ENV_START_TIME,
     ENV_STARTUP_MARKS,
@@ -67,20 +69,24 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_TERMINATION_LOG,
     ENV_WORLD_SIZE,
     EXIT_PREEMPTED,
+    EXIT_RESTART_IN_PLACE,
     HOROVOD_GLOO_TIMEOUT_SECONDS,
     LATEST_CHECKPOINT_FILE,
+    LAUNCH_COUNT_FILE,
     MAX_REPORTED_METRICS,
     METRIC_LABEL_JOB,
     METRIC_LABEL_NAMESPACE,
     METRIC_NAME_PATTERN,
     METRICS_LOG_FILE,
     PHASES_WITHOUT_STEPS,
+    PODINFO_MOUNT_PATH,
     PROGRESS_PHASE_EXPORTING,
     PROGRESS_PHASE_PREPARING,
     REPORT_KEY_ERROR,
     REPORT_PHASE_FAILED,
     REPORT_TYPE_INVALID_JOB,
     REPORT_TYPE_WORKER_FAILED,
+    RESTART_REQUEST_FILE,
     RUNTIME_CONFIG_DIR,
     RUNTIME_CONFIG_FILE,
     SLURM_NTASKS,
@@ -344,6 +350,19 @@ class FailureCategory(StrEnum):
     UNKNOWN = "Unknown"
 
 
+class RestartMode(StrEnum):
+    """How the gang last restarted (status.lastRestartMode): lifecycle/inplace.py, restart.py."""
+
+    IN_PLACE = "InPlace"  # every pod's containers restarted in place (Kubernetes RestartAllContainers)
+    RECREATE = "Recreate"  # every pod deleted and the gang created again as a new attempt
+
+
+# The kubelet feature that restarts a pod's containers in place (node.status.declaredFeatures).
+FEATURE_RESTART_ALL_CONTAINERS = "RestartAllContainersOnContainerExits"
+RESTART_RULE_ACTION = "RestartAllContainers"
+VOLUME_PODINFO = "phalanx-podinfo"
+
+
 # --- Condition types -------------------------------------------------------------------------------
 
 
@@ -423,6 +442,8 @@ class Reason(StrEnum):
     EXITED = "exited"  # a pod's trainer exited with a code (the message has it)
     POD_FAILED = "Failed"  # a pod failed without a reason or an exit code of its own
     FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
+    RESTARTED_IN_PLACE = "RestartedInPlace"  # the gang's containers restarted on the same pods and nodes
+    RESTART_REQUESTED = "RestartRequested"  # the operator asked the pods to restart in place (a hang, a peer)
     # refusals and errors (lifecycle/refusals.py)
     CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
     CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission

@@ -92,4 +92,5 @@ class Plan:
     # Dry-run the new attempt's objects first: a permanent refusal then leaves nothing behind.
     dry_run: bool = False
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on lost nodes
+    annotate_pods: dict[str, dict[str, str]] = field(default_factory=dict)  # pod → annotations to merge in
     log_tail: LogTail | None = None  # a hang: rank 0's last log lines go into its messages

@@ -303,7 +303,7 @@ class JobLoop:
         """The plan's Events, and its status once the body shows it."""
         for type_, reason, message in plan.events:
             kopf.event(self.body, type=type_, reason=reason, message=message)
-            if reason == Reason.RESTARTING:
+            if reason in (Reason.RESTARTING, Reason.RESTARTED_IN_PLACE, Reason.RESTART_REQUESTED):
                 RESTARTS.inc()
         if plan.status is not None:
             self.memo.gangs.track_phase(self.key, plan.status.get("phase"))

@@ -196,6 +196,22 @@ class Kube:
         """Delete a pod; one gone already is deleted."""
         await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace)
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into a pod's; one gone already needs nothing."""
+        await self._call_expecting((Outcome.GONE,), "patch", self.core.patch_namespaced_pod, name, namespace,
+                                   {"metadata": {"annotations": annotations}})
+
+    async def dry_run_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod as the API server would store it (a server-side dry-run create: validated,
+        defaulted, fields of disabled features dropped), not persisted."""
+        raw = await self._call("create", self.core.create_namespaced_pod, pod["metadata"]["namespace"], pod,
+                               dry_run="All")
+        return safejson.loads(raw)
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node, as the API server has it now."""
+        return safejson.loads(await self._call("list", self.core.list_node)).get("items") or []
+
     async def release_pod(self, namespace: str, name: str, node: str | None) -> bool:
         """Pin to ``node`` and lift the gang gate in one patch. The pin is required node affinity
         on ``metadata.name`` (a gated pod may gain affinity): the scheduler's PreFilter then
@@ -347,6 +363,8 @@ class Kube:
         if plan.delete_pods or plan.force_delete_pods:
             await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods),
                                  *(self.force_delete_pod(namespace, p) for p in plan.force_delete_pods))
+        if plan.annotate_pods:
+            await asyncio.gather(*(self.annotate_pod(namespace, p, a) for p, a in plan.annotate_pods.items()))
         pinned = bool(plan.pins) and not plan.release and any(o["kind"] == "Pod" for o in plan.create)
         written = False
         try:

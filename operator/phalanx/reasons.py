@@ -125,6 +125,14 @@ REASONS: dict[Reason, ReasonDoc] = {
     Reason.POD_FAILED: _doc(OTHER, "a pod failed without a reason or an exit code of its own: a retryable failure",
                             "see the pod's Events (`kubectl describe pod POD`)", RESTARTING_T),
     Reason.FORCE_DELETED: _doc(OTHER, "a pod stuck terminating on a lost node was deleted with grace period 0", "", EVENT),
+    Reason.RESTARTED_IN_PLACE: _doc(OTHER, "the gang restarted in place: a pod's trainer exited with a code its "
+                                    "restart rule maps to RestartAllContainers, so the kubelet restarted every "
+                                    "container of the pod on the same node (no new pods, no scheduling); the "
+                                    "other pods follow and the workers resume from the last checkpoint",
+                                    "see `status.lastFailure` and `kubectl logs POD --previous`", RESTARTING_T, EVENT),
+    Reason.RESTART_REQUESTED: _doc(OTHER, "the operator asked the gang's pods to restart in place (a hang, or the "
+                                   "pods a peer's in-place restart left behind), through the pod annotation "
+                                   "`phalanx.dev/restart-request`", "", RESTARTING_T, EVENT),
     Reason.CREATE_REFUSED: _doc(PENDING, "the API server refused a creation for now (quota, a PriorityClass or "
                                 "ServiceAccount that does not exist yet, 409/429/5xx); retried with backoff",
                                 "the message quotes the API server: raise the quota or create what is missing",

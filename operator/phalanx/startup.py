@@ -27,6 +27,7 @@ from phalanx.backends import workload as workload_backend
 from phalanx.controlloop import Wakeups
 from phalanx.jobloop import Gangs
 from phalanx.kube import Kube, load_client
+from phalanx.lifecycle import inplace
 from phalanx.nodehealth import NodeHealth
 from phalanx.offloop import decide_started, new_decider
 from phalanx.podreflector import PodReflector
@@ -77,6 +78,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     memo.scheduler = memo.gangs.scheduler  # one object, whichever of the two a caller's memo had
     memo.kube = Kube(load_client(memo.kubeconfig), concurrency=memo.config.pod_create_concurrency)
     memo.config = memo.config.with_workload_api(await _discover_workload_api(memo.kube))
+    if memo.config.restart_in_place:
+        memo.config = memo.config.with_restart_all_containers(await _discover_in_place(memo.kube, memo.get("namespaces")))
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
     memo.scheduler.quarantined = memo.node_health.quarantined
@@ -110,6 +113,28 @@ async def _discover_workload_api(kube: Kube) -> list[str] | None:
     log.info("Workload API: %s", f"scheduling.k8s.io/{version}" if version else "not served")
     return [version] if version else []
 
+
+
+async def _discover_in_place(kube: Kube, namespaces: list[str] | None) -> bool:
+    """Whether gangs can restart in place (OperatorConfig.with_restart_all_containers): the API
+    server keeps a RestartAllContainers rule (a dry-run create of a probe pod) and every node's
+    kubelet declares the feature. False when either is not so or cannot be found out; a pod on a
+    kubelet without it fails instead and its gang is recreated, as without the rule."""
+    namespace = (namespaces or ["default"])[0]
+    try:
+        kept = inplace.rules_kept(await kube.dry_run_pod(inplace.probe_pod(namespace)))
+        lacking = inplace.nodes_lacking(await kube.list_nodes()) if kept else []
+    except Exception:  # noqa: BLE001 - refused or failed: recreate, as before
+        log.warning("in-place restart discovery failed; gangs restart by recreating their pods", exc_info=True)
+        return False
+    if not kept:
+        log.info("in-place restarts: off (the API server drops or refuses RestartAllContainers rules)")
+    elif lacking:
+        log.info("in-place restarts: off (nodes without %s: %s)", constants.FEATURE_RESTART_ALL_CONTAINERS,
+                 ", ".join(lacking[:10]) + (f" and {len(lacking) - 10} more" if len(lacking) > 10 else ""))
+    else:
+        log.info("in-place restarts: on")
+    return kept and not lacking
 
 
 def problems(memo: kopf.Memo) -> list[str]:

@@ -4,8 +4,10 @@ worker starts, then runs ``procsPerNode`` workers through the torch elastic laun
 (``torch.distributed.run``, static rendezvous at node-rank 0, so global rank = NODE_RANK ×
 procsPerNode + local rank; one node: ``--standalone``) — nccl on GPUs, gloo on CPU.
 
-Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 143 stopped by
-SIGTERM (preemption, suspend, pod deletion) after the workers saved a checkpoint (retryable).
+Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 75 restart in
+place (``inplace``: a worker killed by a signal, a peer gone, or the operator's request — the pod's
+restart rule restarts its containers); 143 stopped by SIGTERM (preemption, suspend, pod deletion)
+after the workers saved a checkpoint (retryable).
 On a failure the pod's termination message says why (``failure_report``): the failing worker's
 exception, else the launcher's (an invalid config, a worker killed by a signal, the rendezvous).
 SIGTERM (and SIGINT, taken as SIGTERM) reaches the workers through torchrun's agent; each worker
@@ -51,11 +53,13 @@ from phalanx_common.contract import (
 from phalanx_common.hf_config import check_pretrained
 from phalanx_common.layout import check_layout
 from phalanx_runtime import env as runtime_env
+from phalanx_runtime import inplace
 from phalanx_runtime.config import RuntimeConfig, default_config_path, load_config
 from phalanx_runtime.failure_report import (
     child_failure,
     invalid_job,
     report_exception,
+    termination_log,
     write_report,
 )
 from phalanx_runtime.lifetime import (
@@ -295,13 +299,32 @@ def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
         return 0
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
+    inplace.watch_requests(dict(os.environ), os.environ.get("HOME"), _restart_now)
     return _torchrun(targs)
+
+
+def _restart_now(asked: int) -> None:  # noqa: ARG001 - the count is logged by the watcher
+    """The operator asked this pod to restart in place: the workers (hung, or waiting on a peer
+    that is gone) are killed and the launcher exits with the in-place code at once."""
+    kill_pids(descendants(os.getpid()))
+    logging.shutdown()
+    os._exit(inplace.EXIT_RESTART_IN_PLACE)
+
+
+def _peer_errors() -> tuple[type[BaseException], ...]:
+    """The agent's errors that mean the other nodes went away: the c10d store's, the rendezvous'."""
+    from torch.distributed import DistError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    return DistError, RendezvousError, ConnectionError, TimeoutError
 
 
 def _torchrun(targs: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
+
+    peer_errors = _peer_errors()
 
     _prepare_torchrun()
     try:
@@ -319,7 +342,12 @@ def _torchrun(targs: list[str]) -> int:
         named = child_failure(getattr(e, "failures", {}))
         if named is not None:
             write_report(named[0], replace=named[1])
-        return EXIT_WORKER_FAILED
+        report = inplace.read_report(termination_log())
+        return inplace.exit_code_after(codes, report, EXIT_WORKER_FAILED)
+    except peer_errors as e:
+        # the agent's rendezvous or store broke: a peer restarted or is gone; the gang starts over
+        log.error("rendezvous with the other nodes failed (%s: %s); restarting in place", type(e).__name__, e)
+        return inplace.EXIT_RESTART_IN_PLACE
     return 0
 
 

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from phalanx import constants
-from phalanx.constants import FailureCategory
+from phalanx.constants import EXIT_RESTART_IN_PLACE, FailureCategory
 from phalanx.lifecycle.failure_cause import cause_of
+from phalanx_common.net import free_port
 from phalanx_runtime import failure_report
 
 pytestmark = pytest.mark.runtime
@@ -168,18 +169,48 @@ def _launch_failing(tmp_path: Path, log: Path, how: str):
     return _run(["-m", "phalanx_runtime.launch", "--config", str(cfg)], log, tmp_path, env)
 
 
-@pytest.mark.parametrize(("how", "category", "says"), [
-    ("raise", FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints'"),
-    ("kill", FailureCategory.OUT_OF_MEMORY, "WorkerFailed: worker rank 1 (local rank 1) was killed by SIGKILL"),
+@pytest.mark.parametrize(("how", "code", "category", "says"), [
+    ("raise", 1, FailureCategory.PERMISSION_DENIED, "PermissionError: [Errno 13] Permission denied: '/checkpoints'"),
+    ("kill", EXIT_RESTART_IN_PLACE, FailureCategory.OUT_OF_MEMORY,
+     "WorkerFailed: worker rank 1 (local rank 1) was killed by SIGKILL"),
 ])
-def test_the_launcher_leaves_the_failing_ranks_cause(tmp_path, log, how, category, says):
+def test_the_launcher_leaves_the_failing_ranks_cause(tmp_path, log, how, code, category, says):
     """torchrun with two workers; rank 1 fails in its model build (raises, or dies by SIGKILL as the
     OOM killer would end it). The pod's termination message names rank 1 and why, not rank 0,
-    which fails after it (its peer gone) or is stopped by torchrun."""
+    which fails after it (its peer gone) or is stopped by torchrun. A worker killed by a signal
+    ends the launcher with the restart-in-place code; an exception with 1."""
     p = _launch_failing(tmp_path, log, how)
-    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.returncode == code, p.stderr[-3000:]
     error = read(log)["error"]
     assert error["rank"] == 1, (error, p.stderr[-3000:])
     assert len(log.read_bytes()) <= failure_report.MAX_REPORT_BYTES
     cause = cause_of(as_pod(log.read_text()))
     assert cause.category == category and cause.rank == 1 and cause.text.startswith(says), cause
+
+
+def test_two_nodes_a_killed_rank_restarts_both_pods_in_place(tmp_path):
+    """Two launchers (two pods of one node-rank each, one worker each); rank 1's worker dies by
+    SIGKILL. Both launchers exit with the restart-in-place code: the killed rank's, and its peer's,
+    whose collective broke (its report says the peer is gone)."""
+    sys.path.insert(0, str(HERE))
+    from runtime_parity_util import job
+
+    sys.path.remove(str(HERE))
+    (tmp_path / "failing_model.py").write_text(FAILING_MODEL)
+    doc = job(world=2, nodes=2)
+    doc["spec"]["model"] = {"entrypoint": "failing_model:build"}
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(doc))
+    port = str(free_port())
+    procs = []
+    for node_rank in (0, 1):
+        log = tmp_path / f"termination-log-{node_rank}"
+        log.write_text("")
+        env = {**os.environ, **FAST_START, constants.ENV_TERMINATION_LOG: str(log), "HOW": "kill",
+               "PYTHONPATH": os.pathsep.join([str(tmp_path), str(HERE), os.environ.get("PYTHONPATH", "")]),
+               "NNODES": "2", "NODE_RANK": str(node_rank), "NPROC_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": port}
+        procs.append(subprocess.Popen([sys.executable, "-m", "phalanx_runtime.launch", "--config", str(cfg)], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    outcomes = [(p.wait(timeout=240), p.stderr.read()[-2000:]) for p in procs]
+    assert [code for code, _ in outcomes] == [EXIT_RESTART_IN_PLACE, EXIT_RESTART_IN_PLACE], outcomes

@@ -86,6 +86,7 @@ def values_schema() -> dict[str, Any]:
             "resources": MAP,
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
             "createPinned": BOOL,
+            "restartInPlace": BOOL,
             "limits": _model(Limits),
             "health": _model(HealthConfig),
             "terminationGracePeriodSeconds": {"type": "integer", "minimum": 10},

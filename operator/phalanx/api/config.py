@@ -171,8 +171,26 @@ class OperatorConfig(Model):
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")
+    restart_in_place: bool = Field(
+        True, description="Restart a gang in place (the trainer container's restart rules ask the kubelet to "
+        "restart every container of the pod, Kubernetes RestartAllContainers) when the cluster supports it "
+        "(found at start-up: the API server keeps the rules and every node's kubelet declares the feature). "
+        "False, or a cluster without it: every restart deletes and recreates the gang.")
     # What the API server serves, found at start-up (not configuration; see with_workload_api).
     _workload_api_versions: tuple[str, ...] | None = PrivateAttr(None)
+    _restart_all_containers: bool | None = PrivateAttr(None)
+
+    @property
+    def in_place_restarts(self) -> bool:
+        """Whether the gang's pods carry restart rules and restart in place: configured on, and the
+        cluster found able at start-up (not discovered, as offline render and validate: off)."""
+        return self.restart_in_place and bool(self._restart_all_containers)
+
+    def with_restart_all_containers(self, supported: bool | None) -> OperatorConfig:
+        """This config with what discovery found of in-place restarts (None: not discovered)."""
+        found = self.model_copy()
+        found._restart_all_containers = supported
+        return found
 
     @property
     def workload_api_versions(self) -> tuple[str, ...] | None:

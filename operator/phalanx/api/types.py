@@ -661,6 +661,13 @@ class TrainingJobStatus(Model):
     restarts: int = 0
     restart_attempt: int = Field(0, description="Generation of the pod set (bumped by restarts and resume).")
     attempt_created: bool = Field(False, description="Every pod of the current attempt was created once.")
+    last_restart_mode: str | None = Field(
+        None, description="How the gang last restarted: InPlace (its pods' containers restarted on the same "
+        "nodes) or Recreate (its pods deleted and created again as a new attempt).",
+        json_schema_extra={"enum": [m.value for m in constants.RestartMode]})
+    in_place_restarts: int = Field(
+        0, ge=0, description="In-place restarts of the current attempt (the highest trainer container restart "
+        "count the operator has counted); a new attempt starts from 0.")
     next_restart_time: str | None = None
     step: int | None = None
     total_steps: int | None = None

@@ -1,6 +1,7 @@
 """Attempts: each gang a job creates is one attempt, numbered by status.restartAttempt and carried
 by its pods' restart-attempt label. Pods of an earlier attempt are always deleted, so a new
-attempt never shares a hostname or a rendezvous with the one it replaces (pure)."""
+attempt never shares a hostname or a rendezvous with the one it replaces (pure). A restart in
+place (lifecycle/inplace.py) is no new attempt: it keeps the pods."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def start_new_attempt(ctx: Pass) -> None:
     ctx.view.status.restart_attempt += 1
     ctx.view.status.attempt_created = False
     ctx.view.status.resumed_step = None  # the new attempt's script says where it resumed
+    ctx.view.status.in_place_restarts = 0  # the new pods' containers have not restarted
     ctx.plan.delete_pods += undeleted_names(ctx.current)
     ctx.current = []
 

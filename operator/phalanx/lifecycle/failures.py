@@ -11,6 +11,7 @@ from typing import Any
 from phalanx.api.slots import slot_of, slots
 from phalanx.api.types import FailurePolicy, FailureStatus, Phase
 from phalanx.constants import (
+    EXIT_RESTART_IN_PLACE,
     LABEL_NODE_RANK,
     PHASES_WITHOUT_STEPS,
     ConditionType,
@@ -55,8 +56,8 @@ class Failure:
 def exit_code_retryable(code: int, policy: FailurePolicy) -> bool:
     if code in policy.permanent_exit_codes:
         return False
-    if code in policy.retryable_exit_codes:
-        return True
+    if code in policy.retryable_exit_codes or code == EXIT_RESTART_IN_PLACE:
+        return True  # the runtime's "restart in place": a pod that could not, restarts as a new attempt
     return code >= 128  # killed by a signal (OOM 137, SIGTERM 143, ...): the infrastructure's doing
 
 

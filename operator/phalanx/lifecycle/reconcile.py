@@ -27,6 +27,7 @@ from phalanx.lifecycle.attempts import split_attempts
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.creation import create_missing
 from phalanx.lifecycle.deadline import deadline
+from phalanx.lifecycle.inplace import restarted_in_place
 from phalanx.lifecycle.placement import place_gang
 from phalanx.lifecycle.predecessors import set_aside_predecessors, wait_for_predecessors
 from phalanx.lifecycle.progress import final_progress
@@ -91,6 +92,7 @@ PHASES: tuple[Step, ...] = (
     deadline,
     succeeded,
     admission_withdrawn,
+    restarted_in_place,
     failed,
     replan_unbound,
     restart_backoff,

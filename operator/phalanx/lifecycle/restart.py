@@ -1,17 +1,19 @@
 """failurePolicy: a failed pod, a pod lost after the gang was created, or a hang restarts the whole
 gang as a new attempt after an exponential backoff, until maxRestarts; a permanent failure, or one
-past maxRestarts, ends the job Failed (pure). What counts as a failure: lifecycle/failures.py."""
+past maxRestarts, ends the job Failed (pure). What counts as a failure: lifecycle/failures.py. A
+hang of a gang whose pods restart in place restarts it in place instead (lifecycle/inplace.py)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from phalanx.api.types import Phase
-from phalanx.constants import ConditionType, Reason
+from phalanx.constants import ConditionType, Reason, RestartMode
 from phalanx.decision import Plan
 from phalanx.lifecycle.attempts import start_new_attempt
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failures import Failure, backoff_seconds, first_failure
+from phalanx.lifecycle.inplace import in_place_possible, request_restart
 from phalanx.lifecycle.logtail import rank0_log_tail
 from phalanx.lifecycle.pods import alive_names
 from phalanx.lifecycle.status import count_ready, iso, parse_iso
@@ -39,7 +41,10 @@ def restart_or_fail(ctx: Pass, failure: Failure) -> Plan:
             view.finish(Phase.FAILED, Reason.PERMANENT_FAILURE, what)
         plan.delete_pods += alive_names(ctx.current)
         return ctx.done()
+    if failure.reason == Reason.HANG and ctx.config.in_place_restarts and in_place_possible(ctx):
+        return request_restart(ctx, failure)
     view.status.restarts += 1
+    view.status.last_restart_mode = RestartMode.RECREATE
     delay = backoff_seconds(view.status.restarts, policy)
     view.status.next_restart_time = iso(ctx.now + timedelta(seconds=delay))
     message = f"restart {view.status.restarts}/{policy.max_restarts} in {delay}s after {what}"

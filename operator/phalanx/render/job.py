@@ -36,7 +36,8 @@ def render_children(
     backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources,
                              workload_api_versions=config.workload_api_versions)
     pods = [
-        merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size)), backend.pod)
+        merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size),
+                                 in_place=config.in_place_restarts), backend.pod)
         for slot in (slots(job.spec) if only is None else only)
     ]
     policy = [build_network_policy(job, config.network_policy)] if config.network_policy.enabled else []

@@ -196,6 +196,37 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
+def in_place_exit_codes(job: TrainingJob) -> list[int]:
+    """The trainer's exit codes that restart the pod's containers in place: the runtime's own
+    restart code and the codes failurePolicy names retryable. A code 128 and up (killed by a
+    signal: the OOM killer, SIGTERM of a deletion or preemption) and every other code end the
+    pod, whose failure the operator handles as before (recreate the gang, or fail the job): a
+    memory limit or a node going away is not cured by restarting on the same node."""
+    policy = job.spec.failure_policy
+    codes = {constants.EXIT_RESTART_IN_PLACE, *policy.retryable_exit_codes} - set(policy.permanent_exit_codes)
+    return sorted(codes)
+
+
+def restart_in_place(job: TrainingJob, pod_spec: dict[str, Any]) -> None:
+    """The trainer's restart rule (Kubernetes RestartAllContainers: the kubelet restarts every
+    container of the pod on its node) and the downward-API file through which the operator asks
+    the pod to restart (the annotation ANNOTATION_RESTART_REQUEST)."""
+    codes = in_place_exit_codes(job)
+    if not codes:
+        return  # the job made every in-place code permanent
+    container = pod_spec["containers"][0]
+    container["restartPolicy"] = "Never"  # required with rules; the pod's own policy stays Never
+    container["restartPolicyRules"] = [{"action": constants.RESTART_RULE_ACTION,
+                                        "exitCodes": {"operator": "In", "values": codes}}]
+    field_path = f"metadata.annotations['{constants.ANNOTATION_RESTART_REQUEST}']"
+    pod_spec["volumes"].append({"name": constants.VOLUME_PODINFO, "downwardAPI": {
+        "items": [{"path": constants.RESTART_REQUEST_FILE, "fieldRef": {"fieldPath": field_path}}]}})
+    container["volumeMounts"].append({"name": constants.VOLUME_PODINFO, "mountPath": constants.PODINFO_MOUNT_PATH,
+                                      "readOnly": True})
+    container["env"].append(_env(constants.ENV_RESTART_REQUEST_FILE,
+                                 f"{constants.PODINFO_MOUNT_PATH}/{constants.RESTART_REQUEST_FILE}"))
+
+
 def build_pod(
     job: TrainingJob,
     rank: Slot | int,
@@ -203,9 +234,11 @@ def build_pod(
     wiring: NetworkWiring,
     default_shm_size: str = constants.DEFAULT_SHM_SIZE,
     gated: bool = True,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """The pod of slot ``rank`` (a node-rank, or a role's pod). ``wiring`` is the job's network
-    wiring (render.job.job_wiring), computed once per job."""
+    wiring (render.job.job_wiring), computed once per job; ``in_place``: its trainer restarts in
+    place (restart_in_place)."""
     spec, name = job.spec, job.metadata.name
     slot = worker(rank) if isinstance(rank, int) else rank
     role = role_of(spec, slot.role)
@@ -250,6 +283,8 @@ def build_pod(
     }
     if gated:
         pod_spec["schedulingGates"] = [{"name": constants.GANG_SCHEDULING_GATE}]
+    if in_place:
+        restart_in_place(job, pod_spec)
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:

@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from phalanx import constants
+from phalanx.decision import Plan
 from phalanx.kube import LOG_READ_TIMEOUT_SECONDS, Kube, Outcome, api_message, expected_outcome
 from phalanx.lifecycle.refusals import Refusal
 from phalanx.metrics import API_REQUESTS
@@ -226,6 +227,7 @@ CALLS = {
     "release_pod": lambda kube: kube.release_pod("ns", "p", "n0"),
     "create_job": lambda kube: kube.create_job("ns", TRIAL),
     "suspend_job": lambda kube: kube.suspend_job("ns", "s-0"),
+    "annotate_pod": lambda kube: kube.annotate_pod("ns", "p", {"a": "1"}),
 }
 
 
@@ -238,6 +240,7 @@ CALLS = {
     ("release_pod", 200, True), ("release_pod", 404, False), ("release_pod", 422, False),  # gone, or released already
     ("create_job", 200, True), ("create_job", 409, False),  # a replayed create
     ("suspend_job", 200, None), ("suspend_job", 404, None),  # a trial gone needs no stopping
+    ("annotate_pod", 200, None), ("annotate_pod", 404, None),  # a pod gone needs no request
 ])
 def test_each_call_acts_on_its_named_outcomes(call, status, result):
     assert _run_call(CALLS[call], status)[0] == result
@@ -247,6 +250,7 @@ def test_each_call_acts_on_its_named_outcomes(call, status, result):
     ("delete_pod", 409), ("delete_pod", 500), ("force_delete_pod", 403), ("delete_job", 500),
     ("read", 403), ("get_custom", 500), ("release_pod", 409), ("release_pod", 500),
     ("create_job", 404), ("create_job", 422), ("create_job", 403), ("suspend_job", 409), ("suspend_job", 500),
+    ("annotate_pod", 500),
 ])
 def test_any_other_answer_is_raised(call, status):
     with pytest.raises(ApiException) as raised:
@@ -318,3 +322,15 @@ def test_a_pods_log_tail_is_read_bounded_and_counted(status, result):
                       {"container": "trainer", "tail_lines": 10, "limit_bytes": 4096,
                        "_request_timeout": LOG_READ_TIMEOUT_SECONDS})]
     assert API_REQUESTS.labels("log")._value.get() == before + 1
+
+
+def test_a_plans_restart_requests_are_patched_onto_its_pods():
+    plan = Plan(annotate_pods={"p-0": {"phalanx.dev/restart-request": "1"}})
+    _, calls = _run_call(lambda kube: kube.execute("ns", plan, None, "job"), 200)
+    assert calls == [("patch_namespaced_pod", ("p-0", "ns", {"metadata": {"annotations": {"phalanx.dev/restart-request": "1"}}}), {})]
+
+
+def test_the_dry_run_probe_and_the_nodes_are_read():
+    answer, calls = _run_call(lambda kube: kube.dry_run_pod({"metadata": {"namespace": "ns"}}), 200)
+    assert answer == {"metadata": {"name": "x"}} and calls[0][0] == "create_namespaced_pod"
+    assert calls[0][2] == {"dry_run": "All"}

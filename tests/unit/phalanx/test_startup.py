@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import kopf
+import pytest
 
 from phalanx import handlers, startup
 from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the sweep's handlers
@@ -73,3 +74,36 @@ def test_healthz_fails_once_the_scheduler_task_has_stopped():
     healthy, stopped = asyncio.run(check())
     assert "the gang scheduler's task has stopped" not in healthy
     assert "the gang scheduler's task has stopped" in stopped
+
+
+class _Cluster:
+    """What discovery of in-place restarts reads: the dry-run answer and the nodes."""
+
+    def __init__(self, keeps_rules: bool, nodes: list[dict], fails: bool = False):
+        self.keeps_rules, self.nodes, self.fails, self.asked = keeps_rules, nodes, fails, []
+
+    async def dry_run_pod(self, pod):
+        if self.fails:
+            raise OSError("forbidden")
+        self.asked.append(pod["metadata"]["namespace"])
+        if not self.keeps_rules:
+            pod = {**pod, "spec": {"containers": [{"name": "trainer"}]}}
+        return pod
+
+    async def list_nodes(self):
+        return self.nodes
+
+
+NEW_NODE = {"metadata": {"name": "a"}, "status": {"declaredFeatures": ["RestartAllContainersOnContainerExits"]}}
+OLD_NODE = {"metadata": {"name": "b"}, "status": {}}
+
+
+@pytest.mark.parametrize(("cluster", "supported"), [
+    pytest.param(_Cluster(True, [NEW_NODE]), True, id="supported"),
+    pytest.param(_Cluster(False, [NEW_NODE]), False, id="the-api-server-drops-the-rules"),
+    pytest.param(_Cluster(True, [NEW_NODE, OLD_NODE]), False, id="a-kubelet-without-it"),
+    pytest.param(_Cluster(True, [], fails=True), False, id="discovery-refused"),
+])
+def test_in_place_discovery(cluster, supported):
+    assert asyncio.run(startup._discover_in_place(cluster, ["team-a", "team-b"])) is supported
+    assert cluster.asked == ([] if cluster.fails else ["team-a"])  # a namespace the operator may create pods in

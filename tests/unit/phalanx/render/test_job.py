@@ -99,3 +99,14 @@ def test_rendered_pods_share_no_mutable_part(path):
     for i, pod in enumerate(pods):
         for part in _containers_of(pod, set()):
             assert owners.setdefault(part, f"pod {i}") == f"pod {i}", f"pod {i} shares a part with {owners[part]}"
+
+
+@pytest.mark.parametrize(("config", "rules"), [
+    pytest.param(OperatorConfig(), False, id="not-discovered"),
+    pytest.param(OperatorConfig().with_restart_all_containers(True), True, id="discovered"),
+    pytest.param(OperatorConfig(restart_in_place=False).with_restart_all_containers(True), False, id="turned-off"),
+    pytest.param(OperatorConfig().with_restart_all_containers(False), False, id="not-supported"),
+])
+def test_pods_restart_in_place_when_the_cluster_can_and_the_operator_may(job_obj, config, rules):
+    pods = [c for c in _render(job_obj, config=config) if c["kind"] == "Pod"]
+    assert pods and all(("restartPolicyRules" in p["spec"]["containers"][0]) is rules for p in pods)

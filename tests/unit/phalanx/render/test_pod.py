@@ -230,3 +230,31 @@ def test_the_collector_stays_outermost_around_a_framework_launcher():
     assert build_pod(job, 0, 0, NetworkWiring())["spec"]["containers"][0]["command"] == launcher
     job = parsed(model=None, command=launcher, framework="horovod", progress={"collector": "regex", "patterns": ["(?P<loss>\\S+)"]})
     assert build_pod(job, 0, 0, NetworkWiring())["spec"]["containers"][0]["command"] == [*COLLECT, *launcher]
+
+
+@pytest.mark.parametrize(("policy", "codes"), [
+    pytest.param({}, [constants.EXIT_RESTART_IN_PLACE], id="the-runtimes-code"),
+    pytest.param({"retryableExitCodes": [3, 1]}, [1, 3, constants.EXIT_RESTART_IN_PLACE], id="and-the-retryable-ones"),
+])
+def test_in_place_pods_carry_the_restart_rule_and_the_request_file(policy, codes):
+    pod = build_pod(parsed(failurePolicy=policy), 0, 0, NetworkWiring(), in_place=True)
+    container = pod["spec"]["containers"][0]
+    assert pod["spec"]["restartPolicy"] == "Never" and container["restartPolicy"] == "Never"
+    assert container["restartPolicyRules"] == [{"action": "RestartAllContainers",
+                                                "exitCodes": {"operator": "In", "values": codes}}]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == constants.VOLUME_PODINFO)
+    assert volume["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == \
+        f"metadata.annotations['{constants.ANNOTATION_RESTART_REQUEST}']"
+    path = env_of(container["env"])[constants.ENV_RESTART_REQUEST_FILE]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == constants.VOLUME_PODINFO)
+    assert path == f"{mount['mountPath']}/{constants.RESTART_REQUEST_FILE}" and mount["readOnly"] is True
+
+
+@pytest.mark.parametrize(("policy", "in_place"), [
+    pytest.param({}, False, id="not-in-place"),
+    pytest.param({"permanentExitCodes": [constants.EXIT_RESTART_IN_PLACE]}, True, id="every-in-place-code-permanent"),
+])
+def test_pods_restart_by_recreation_unless_in_place(policy, in_place):
+    container = build_pod(parsed(failurePolicy=policy), 0, 0, NetworkWiring(), in_place=in_place)["spec"]["containers"][0]
+    assert "restartPolicyRules" not in container and "restartPolicy" not in container
+    assert constants.ENV_RESTART_REQUEST_FILE not in env_of(container["env"])

@@ -1,0 +1,135 @@
+"""lifecycle/inplace.py: a gang whose trainer restarts in place is counted, followed and bounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from phalanx.api.config import OperatorConfig
+from phalanx.constants import ANNOTATION_RESTART_REQUEST, FEATURE_RESTART_ALL_CONTAINERS
+from phalanx.lifecycle import inplace
+from phalanx.lifecycle.restart import failed
+from tests.lifecycle_pass import ago, conditions, job, pod, prepared
+
+RUNNING = {"phase": "Running", "restartAttempt": 0, "attemptCreated": True, "startTime": ago(100),
+           "lastProgressTime": ago(5)}
+POLICY = {"failurePolicy": {"maxRestarts": 2, "backoffSeconds": 10}}
+REPORT_KILLED = '{"phase": "Failed", "error": {"type": "WorkerFailed", "message": "worker rank 1 was killed by SIGKILL", "rank": 1}}'
+REPORT_PEER = '{"phase": "Failed", "error": {"type": "RuntimeError", "message": "Connection closed by peer", "rank": 0}}'
+IN_PLACE = OperatorConfig().with_restart_all_containers(True)
+
+
+def trainer(rank: int, restarts: int = 0, *, running: bool = True, exit_code: int = 75, message: str = "",
+            asked: int = 0, rules: bool = True, phase: str = "Running") -> dict[str, Any]:
+    """A worker pod with the restart rule whose trainer restarted ``restarts`` times."""
+    p = pod(rank, phase=phase)
+    p["spec"]["containers"] = [{"name": "trainer", **({"restartPolicyRules": [{"action": "RestartAllContainers"}]}
+                                                      if rules else {})}]
+    state = {"running": {"startedAt": ago(1)}} if running else {"waiting": {"reason": "RestartingAllContainers"}}
+    status: dict[str, Any] = {"name": "trainer", "restartCount": restarts, "state": state}
+    if restarts:
+        status["lastState"] = {"terminated": {"exitCode": exit_code, "message": message}}
+    p["status"]["containerStatuses"] = [status]
+    if asked:
+        p["metadata"]["annotations"] = {ANNOTATION_RESTART_REQUEST: str(asked)}
+    return p
+
+
+@pytest.mark.parametrize(("pods", "restarts", "counted", "expect_restarts", "expect_counted", "asked", "named"), [
+    pytest.param([trainer(0), trainer(1)], 0, 0, 0, 0, {}, None, id="nothing-restarted"),
+    pytest.param([trainer(0), trainer(1, 1, message=REPORT_KILLED)], 0, 0, 1, 1, {"job-node-0-0": "1"}, "job-node-1-0",
+                 id="one-pod-restarted-the-other-is-asked"),
+    pytest.param([trainer(0, 1, message=REPORT_PEER), trainer(1, 1, message=REPORT_KILLED)], 0, 0, 1, 1, {},
+                 "job-node-1-0", id="both-restarted-the-killed-one-is-named"),
+    pytest.param([trainer(0, 1, message=REPORT_PEER), trainer(1, 1)], 1, 1, 1, 1, {}, None, id="already-counted"),
+    pytest.param([trainer(0, asked=1), trainer(1, 1)], 1, 1, 1, 1, {}, None, id="already-asked"),
+    pytest.param([trainer(0), trainer(1, 1)], 1, 1, 1, 1, {"job-node-0-0": "1"}, None, id="a-lost-request-is-repeated"),
+    pytest.param([trainer(0, 2), trainer(1, 1)], 1, 1, 2, 2, {"job-node-1-0": "2"}, "job-node-0-0",
+                 id="a-second-restart"),
+    pytest.param([trainer(0, 1), trainer(1, 0, phase="Failed")], 0, 0, 0, 0, {}, None, id="a-failed-pod-recreates"),
+])
+def test_restarted_in_place_counts_and_asks(pods, restarts, counted, expect_restarts, expect_counted, asked, named):
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": restarts, "inPlaceRestarts": counted}), pods, config=IN_PLACE)
+    assert inplace.restarted_in_place(ctx) is None
+    status = ctx.view.status
+    assert (status.restarts, status.in_place_restarts) == (expect_restarts, expect_counted)
+    assert ctx.plan.annotate_pods == {name: {ANNOTATION_RESTART_REQUEST: value} for name, value in asked.items()}
+    assert ctx.plan.delete_pods == [] and status.restart_attempt == 0  # the pods stay: no new attempt
+    if named is None:
+        assert all(e[1] != "RestartedInPlace" for e in ctx.view.events)
+        return
+    assert status.last_failure.pod == named and status.last_restart_mode == "InPlace"
+    assert conditions(ctx)["Restarting"] == ("True", "RestartedInPlace")
+    assert [e[1] for e in ctx.view.events] == ["RestartedInPlace"]
+
+
+def test_in_place_restarts_past_max_restarts_fail_the_job():
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 2, "inPlaceRestarts": 2}),
+                   [trainer(0, 2), trainer(1, 3, exit_code=75)], config=IN_PLACE)
+    plan = inplace.restarted_in_place(ctx)
+    assert plan is not None and ctx.view.status.phase == "Failed"
+    assert conditions(ctx)["Failed"] == ("True", "MaxRestartsExceeded")
+    assert sorted(ctx.plan.delete_pods) == ["job-node-0-0", "job-node-1-0"]
+
+
+@pytest.mark.parametrize(("pods", "ends"), [
+    pytest.param([trainer(0, 1), trainer(1, 1)], True, id="every-pod-caught-up-and-running"),
+    pytest.param([trainer(0, 1), trainer(1, 0)], False, id="one-pod-still-to-restart"),
+    pytest.param([trainer(0, 1), trainer(1, 1, running=False)], False, id="one-pod-restarting"),
+])
+def test_the_restarting_condition_ends_once_the_gang_caught_up(pods, ends):
+    restarting = {"type": "Restarting", "status": "True", "reason": "RestartedInPlace", "message": "",
+                  "lastTransitionTime": ago(10)}
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 1, "inPlaceRestarts": 1, "conditions": [restarting]}), pods,
+                   config=IN_PLACE)
+    inplace.restarted_in_place(ctx)
+    assert conditions(ctx)["Restarting"][0] == ("False" if ends else "True")
+
+
+@pytest.mark.parametrize(("config", "rules", "mode"), [
+    pytest.param(IN_PLACE, True, "InPlace", id="in-place"),
+    pytest.param(OperatorConfig(restart_in_place=False).with_restart_all_containers(True), True, "Recreate",
+                 id="turned-off"),
+    pytest.param(OperatorConfig(), True, "Recreate", id="not-discovered"),
+    pytest.param(IN_PLACE, False, "Recreate", id="pods-without-the-rule"),
+])
+def test_a_hang_restarts_in_place_when_the_gang_can(config, rules, mode):
+    spec = {"failurePolicy": {"maxRestarts": 2, "hangTimeoutSeconds": 60}}
+    status = {**RUNNING, "lastProgressTime": ago(120), "step": 7}
+    ctx = prepared(job(spec, status), [trainer(0, rules=rules), trainer(1, rules=rules)], config=config)
+    assert failed(ctx) is not None
+    status = ctx.view.status
+    assert status.restarts == 1 and status.last_restart_mode == mode and status.last_failure.reason == "Hang"
+    if mode == "InPlace":
+        assert status.restart_attempt == 0 and ctx.plan.delete_pods == [] and status.in_place_restarts == 1
+        assert ctx.plan.annotate_pods == {n: {ANNOTATION_RESTART_REQUEST: "1"} for n in ("job-node-0-0", "job-node-1-0")}
+        assert conditions(ctx)["Restarting"] == ("True", "RestartRequested") and status.phase == "Running"
+    else:
+        assert status.restart_attempt == 1 and ctx.plan.annotate_pods == {} and status.phase == "Restarting"
+
+
+@pytest.mark.parametrize(("answer", "kept"), [
+    pytest.param(inplace.probe_pod("ns"), True, id="kept"),
+    pytest.param({"spec": {"containers": [{"name": "trainer", "restartPolicy": "Never"}]}}, False, id="dropped"),
+    pytest.param({}, False, id="empty"),
+])
+def test_rules_kept(answer, kept):
+    assert inplace.rules_kept(answer) is kept
+
+
+def test_nodes_lacking_the_feature():
+    nodes = [{"metadata": {"name": "new"}, "status": {"declaredFeatures": [FEATURE_RESTART_ALL_CONTAINERS]}},
+             {"metadata": {"name": "old"}, "status": {}},
+             {"metadata": {"name": "other"}, "status": {"declaredFeatures": ["Something"]}}]
+    assert inplace.nodes_lacking(nodes) == ["old", "other"]
+
+
+def test_a_restart_whose_exit_the_kubelet_did_not_keep_is_unknown():
+    removed = trainer(1, 1)
+    removed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {
+        "exitCode": 137, "reason": "RestartingAllContainers",
+        "message": "The container is removed because RestartAllContainers in place"}}
+    failure = inplace.in_place_failure(removed)
+    assert failure.exit_code is None and failure.cause.category == "Unknown" and failure.retryable
+    assert inplace.in_place_failure(trainer(1, 1, message=REPORT_KILLED)).exit_code == 75
