@@ -24,7 +24,7 @@ def health_operator(cluster, crd, operator, namespace, tmp_path):
     """An operator with short quarantines, alone: the session's (default config: an hour) would
     quarantine the same nodes and serve the same jobs."""
     config = {"health": {"unhealthyConditions": [CONDITION], "quarantineSeconds": 6, "resyncSeconds": 1,
-                         "evidenceThreshold": 2}}
+                         "evidenceThreshold": 2, "evidenceNamespaces": 1}}  # both jobs live in one namespace
     operator.stop()
     op = OperatorProcess(cluster.kubeconfig, tmp_path, config=config, namespaces=[namespace], name="health")
     try:

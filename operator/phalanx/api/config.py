@@ -146,6 +146,13 @@ class HealthConfig(Model):
         2, ge=1, le=100, description="A node named by this many job failures (communication errors, hangs, "
         "lost pods, failed pre-flight checks) within evidenceWindowSeconds is quarantined.")
     evidence_window_seconds: int = Field(3600, ge=1, description="How far back job failures count.")
+    evidence_namespaces: int = Field(
+        2, ge=1, le=100, description="Job failures quarantine a node only when they come from at least this many "
+        "namespaces (a lost node counts whatever its job): what a job reports is its tenant's word, and one tenant "
+        "must not take nodes away from the others. 1 trusts every tenant.")
+    max_evidence_fraction: float = Field(
+        0.1, ge=0, le=1, description="At most this share of the nodes (at least one) is quarantined on job "
+        "evidence at once; conditions and taints are not bounded.")
     quarantine_seconds: int = Field(3600, ge=1, description="How long a quarantine lasts (while a node "
                                     "signal persists, it is renewed).")
     resync_seconds: float = Field(30.0, gt=0, le=3600, description="How often quarantines are checked "

@@ -12,8 +12,11 @@ Signals:
   its node, and the failure's kind implicates the node (``implicates``): communication errors, a
   rank that reported itself hung, a node lost under the gang, a device error in the message, a
   failed pre-flight check. User-code errors, out-of-memory and invalid configs never do. A node
-  named ``evidenceThreshold`` times within ``evidenceWindowSeconds`` (by one or several jobs) is
-  quarantined with reason JobEvidence.
+  named ``evidenceThreshold`` times within ``evidenceWindowSeconds`` is quarantined with reason
+  JobEvidence. What a job reports (its messages, its category) is its tenant's word, so the
+  failures must come from ``evidenceNamespaces`` namespaces (a node lost under a gang, seen by
+  the operator itself, counts alone), and at most ``maxEvidenceFraction`` of the nodes are held
+  on job evidence at once: one tenant cannot quarantine the cluster.
 
 A quarantine lasts ``quarantineSeconds``; an expired one is released (deleted) unless its signal is
 still there. One without an expiry (an admin's, reason Manual) stays until it is deleted.
@@ -54,6 +57,11 @@ class Evidence:
     job: str | None = None  # "namespace/name"
     node_rank: int | None = None
     key: tuple[Any, ...] = ()
+    observed: bool = False  # seen by the operator (a lost node), not reported by the job
+
+    @property
+    def namespace(self) -> str | None:
+        return self.job.split("/", 1)[0] if self.job else None
 
     def to_record(self) -> dict[str, Any]:
         """NodeQuarantine spec.evidence[] (camelCase)."""
@@ -171,7 +179,8 @@ def failure_evidence(job: Mapping[str, Any]) -> Evidence | None:
     return Evidence(node=nodes[node_rank], category=str(failure.get("category")), time=when,
                     message=str(failure.get("message") or failure.get("reason") or ""),
                     job=f"{meta.get('namespace')}/{meta.get('name')}", node_rank=node_rank,
-                    key=(meta.get("uid"), failure.get("time"), failure.get("pod")))
+                    key=(meta.get("uid"), failure.get("time"), failure.get("pod")),
+                    observed=failure.get("reason") == Reason.NODE_LOST)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,20 +216,39 @@ def plan_health(signals: Mapping[str, str | None], quarantines: Mapping[str, Qua
                                               (Evidence(node, signal_reason(signal), now, signal),)))
         elif held.expires_at is not None and (held.expires_at - now).total_seconds() < config.quarantine_seconds / 2:
             actions.renew[node] = expires  # the signal lasts: so does the quarantine
-    by_node: dict[str, list[Evidence]] = {}
-    for item in recent(evidence, now, config):
-        by_node.setdefault(item.node, []).append(item)
-    created = {q.node for q in actions.create}
-    for node, items in sorted(by_node.items()):
-        if node not in signals:  # a node that is gone (lost under a gang) needs no quarantine
-            continue
-        if config.enabled and len(items) >= config.evidence_threshold and node not in quarantines and node not in created:
-            actions.create.append(Quarantined(node, QuarantineReason.JOB_EVIDENCE, _evidence_message(node, items, config),
-                                              expires, tuple(items[-MAX_EVIDENCE:])))
+    actions.create.extend(_evidence_quarantines(signals, quarantines, evidence, {q.node for q in actions.create},
+                                                now, config))
     for node, held in sorted(quarantines.items()):
         if not held.active(now) and not signals.get(node) and node not in actions.renew:
             actions.release.append(node)
     return actions
+
+
+def trusted(items: Sequence[Evidence], config: HealthConfig) -> bool:
+    """Enough to act on: a failure the operator saw itself, or failures from enough namespaces."""
+    return (any(e.observed for e in items)
+            or len({e.namespace for e in items if e.namespace}) >= config.evidence_namespaces)
+
+
+def _evidence_quarantines(signals: Mapping[str, str | None], quarantines: Mapping[str, Quarantine],
+                          evidence: Iterable[Evidence], created: set[str], now: datetime,
+                          config: HealthConfig) -> list[Quarantined]:
+    if not config.enabled:
+        return []
+    by_node: dict[str, list[Evidence]] = {}
+    for item in recent(evidence, now, config):
+        by_node.setdefault(item.node, []).append(item)
+    held = sum(1 for q in quarantines.values() if q.reason == QuarantineReason.JOB_EVIDENCE and q.active(now))
+    room = max(1, int(config.max_evidence_fraction * len(signals))) - held
+    out: list[Quarantined] = []
+    for node, items in sorted(by_node.items(), key=lambda kv: (-len(kv[1]), kv[0])):  # the most named first
+        if (node not in signals  # a node that is gone (lost under a gang) needs no quarantine
+                or node in quarantines or node in created or len(items) < config.evidence_threshold
+                or not trusted(items, config) or len(out) >= room):
+            continue
+        out.append(Quarantined(node, QuarantineReason.JOB_EVIDENCE, _evidence_message(node, items, config),
+                               now + timedelta(seconds=config.quarantine_seconds), tuple(items[-MAX_EVIDENCE:])))
+    return out
 
 
 def quarantine_object(new: Quarantined) -> dict[str, Any]:

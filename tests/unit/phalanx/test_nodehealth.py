@@ -37,9 +37,9 @@ def events(monkeypatch):
     return posted
 
 
-def failing_job(name, when, node_rank=1, category="CommunicationError"):
+def failing_job(name, when, node_rank=1, category="CommunicationError", namespace="team"):
     return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"namespace": "team", "name": name, "uid": f"uid-{name}"},
+            "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
             "status": {"placement": {"nodes": ["n0", "n1"]},
                        "lastFailure": {"pod": f"{name}-node-{node_rank}", "nodeRank": node_rank, "reason": "exited",
                                        "category": category, "message": "NCCL error", "time": when}}}
@@ -53,14 +53,16 @@ def test_two_jobs_implicating_a_node_quarantine_it_once_with_events(events):
     health.job_event(None, first)
     health.job_event("MODIFIED", first)  # the same failure, seen again: counts once
     assert asyncio.run(_pass(health, kube)) == [] and len(health.evidence) == 1
-    health.job_event("MODIFIED", failing_job("b", when.isoformat()))
+    health.job_event("MODIFIED", failing_job("c", when.isoformat()))  # the same tenant again: its word alone
+    assert asyncio.run(_pass(health, kube)) == [] and len(health.evidence) == 2
+    health.job_event("MODIFIED", failing_job("b", when.isoformat(), namespace="lab"))
     created = asyncio.run(_pass(health, kube))
     assert [(o["metadata"]["name"], o["spec"]["reason"]) for o in created] == [("n1", "JobEvidence")]
-    assert [e["job"] for e in created[0]["spec"]["evidence"]] == ["team/a", "team/b"]
+    assert [e["job"] for e in created[0]["spec"]["evidence"]] == ["team/a", "team/c", "lab/b"]
     assert [(kind, name, kw["reason"]) for kind, name, kw in events] == [
         ("Node", "n1", "NodeQuarantined"), ("TrainingJob", "b", "NodeQuarantined")]
     assert health.evidence == {}  # spent: the node starts over after its quarantine
-    health.job_event("MODIFIED", failing_job("b", when.isoformat()))
+    health.job_event("MODIFIED", failing_job("b", when.isoformat(), namespace="lab"))
     assert health.evidence == {}  # and the same failure is not counted again
 
 

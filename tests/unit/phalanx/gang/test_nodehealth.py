@@ -113,8 +113,9 @@ NODES = ("n1", "n2", "n3")
 
 @pytest.mark.parametrize(("evidence", "quarantined"), [
     ([ev("n1", 10)], []),  # once is chance
-    ([ev("n1", 10), ev("n1", 5, job="team/b")], ["n1"]),  # twice within the hour, across jobs
-    ([ev("n1", 10), ev("n1", 5)], ["n1"]),  # twice by one job
+    ([ev("n1", 10), ev("n1", 5, job="lab/b")], ["n1"]),  # twice within the hour, from two namespaces
+    ([ev("n1", 10), ev("n1", 5)], []),  # twice by one job: one tenant's word
+    ([ev("n1", 10), ev("n1", 5, job="team/b")], []),  # two jobs of one namespace
     ([ev("n1", 90), ev("n1", 5)], []),  # the first fell out of the window
     ([ev("n1", 10), ev("n2", 5)], []),  # different nodes
 ])
@@ -126,13 +127,35 @@ def test_evidence_quarantines_a_node_named_threshold_times_within_the_window(evi
         assert "2 failures within 3600s named node n1" in q.message
 
 
+def test_a_lost_node_counts_without_a_second_namespace():
+    lost = Evidence("n1", "NodeLost", NOW - timedelta(minutes=5), "node lost", "team/a", 0, key=(1,), observed=True)
+    assert [q.node for q in plan_health(dict.fromkeys(NODES), {}, [ev("n1", 10), lost], NOW, CONFIG).create] == ["n1"]
+    failure = {"nodeRank": 0, "category": "NodeLost", "reason": "NodeLost", "time": "2026-01-01T11:00:00Z"}
+    assert failure_evidence(job(failure)).observed
+    assert not failure_evidence(job({**failure, "reason": "Failed", "category": "CommunicationError"})).observed
+
+
+def test_one_tenant_cannot_quarantine_the_cluster():
+    nodes = {f"n{i}": None for i in range(40)}
+    flood = [ev(f"n{i}", 10, job=f"ns{k}/j") for i in range(40) for k in range(2)]
+    flood += [ev("n7", 9, job="ns9/j")]  # named most: first in line
+    created = plan_health(nodes, {}, flood, NOW, CONFIG).create
+    assert [q.node for q in created][0] == "n7" and len(created) == 4  # 10% of 40
+    held = {f"n{i}": Quarantine(f"n{i}", QuarantineReason.JOB_EVIDENCE, NOW + timedelta(minutes=5)) for i in (1, 2, 3)}
+    assert len(plan_health(nodes, held, flood, NOW, CONFIG).create) == 1
+    manual = {"n1": Quarantine("n1", QuarantineReason.MANUAL, None)}  # an admin's does not use up the room
+    assert len(plan_health(nodes, manual, flood, NOW, CONFIG).create) == 4
+    assert len(plan_health({"n1": None}, {}, [ev("n1", 10), ev("n1", 9, job="x/y")], NOW, CONFIG).create) == 1
+
+
 def test_evidence_threshold_is_configurable_and_an_existing_quarantine_is_not_duplicated():
     known = dict.fromkeys(NODES)
-    assert [q.node for q in plan_health(known, {}, [ev("n1", 1)], NOW, HealthConfig(evidence_threshold=1)).create] == ["n1"]
+    assert [q.node for q in plan_health(known, {}, [ev("n1", 1)], NOW, HealthConfig(evidence_threshold=1, evidence_namespaces=1)).create] == ["n1"]
     held = {"n1": Quarantine("n1", "Manual", None)}
-    assert plan_health(known, held, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create == []
-    assert plan_health({"n2": None}, {}, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create == []  # n1 is gone
-    assert plan_health({"n1": "condition X=True"}, {}, [ev("n1", 10), ev("n1", 5)], NOW, CONFIG).create[0].reason == "Condition"
+    two = [ev("n1", 10), ev("n1", 5, job="lab/b")]
+    assert plan_health(known, held, two, NOW, CONFIG).create == []
+    assert plan_health({"n2": None}, {}, two, NOW, CONFIG).create == []  # n1 is gone
+    assert plan_health({"n1": "condition X=True"}, {}, two, NOW, CONFIG).create[0].reason == "Condition"
 
 
 def test_disabled_creates_nothing_but_still_releases():
@@ -153,7 +176,7 @@ def test_expiry_releases(expires, released):
 
 
 def test_quarantine_object_passes_the_crd_model_and_keeps_the_newest_evidence():
-    many = [ev("n1", 40 - i) for i in range(MAX_EVIDENCE + 4)]
+    many = [ev("n1", 40 - i, job=f"ns{i}/j") for i in range(MAX_EVIDENCE + 4)]
     new = plan_health({"n1": None}, {}, many, NOW, CONFIG).create[0]
     obj = quarantine_object(new)
     assert obj["metadata"]["name"] == "n1" and obj["kind"] == "NodeQuarantine"
