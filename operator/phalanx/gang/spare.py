@@ -1,12 +1,13 @@
 """A spare node for one node-rank of a placed gang (pure): the node that takes the place of a lost
 or quarantined one without moving the others (lifecycle/replace_node.py decides when to ask).
 
-The spare must sit in the gang's topology domain: the level ``scheduling.topology.required`` names,
-else the level ``preferred`` names, else the deepest level whose one domain holds every node the
-gang keeps (a gang spread over a whole block stays in that block; a gang in one rack stays in the
-rack). It must take one pod of the gang (Ready, not quarantined or cordoned, taints tolerated,
-nodeSelector, free resources after running pods, pinned pods and other gangs' reservations). Of
-those, the node sharing the deepest domain with the lost one wins, then topology order.
+The spare must sit in the domain of the level ``scheduling.topology.required`` names, when it does,
+and take one pod of the gang (Ready, not quarantined or cordoned, taints tolerated, nodeSelector,
+free resources after running pods, pinned pods and other gangs' reservations). Of those, the node
+inside the deepest domain that holds every node the gang keeps wins (a gang in one subblock stays
+in it while it has a free node, then in its block), then the node sharing the deepest domain with
+the lost one, then topology order. The domain reported is the deepest one holding the kept nodes
+and the spare.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.api.config import TopologyConfig
-from phalanx.gang.inventory import NodeInfo, Reservation, free_capacity, pods_from_list, reservations_from_pods
+from phalanx.gang.inventory import (
+    NodeInfo,
+    Reservation,
+    free_capacity,
+    pods_from_list,
+    reservations_from_pods,
+)
 from phalanx.gang.planner import GangRequest, node_rejection
 from phalanx.gang.topology import Path, Topology, topology_for
 
@@ -30,66 +37,55 @@ class Spare:
     reason: str = ""  # why there is none
 
 
-def replacement_domain(request: GangRequest, topo: Topology, keep: Sequence[str]) -> tuple[Path, str] | None:
-    """(domain path, description) the spare must come from; None when the kept nodes do not share
-    the level the request requires."""
-    paths = [topo.paths[node] for node in keep if node in topo.paths]
-    named = request.required or request.preferred
-    if named:
-        level = topo.level_index(named)
-        domains = {path[: level + 1] for path in paths}
-        if len(domains) > 1 or any(Topology.is_unknown(domain) for domain in domains):
-            return None if request.required else _deepest_shared(topo, paths)
-        domain = next(iter(domains), ())
-        return domain, topo.describe(domain)
-    return _deepest_shared(topo, paths)
-
-
-def _deepest_shared(topo: Topology, paths: list[Path]) -> tuple[Path, str]:
+def common_path(paths: Iterable[Path]) -> Path:
     """The deepest known domain (above the host) holding every path; () is the whole cluster."""
+    paths = list(paths)
+    if not paths:
+        return ()
     shared: Path = ()
-    for level in range(topo.depth - 1):
-        domains = {path[: level + 1] for path in paths}
-        if len(domains) != 1:
+    for depth in range(1, len(paths[0])):
+        domains = {path[:depth] for path in paths}
+        if len(domains) != 1 or Topology.is_unknown(next(iter(domains))):
             break
-        domain = next(iter(domains))
-        if Topology.is_unknown(domain):
-            break
-        shared = domain
-    return shared, topo.describe(shared)
+        shared = next(iter(domains))
+    return shared
+
+
+def shared_depth(path: Path, other: Path) -> int:
+    """How many levels from the top ``path`` and ``other`` share."""
+    return next((depth for depth in range(min(len(path), len(other))) if path[depth] != other[depth]),
+                min(len(path), len(other)))
 
 
 def find_spare(request: GangRequest, nodes: Sequence[NodeInfo], free: Mapping[str, Mapping[str, int]],
                topo: Topology, keep: Sequence[str], lost: str) -> Spare:
     """The spare node for the pod of ``request`` that was on ``lost``, the gang keeping ``keep``."""
-    where = replacement_domain(request, topo, keep)
-    if where is None:
-        return Spare(None, "", f"the gang's nodes do not share one {request.required}")
-    domain, described = where
+    kept_paths = [topo.paths[node] for node in keep if node in topo.paths]
+    together = common_path(kept_paths)
+    scope: Path = ()
+    if request.required:
+        level = topo.level_index(request.required)
+        if len(together) <= level:
+            return Spare(None, "", f"the gang's nodes do not share one {request.required}")
+        scope = together[: level + 1]
     kept, excluded, fitting = set(keep), {}, []
     for node in nodes:
         path = topo.paths.get(node.name)
-        if node.name in kept or node.name == lost or path is None or path[: len(domain)] != domain:
+        if node.name in kept or node.name == lost or path is None or path[: len(scope)] != scope:
             continue
         why = node_rejection(node, free.get(node.name, {}), request)
         if why is None:
             fitting.append(node.name)
         else:
             excluded[why] = excluded.get(why, 0) + 1
-    scope = described or "the cluster"
     if not fitting:
         counted = sorted(excluded.items(), key=lambda item: (-item[1], item[0]))
         detail = f" ({', '.join(f'{count} {why}' for why, count in counted)})" if excluded else ""
-        return Spare(None, described, f"no free node in {scope}{detail}")
+        return Spare(None, topo.describe(scope), f"no free node in {topo.describe(scope) or 'the cluster'}{detail}")
     lost_path = topo.paths.get(lost, ())
-
-    def shared_depth(node: str) -> int:
-        path = topo.paths[node]
-        return next((depth for depth in range(len(lost_path)) if path[: depth + 1] != lost_path[: depth + 1]),
-                    len(lost_path))
-
-    best = min(topo.order(fitting), key=lambda node: -shared_depth(node))
-    return Spare(best, described)
+    best = min(topo.order(fitting), key=lambda node: (-shared_depth(topo.paths[node], together),
+                                                      -shared_depth(topo.paths[node], lost_path)))
+    return Spare(best, topo.describe(together[: shared_depth(topo.paths[best], together)]))
 
 
 def spare_for(request: GangRequest, nodes: Sequence[NodeInfo], pods: Iterable[Mapping[str, Any]],
