@@ -156,7 +156,7 @@ def test_a_lost_node_of_a_64_node_gang_is_replaced_in_its_block(api, namespace, 
     lost = before[rank].spec.node_name
     client.CoreV1Api(api).delete_node(lost)  # the machine is gone
     assert_replaced_alone(jobs, "big", before, rank, lost, pool, "NodeLost")
-    assert jobs.status("big")["phase"] == "Running"
+    jobs.wait_phase("big", "Running", 30)
 
 
 def test_without_a_free_node_in_the_block_the_gang_is_recreated(api, namespace, replace_operator, make_pool):
@@ -169,7 +169,8 @@ def test_without_a_free_node_in_the_block_the_gang_is_recreated(api, namespace, 
     again = gang_running(jobs, "full", 2, 120, attempt=1)
     assert {pool["block"][p.spec.node_name] for p in again} != {pool["block"][lost]}
     status = jobs.status("full")
-    assert status["lastRestartMode"] == "Recreate" and status["restartAttempt"] == 1
+    assert status["lastRestartMode"] == "Recreate" and status["restartAttempt"] == 1, status
+    assert "nodeReplacement" in status, (status, [(e.reason, e.message) for e in jobs.events("full")])
     record = status["nodeReplacement"]
     assert record["oldNode"] == lost and record.get("newNode") is None
     assert f"no free node in block={pool['block'][lost]}" in record["message"], record["message"]

@@ -40,7 +40,7 @@ from phalanx.decision import Plan
 from phalanx.gang.pins import pin_pod, pinned_node
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failure_cause import Cause
-from phalanx.lifecycle.failures import Failure, pod_rank
+from phalanx.lifecycle.failures import Failure, classify_pod, pod_rank
 from phalanx.lifecycle.inplace import laggards, restarts_in_place, trainer_restarts
 from phalanx.lifecycle.pods import is_alive, pod_phase
 from phalanx.render.job import render_children
@@ -65,9 +65,17 @@ def replace_node(ctx: Pass) -> Plan | None:
     if record is not None and not record.done and record.new_node and record.attempt == ctx.attempt:
         return carry_on(ctx, record)
     lost = lost_nodes_of_gang(ctx)
-    if not lost or ctx.view.status.phase != Phase.RUNNING or not ctx.view.status.attempt_created:
+    if not lost or not ctx.view.status.attempt_created or not ran(ctx, lost):
         return None
     return start(ctx, lost)
+
+
+def ran(ctx: Pass, lost: list[Lost]) -> bool:
+    """Whether the gang was running: every pod Running, those on the lost nodes aside (the status
+    may not say Running yet: ready counts are written at a pace)."""
+    gone = {item.pod for item in lost}
+    return ctx.view.status.phase in (Phase.RUNNING, Phase.SCHEDULING) and all(
+        pod_phase(p) == "Running" for p in ctx.current if p["metadata"]["name"] not in gone)
 
 
 def node_of(pod: dict[str, Any]) -> str | None:
@@ -81,7 +89,9 @@ def lost_nodes_of_gang(ctx: Pass) -> list[Lost]:
     observed, out = ctx.observed, []
     for pod in ctx.current:
         node = node_of(pod)
-        if node and is_alive(pod) and (node in observed.lost_nodes or node in observed.quarantined_nodes):
+        if node and not pod["metadata"].get("deletionTimestamp") and (
+                (node in observed.lost_nodes and lost_with_its_node(ctx, pod))
+                or (node in observed.quarantined_nodes and is_alive(pod))):
             cause = Reason.NODE_LOST if node in observed.lost_nodes else Reason.NODE_QUARANTINED
             out.append(Lost(pod_rank(pod), pod["metadata"]["name"], node, cause, True))
     placed = ctx.view.status.placement.nodes if ctx.view.status.placement else []
@@ -91,6 +101,13 @@ def lost_nodes_of_gang(ctx: Pass) -> list[Lost]:
         if rank not in present and node in observed.lost_nodes:
             out.append(Lost(rank, slot_pod_name(name, worker(rank), ctx.attempt), node, Reason.NODE_LOST, False))
     return out
+
+
+def lost_with_its_node(ctx: Pass, pod: dict[str, Any]) -> bool:
+    """A pod on a lost node, alive or marked Failed for it (the pod garbage collector marks the
+    pods of a deleted node); one that failed of its own (an exit code) is a failure to classify."""
+    failure = classify_pod(pod, ctx.spec.failure_policy)
+    return failure is None or (failure.exit_code is None and failure.retryable)
 
 
 def why_not(ctx: Pass, lost: list[Lost]) -> str | None:

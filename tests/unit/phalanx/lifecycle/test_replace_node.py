@@ -56,6 +56,30 @@ GANG = [trainer(0, "n0"), trainer(1, "n1")]
 OFF = OperatorConfig(replace_lost_nodes=False).with_restart_all_containers(True)
 
 
+def collected(rank: int, node: str, exit_code: int | None = None) -> dict[str, Any]:
+    """A pod the pod garbage collector marked Failed (its node deleted), or one that exited."""
+    p = trainer(rank, node, phase="Failed")
+    p["status"]["reason"] = "DeletionByPodGC" if exit_code is None else None
+    if exit_code is not None:
+        p["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": exit_code}}
+    return p
+
+
+def test_a_pod_marked_failed_with_its_lost_node_is_replaced_but_not_one_that_exited():
+    ctx = pass_for([trainer(0, "n0"), collected(1, "n1")], lost_nodes=frozenset({"n1"}))
+    assert replace_node.replace_node(ctx) is not None and ctx.view.status.node_replacement.new_node == "n5"
+    ctx = pass_for([trainer(0, "n0"), collected(1, "n1", exit_code=1)], lost_nodes=frozenset({"n1"}))
+    assert replace_node.replace_node(ctx) is None and ctx.view.status.node_replacement is None
+
+
+def test_a_gang_whose_status_still_says_scheduling_but_whose_pods_all_ran_is_replaced():
+    ctx = pass_for(GANG, status=running(phase="Scheduling"), lost_nodes=frozenset({"n1"}))
+    assert replace_node.replace_node(ctx) is not None
+    starting = [trainer(0, "n0", phase="Pending"), trainer(1, "n1")]
+    ctx = pass_for(starting, status=running(phase="Scheduling"), lost_nodes=frozenset({"n1"}))
+    assert replace_node.replace_node(ctx) is None and ctx.view.status.node_replacement is None
+
+
 @pytest.mark.parametrize(("pods", "observed", "force", "graceful", "cause"), [
     pytest.param(GANG, {"lost_nodes": frozenset({"n1"})}, ["job-node-1-0"], [], "NodeLost", id="lost-node-force-deleted"),
     pytest.param(GANG, {"quarantined_nodes": frozenset({"n1"})}, [], ["job-node-1-0"], "NodeQuarantined",
