@@ -182,7 +182,9 @@ def replace(ctx: Pass, gone: Lost, spare: str, domain: str) -> None:
     view.status.resumed_step = None  # the restarted script says where it resumed
     view.status.last_progress_time = view.now  # the hang clock starts afresh with each restart
     state = "is gone or NotReady" if gone.cause == Reason.NODE_LOST else "is quarantined"
-    failure = Failure(gone.pod, gone.rank, gone.cause, f"node {gone.node} {state}", None, True,
+    # No node-rank: status.placement names the spare for it now, and a node-rank's failure is
+    # evidence against its placed node (gang/nodehealth.py failure_evidence); nodeReplacement names both.
+    failure = Failure(gone.pod, -1, gone.cause, f"node-rank {gone.rank}: node {gone.node} {state}", None, True,
                       Cause(FailureCategory.INFRASTRUCTURE))
     view.status.last_failure = failure.record(view.now)
     view.status.placement.nodes[gone.rank] = spare

@@ -9,6 +9,7 @@ import pytest
 
 from phalanx.api.config import OperatorConfig
 from phalanx.constants import ANNOTATION_RESTART_REQUEST, ENV_RESTART_BASE
+from phalanx.gang.nodehealth import failure_evidence
 from phalanx.gang.pins import pinned_node
 from phalanx.gang.spare import Spare
 from phalanx.lifecycle import replace_node
@@ -99,7 +100,8 @@ def test_one_lost_node_is_replaced_in_its_domain(pods, observed, force, graceful
     record = status.node_replacement
     assert (record.node_rank, record.old_node, record.new_node, record.domain, record.cause, record.done) == (
         1, "n1", "n5", "block=b1", cause, False)
-    assert status.last_failure.reason == cause and status.last_failure.node_rank == 1
+    assert status.last_failure.reason == cause and "node-rank 1: node n1" in status.last_failure.message
+    assert failure_evidence({"status": status.model_dump(by_alias=True, mode="json")}) is None  # the spare is not blamed
     assert conditions(ctx)["Restarting"] == ("True", "NodeReplaced")
     what = "lost" if cause == "NodeLost" else "quarantined"
     assert ctx.view.events == [("Warning", "NodeReplaced", f"node-rank 1: node n1 {what}; replaced by n5 in "
