@@ -179,6 +179,9 @@ EXIT_RESTART_IN_PLACE = 75
 # count the pod should reach; the pod sees it through a downward-API file.
 ANNOTATION_RESTART_REQUEST = "phalanx.dev/restart-request"
 ENV_RESTART_REQUEST_FILE = "PHALANX_RESTART_REQUEST_FILE"
+# A pod created to replace one on a lost node joins a gang that has restarted in place this many
+# times: its own starts count from there, so a request it already matches is not taken.
+ENV_RESTART_BASE = "PHALANX_RESTART_BASE"
 PODINFO_MOUNT_PATH = "/etc/phalanx/podinfo"
 RESTART_REQUEST_FILE = "restart-request"
 # How many times the launcher started in this pod (kept on the pod's scratch emptyDir, which an

@@ -61,6 +61,7 @@ from phalanx_common.contract import (  # noqa: F401
     ENV_PYTHONUNBUFFERED,
     ENV_RANK,
     ENV_RESTART_ATTEMPT,
+    ENV_RESTART_BASE,
     ENV_RESTART_REQUEST_FILE,
     ENV_RESULT_FILE,
     ENV_START_TIME,
@@ -355,6 +356,7 @@ class RestartMode(StrEnum):
 
     IN_PLACE = "InPlace"  # every pod's containers restarted in place (Kubernetes RestartAllContainers)
     RECREATE = "Recreate"  # every pod deleted and the gang created again as a new attempt
+    REPLACE_NODE = "ReplaceNode"  # one lost node's pod recreated on a spare node; the others restarted in place
 
 
 # The kubelet feature that restarts a pod's containers in place (node.status.declaredFeatures).
@@ -444,6 +446,8 @@ class Reason(StrEnum):
     FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating on a lost node
     RESTARTED_IN_PLACE = "RestartedInPlace"  # the gang's containers restarted on the same pods and nodes
     RESTART_REQUESTED = "RestartRequested"  # the operator asked the pods to restart in place (a hang, a peer)
+    NODE_REPLACED = "NodeReplaced"  # one node-rank moved to a spare node in its domain (lifecycle/replace_node.py)
+    NODE_NOT_REPLACED = "NodeNotReplaced"  # a lost or quarantined node could not be replaced alone: why
     # refusals and errors (lifecycle/refusals.py)
     CREATE_REFUSED = "CreateRefused"  # retryable: quota, a class or account not there yet
     CREATE_REJECTED = "CreateRejected"  # permanent: invalid, or forbidden by admission

@@ -45,6 +45,9 @@ class Schedulable:
 GangStep = Callable[[Any, list[dict[str, Any]]], GangDecision]
 # Could a gang of this job (at some size) be placed now, its own pods' capacity counted as free?
 Fits = Callable[[Any], bool]
+# (job, node-rank, the nodes the gang keeps, the lost node) → a phalanx.gang.spare.Spare: a spare
+# node in the gang's topology domain, booked so that no other gang takes it (gangstep.spare_finder).
+FindSpare = Callable[[Any, int, tuple[str, ...], str], Any]
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Observed:
     network_policy_exists: bool = True
     progress: Any = None  # rank 0's progress report, if reachable (untrusted: parsed in decide)
     lost_nodes: frozenset[str] = frozenset()  # nodes gone or NotReady
+    quarantined_nodes: frozenset[str] = frozenset()  # the gang's nodes a NodeQuarantine names
     config_map_hash: str | None = None  # spec-hash annotation of the existing ConfigMap
     namespace_labels: dict[str, str] | None = None  # the job's namespace (policy, Pod Security)
     # A scheduler-side gang object's verdict for the Schedulable condition (workload backend:

@@ -12,9 +12,11 @@ from typing import Any
 import kopf
 
 from phalanx.api.types import TrainingJob
-from phalanx.decision import Fits, GangDecision, GangStep
+from phalanx.decision import FindSpare, Fits, GangDecision, GangStep
 from phalanx.gang.admission import decision_for, gang_request
+from phalanx.gang.inventory import Reservation
 from phalanx.gang.planner import GangRequest
+from phalanx.gang.spare import Spare, spare_for
 from phalanx.offloop import JobGone, on_loop
 from phalanx.scheduler import Row
 
@@ -111,3 +113,27 @@ def elastic_probe(memo: kopf.Memo, namespace: str, name: str, indexes: Indexes) 
         return scheduler.probe(loop, on_loop(loop, request), config)
 
     return fits
+
+
+def spare_finder(memo: kopf.Memo, indexes: Indexes) -> FindSpare:
+    """A spare node for one node-rank of a placed gang (gang.spare), chosen on the decide thread
+    against the scheduler's view (its bookings and the rows it promised to waiting gangs count as
+    taken) and booked at once, so no gang planned afterwards is given the same node."""
+    scheduler, config = memo.scheduler, memo.config
+    loop = _running_loop()
+
+    def find(job: TrainingJob, rank: int, keep: tuple[str, ...], lost: str) -> Spare:
+        key = f"{job.metadata.namespace}/{job.metadata.name}"
+
+        def snapshot() -> tuple[GangRequest, tuple[list[Any], list[Any], list[Reservation]]]:
+            scheduler.attach(indexes.cluster_nodes, indexes.usage)
+            return gang_request(job, config, _priority(job, indexes.priority_classes)), scheduler.spare_inputs()
+
+        request, (nodes, pods, held) = on_loop(loop, snapshot)
+        spare = spare_for(request, nodes, pods, held, config.topology, keep, lost)
+        if spare.node is not None:
+            booking = [Reservation(gang=key, node=spare.node, requests=request.requests)]
+            on_loop(loop, lambda: scheduler.hold(f"{key}#node-rank-{rank}", booking))
+        return spare
+
+    return find

@@ -19,7 +19,7 @@ import kopf
 from phalanx import constants, startup
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.quota import quota_entry
-from phalanx.gangstep import Indexes, elastic_probe, native_gang_step
+from phalanx.gangstep import Indexes, elastic_probe, native_gang_step, spare_finder
 from phalanx.jobloop import run_job
 
 log = logging.getLogger("phalanx.operator")
@@ -106,11 +106,14 @@ def priority_classes(name: str, body: kopf.Body, **_: Any) -> dict:
 
 
 @kopf.on.event("nodes")
-async def node_changed(memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> None:
+async def node_changed(type: str | None, name: str, memo: kopf.Memo, cluster_nodes: kopf.Index, **_: Any) -> None:
     """Capacity may have changed: the scheduler plans the queue again (once for a burst). Async:
-    on the event loop, where the scheduler's state lives (kopf runs a sync handler in a thread)."""
+    on the event loop, where the scheduler's state lives (kopf runs a sync handler in a thread).
+    A node gone wakes the jobs that had a pod on it."""
     memo.scheduler.attach(cluster_nodes, memo.pod_reflector)
     memo.scheduler.changed()
+    if type == "DELETED":
+        memo.gangs.wake_on_node(memo.pod_reflector.get(None, []), name)
 
 
 @kopf.on.event("nodes", id="node_health")
@@ -122,8 +125,11 @@ async def node_health(type: str | None, name: str, body: kopf.Body, memo: kopf.M
 
 @kopf.on.event(constants.GROUP, constants.VERSION, constants.QUARANTINE_PLURAL)
 async def node_quarantine(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A NodeQuarantine created, renewed or deleted: the planner's exclusions change."""
+    """A NodeQuarantine created, renewed or deleted: the planner's exclusions change, and the jobs
+    running on the node are woken (lifecycle/replace_node.py)."""
     memo.node_health.quarantine_event(type, name, body)
+    if type != "DELETED":
+        memo.gangs.wake_on_node(memo.pod_reflector.get(None, []), (body.get("spec") or {}).get("node") or name)
 
 
 @kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL, id="failure_evidence")
@@ -156,4 +162,4 @@ async def job_loop(
     indexes = Indexes(pods.job_pods, job_services, job_config_maps, job_network_policies, cluster_nodes, pods,
                  priority_classes, namespace_labels, resource_quotas)
     await run_job(memo, namespace, name, body, stopped, indexes, native_gang_step(memo, indexes),
-                  elastic_probe(memo, namespace, name, indexes))
+                  elastic_probe(memo, namespace, name, indexes), spare_finder(memo, indexes))

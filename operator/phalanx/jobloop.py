@@ -33,7 +33,7 @@ from phalanx.controlloop import (
     run_while_leading,
     sleep_or_wake,
 )
-from phalanx.decision import Fits, GangStep, Observed, Plan, Schedulable
+from phalanx.decision import FindSpare, Fits, GangStep, Observed, Plan, Schedulable
 from phalanx.expectations import await_expectations
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
@@ -58,7 +58,7 @@ PROGRESS_EVERY = 5.0
 # What of a job's status the next pass decides on: it waits until the live body shows these as
 # written. placement: a gang created pinned is placed in a pass that may change none of the
 # others, and a next pass on the stale body would write the earlier attempt's placement back.
-STATUS_KEYS = ("phase", "restartAttempt", "restarts", "attemptCreated", "placement")
+STATUS_KEYS = ("phase", "restartAttempt", "restarts", "attemptCreated", "placement", "nodeReplacement")
 
 
 def job_status_view(status: dict[str, Any]) -> tuple[Any, ...]:
@@ -66,9 +66,9 @@ def job_status_view(status: dict[str, Any]) -> tuple[Any, ...]:
 
 
 async def run_job(memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, stopped: kopf.DaemonStopped,
-                  indexes: Any, gang: GangStep, fits: Fits | None) -> None:
+                  indexes: Any, gang: GangStep, fits: Fits | None, spare: FindSpare | None = None) -> None:
     """The job's passes until it is deleted; then nothing of it stays in ``memo.gangs``."""
-    loop = JobLoop(memo, namespace, name, body, indexes, gang, fits)
+    loop = JobLoop(memo, namespace, name, body, indexes, gang, fits, spare)
     try:
         await run_while_leading(loop.reconcile, stopped, memo.leader)
     finally:
@@ -98,6 +98,14 @@ class Gangs:
         event = self.wakeups.get((namespace, name))
         if event is not None:
             event.set()
+
+    def wake_on_node(self, pods: Any, node: str) -> None:
+        """Wake the loops of the jobs with a pod on ``node`` (gone, or quarantined): one of them
+        may replace it at once instead of at its next resync."""
+        for pod in list(pods):
+            job = pod["metadata"].get("labels", {}).get(constants.LABEL_JOB_NAME)
+            if job and (pod.get("spec") or {}).get("nodeName") == node:
+                self.wake(pod["metadata"]["namespace"], job)
 
     def alive(self, namespace: str, name: str) -> bool:
         return (namespace, name) in self.wakeups
@@ -143,14 +151,15 @@ class JobLoop:
     """One job's reconcile passes: observe → decide → execute → report → wait for a reason."""
 
     def __init__(self, memo: kopf.Memo, namespace: str, name: str, body: kopf.Body, indexes: Any,
-                 gang: GangStep, fits: Fits | None):
-        """``indexes``: what the loop reads (gangstep.Indexes); ``gang``, ``fits``: the
-        reconcile's gang step and elastic probe (decide()'s)."""
+                 gang: GangStep, fits: Fits | None, spare: FindSpare | None = None):
+        """``indexes``: what the loop reads (gangstep.Indexes); ``gang``, ``fits``, ``spare``: the
+        reconcile's gang step, elastic probe and spare-node finder (decide()'s)."""
         self.memo, self.namespace, self.name, self.body, self.indexes = memo, namespace, name, body, indexes
         self.key = (namespace, name)
         self.wake = memo.gangs.wakeup(namespace, name)
         self.gang = gang
         self.fits = fits
+        self.spare = spare
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
         self.progress_attempt: Any = None  # status.restartAttempt when self.progress was read
@@ -201,7 +210,8 @@ class JobLoop:
             network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
             # an earlier attempt's report says nothing of this one (its step, where it resumed)
             progress=self.progress if self.progress_attempt == status.get("restartAttempt") else None,
-            lost_nodes=_lost_nodes(pods, indexes.cluster_nodes),
+            lost_nodes=_lost_nodes(pods, indexes.cluster_nodes, _placed_nodes(status)),
+            quarantined_nodes=_quarantined_nodes(self.memo, pods, _placed_nodes(status)),
             config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec, self.memo.config.workload_api_versions)
@@ -233,7 +243,8 @@ class JobLoop:
         try:
             plan = await asyncio.get_running_loop().run_in_executor(
                 self.memo.decider, functools.partial(decide_off_loop, obj, observed, datetime.now(UTC),
-                                                     self.memo.config, gang=self.gang, fits=self.fits))
+                                                     self.memo.config, gang=self.gang, fits=self.fits,
+                                                     spare=self.spare))
         except Exception as exc:  # noqa: BLE001 - no input may kill the loop; it is reported
             self.failures.decide += 1
             RECONCILES.labels("error").inc()
@@ -358,11 +369,24 @@ def _controlled(pod: dict[str, Any]) -> bool:
     return any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
 
 
-def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index) -> frozenset[str]:
-    """Nodes of this job's pods that are gone from the inventory or not Ready."""
+def _placed_nodes(status: dict[str, Any]) -> list[str]:
+    """The node of each node-rank, as the job's placement says (status.placement.nodes)."""
+    nodes = (status.get("placement") or {}).get("nodes")
+    return [node for node in nodes if isinstance(node, str)] if isinstance(nodes, list) else []
+
+
+def _quarantined_nodes(memo: kopf.Memo, pods: list[dict[str, Any]], placed: list[str]) -> frozenset[str]:
+    """Nodes of this job's pods (or placement) that a NodeQuarantine names."""
+    quarantined = memo.gangs.scheduler.quarantined()
+    if not quarantined:
+        return frozenset()
+    return frozenset(set(quarantined) & ({p["spec"].get("nodeName") for p in pods} | set(placed)))
+
+
+def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index, placed: list[str] | None = None) -> frozenset[str]:
+    """Nodes of this job's pods, or of its placement, that are gone from the inventory or not Ready."""
     lost = set()
-    for pod in pods:
-        node = pod["spec"].get("nodeName")
+    for node in {pod["spec"].get("nodeName") for pod in pods} | set(placed or ()):
         if not node:
             continue
         entry = next(iter(cluster_nodes.get(node, [])), None)

@@ -78,8 +78,21 @@ def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:
     # the declared progress port (hostNetwork jobs have their own): see lifecycle.progress.progress_port
-    return {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
-            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS]}
+    entry = {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
+             "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS]}
+    # restarts in place (lifecycle/inplace.py): the rules, and a replacement pod's restart base
+    if c.get("restartPolicyRules"):
+        entry["restartPolicyRules"] = [dict(rule) for rule in c["restartPolicyRules"]]
+    base = [dict(e) for e in c.get("env") or [] if e.get("name") == constants.ENV_RESTART_BASE]
+    if base:
+        entry["env"] = base
+    return entry
+
+
+def _annotations(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations the job loops read: the restart request (lifecycle/inplace.py)."""
+    annotations = meta.get("annotations") or {}
+    return {key: annotations[key] for key in (constants.ANNOTATION_RESTART_REQUEST,) if key in annotations}
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,6 +101,7 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
     return {
         "metadata": {"name": meta["name"], "namespace": _s(meta.get("namespace")), "labels": _labels(meta.get("labels")),
+                     "annotations": _annotations(meta),
                      "creationTimestamp": meta.get("creationTimestamp"), "deletionTimestamp": meta.get("deletionTimestamp"),
                      "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
                                          for o in meta.get("ownerReferences") or []]},

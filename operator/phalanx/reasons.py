@@ -133,6 +133,15 @@ REASONS: dict[Reason, ReasonDoc] = {
     Reason.RESTART_REQUESTED: _doc(OTHER, "the operator asked the gang's pods to restart in place (a hang, or the "
                                    "pods a peer's in-place restart left behind), through the pod annotation "
                                    "`phalanx.dev/restart-request`", "", RESTARTING_T, EVENT),
+    Reason.NODE_REPLACED: _doc(OTHER, "one node of the running gang was lost (gone, NotReady) or quarantined: its pod "
+                               "was created again, under the same name, on a free node of the gang's topology domain "
+                               "and the other pods were asked to restart in place (`status.nodeReplacement`, "
+                               "`status.lastRestartMode` ReplaceNode)", "check the old node; nothing to do for the job",
+                               RESTARTING_T, EVENT),
+    Reason.NODE_NOT_REPLACED: _doc(OTHER, "a lost or quarantined node of the running gang could not be replaced alone "
+                                   "(the message says why: no free node in the domain, more than one node, no in-place "
+                                   "restarts); a lost node restarts the whole gang, a quarantined one is left running",
+                                   "free a node in the gang's domain, or let the gang restart", EVENT),
     Reason.CREATE_REFUSED: _doc(PENDING, "the API server refused a creation for now (quota, a PriorityClass or "
                                 "ServiceAccount that does not exist yet, 409/429/5xx); retried with backoff",
                                 "the message quotes the API server: raise the quota or create what is missing",

@@ -194,6 +194,20 @@ class Scheduler:
         if expired:
             self.changed()
 
+    def spare_inputs(self) -> tuple[list[Any], list[Any], list[Reservation]]:
+        """What a spare node is chosen from (gang.spare.spare_for): the nodes (quarantined ones
+        marked), every pod, and the capacity held beyond the pods: bookings, and the placed rows
+        of waiting gangs (promised to them: a spare taken from a row would be booked twice)."""
+        promised = [r for row in self.rows.values() if row.placed for r in row.result.reservations()]
+        return self._nodes(), self._usage(), self.pending_pins() + promised
+
+    def hold(self, key: str, reservations: list[Reservation]) -> None:
+        """Book a spare node for a replacement pod about to be created pinned to it (``key``: the
+        job's and the node-rank's); the next cycle plans around it, and the booking lapses
+        PIN_TTL_SECONDS from now, by when the pod index shows the pin."""
+        self.pending[key] = (reservations, time.monotonic())
+        self.changed()
+
     def leave(self, key: str) -> None:
         """The gang no longer waits for placement (finished, suspended, or deleted)."""
         self.rows.pop(key, None)

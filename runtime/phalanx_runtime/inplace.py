@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx_common.contract import (
+    ENV_RESTART_BASE,
     ENV_RESTART_REQUEST_FILE,
     EXIT_RESTART_IN_PLACE,
     LAUNCH_COUNT_FILE,
@@ -135,10 +136,11 @@ class RestartRequests:
 
 def watch_requests(env: dict[str, str], scratch: str | None, on_request: Callable[[int], None]) -> RestartRequests | None:
     """Count this launch and watch the pod's restart requests (None: the pod has no request file,
-    i.e. it does not restart in place)."""
+    i.e. it does not restart in place). A pod that replaced one on a lost node counts from the
+    gang's restarts when it was created (``$PHALANX_RESTART_BASE``)."""
     path = env.get(ENV_RESTART_REQUEST_FILE)
     if not path:
         return None
-    watcher = RestartRequests(path, count_launch(scratch), on_request)
+    watcher = RestartRequests(path, request_in(env.get(ENV_RESTART_BASE, "")) + count_launch(scratch), on_request)
     watcher.start()
     return watcher

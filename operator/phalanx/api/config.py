@@ -183,6 +183,10 @@ class OperatorConfig(Model):
         "restart every container of the pod, Kubernetes RestartAllContainers) when the cluster supports it "
         "(found at start-up: the API server keeps the rules and every node's kubelet declares the feature). "
         "False, or a cluster without it: every restart deletes and recreates the gang.")
+    replace_lost_nodes: bool = Field(
+        True, description="When one node of a running gang that restarts in place is lost (gone, NotReady) or "
+        "quarantined, recreate only its pod on a free node of the gang's topology domain and restart the other "
+        "pods in place; without such a node the gang restarts as a whole (lost) or keeps running (quarantined).")
     # What the API server serves, found at start-up (not configuration; see with_workload_api).
     _workload_api_versions: tuple[str, ...] | None = PrivateAttr(None)
     _restart_all_containers: bool | None = PrivateAttr(None)

@@ -647,6 +647,23 @@ class FailureStatus(Model):
     time: str | None = None
 
 
+class NodeReplacementStatus(Model):
+    """The last lost or quarantined node of the running gang and what became of it
+    (lifecycle/replace_node.py): its pod recreated on a spare node of the same topology domain while
+    the others restart in place, or why not (then the gang restarts as usual)."""
+
+    node_rank: int = Field(..., description="The node-rank whose node was lost or quarantined.")
+    pod: str = Field(..., description="Its pod (recreated under the same name).")
+    old_node: str
+    new_node: str | None = Field(None, description="The spare node; unset when the node was not replaced alone.")
+    domain: str | None = Field(None, description="The topology domain the spare was chosen in, e.g. 'block=b1'.")
+    cause: str = Field(..., description="NodeLost (gone or NotReady) or NodeQuarantined.")
+    message: str = ""
+    attempt: int = Field(0, description="The restart attempt whose pod it was.")
+    done: bool = Field(False, description="The replacement pod was created (or the replacement was not used).")
+    time: str | None = None
+
+
 class TrainingJobStatus(Model):
     phase: Phase = Phase.PENDING
     conditions: list[Condition] = Field(default_factory=list)
@@ -663,7 +680,8 @@ class TrainingJobStatus(Model):
     attempt_created: bool = Field(False, description="Every pod of the current attempt was created once.")
     last_restart_mode: str | None = Field(
         None, description="How the gang last restarted: InPlace (its pods' containers restarted on the same "
-        "nodes) or Recreate (its pods deleted and created again as a new attempt).",
+        "nodes), Recreate (its pods deleted and created again as a new attempt) or ReplaceNode (one lost node's pod "
+        "created again on a spare node of its domain, the others restarted in place).",
         json_schema_extra={"enum": [m.value for m in constants.RestartMode]})
     in_place_restarts: int = Field(
         0, ge=0, description="In-place restarts of the current attempt (the highest trainer container restart "
@@ -691,6 +709,8 @@ class TrainingJobStatus(Model):
                     "optimizer, data, checkpoint, metrics, firstStep).")
     last_failure: FailureStatus | None = Field(
         None, description="Why the gang last failed (kept through restarts; the Restarting or Failed condition says it too).")
+    node_replacement: NodeReplacementStatus | None = Field(
+        None, description="The last lost or quarantined node of the running gang: replaced alone, or why not.")
     message: str | None = None
 
 

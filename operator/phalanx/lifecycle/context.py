@@ -13,7 +13,7 @@ from typing import Any
 
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob, TrainingJobSpec
-from phalanx.decision import Fits, GangStep, Observed, Plan
+from phalanx.decision import FindSpare, Fits, GangStep, Observed, Plan
 from phalanx.lifecycle.progress import apply_progress
 from phalanx.lifecycle.status import StatusView
 from phalanx.problems import Problem
@@ -37,6 +37,7 @@ class Pass:
     reports: list[dict[str, Any] | None] = field(default_factory=list)  # rank 0's progress, applied in done()
     current: list[dict[str, Any]] = field(default_factory=list)  # pods of the current attempt
     stale: list[dict[str, Any]] = field(default_factory=list)  # pods of earlier attempts
+    spare: FindSpare | None = None  # a spare node for one lost node-rank (None: the gang is not the operator's to place)
 
     @property
     def meta(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from phalanx.api.types import Phase
 from phalanx.constants import (
     ANNOTATION_RESTART_REQUEST,
     CONTAINER_NAME,
+    ENV_RESTART_BASE,
     EXIT_RESTART_IN_PLACE,
     FEATURE_RESTART_ALL_CONTAINERS,
     RESTART_RULE_ACTION,
@@ -48,9 +49,22 @@ def _trainer_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def trainer_restarts(pod: dict[str, Any]) -> int:
-    """How many times the kubelet restarted the pod's trainer container."""
+    """How many times the pod's trainer container restarted: the kubelet's count, plus the gang's
+    in-place restarts before the pod was created when it replaced a pod on a lost node
+    (restart_base)."""
     count = _trainer_status(pod).get("restartCount")
-    return count if type(count) is int and count > 0 else 0
+    return restart_base(pod) + (count if type(count) is int and count > 0 else 0)
+
+
+def restart_base(pod: dict[str, Any]) -> int:
+    """The gang's in-place restarts a replacement pod was created at (lifecycle/replace_node.py:
+    the trainer's ENV_RESTART_BASE); 0 for every other pod."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == CONTAINER_NAME:
+            for env in container.get("env") or []:
+                if env.get("name") == ENV_RESTART_BASE and str(env.get("value", "")).isdigit():
+                    return int(env["value"])
+    return 0
 
 
 def requested(pod: dict[str, Any]) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 from phalanx.api.config import OperatorConfig
 from phalanx.api.types import TrainingJob
 from phalanx.constants import Reason
-from phalanx.decision import Fits, GangDecision, GangStep, Observed, Plan
+from phalanx.decision import FindSpare, Fits, GangDecision, GangStep, Observed, Plan
 from phalanx.lifecycle import elastic
 from phalanx.lifecycle.admission_withdrawn import admission_withdrawn
 from phalanx.lifecycle.attempts import split_attempts
@@ -31,6 +31,7 @@ from phalanx.lifecycle.inplace import restarted_in_place
 from phalanx.lifecycle.placement import place_gang
 from phalanx.lifecycle.predecessors import set_aside_predecessors, wait_for_predecessors
 from phalanx.lifecycle.progress import final_progress
+from phalanx.lifecycle.replace_node import replace_node
 from phalanx.lifecycle.replacement import recreate_interrupted, replan_unbound
 from phalanx.lifecycle.restart import failed, restart_backoff
 from phalanx.lifecycle.status import StatusView, phase_from_pods
@@ -55,12 +56,14 @@ def decide(
     config: OperatorConfig | None = None,
     gang: GangStep = release_all,
     fits: Fits | None = None,
+    spare: FindSpare | None = None,
 ) -> Plan:
     config = config or OperatorConfig()
     meta = obj.get("metadata", {})
     view = StatusView(obj.get("status"), meta.get("generation"), now)
     job, problems = validate_job(obj, config, observed.namespace_labels)
-    ctx = Pass(obj=obj, observed=observed, now=now, config=config, gang=gang, fits=fits, view=view, job=job, problems=problems)
+    ctx = Pass(obj=obj, observed=observed, now=now, config=config, gang=gang, fits=fits, view=view, job=job, problems=problems,
+               spare=spare)
     for step in PHASES:
         plan = step(ctx)
         if plan is not None:
@@ -93,6 +96,7 @@ PHASES: tuple[Step, ...] = (
     succeeded,
     admission_withdrawn,
     restarted_in_place,
+    replace_node,
     failed,
     replan_unbound,
     restart_backoff,

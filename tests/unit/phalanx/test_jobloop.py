@@ -248,9 +248,10 @@ def test_a_job_with_a_status_keeps_the_watchs_labels():
 
 
 @pytest.mark.parametrize("status, view", [
-    ({}, (None, None, None, None, None)),
+    ({}, (None, None, None, None, None, None)),
     ({"phase": "Running", "restartAttempt": 1, "restarts": 1, "attemptCreated": True, "placement": {"n0": 0},
-      "readyNodes": 4, "message": "m"}, ("Running", 1, 1, True, {"n0": 0})),  # counts and messages: not waited for
+      "nodeReplacement": {"pod": "p"}, "readyNodes": 4, "message": "m"},
+     ("Running", 1, 1, True, {"n0": 0}, {"pod": "p"})),  # counts and messages: not waited for
 ])
 def test_the_status_view_holds_only_what_the_next_pass_decides_on(status, view):
     assert jobloop.job_status_view(status) == view

@@ -38,6 +38,19 @@ def test_entry_keeps_only_what_the_planner_and_the_job_loops_read():
                                                  "state": {"terminated": {"exitCode": 3, "reason": None, "message": "m"}}}]
 
 
+def test_entry_keeps_what_restarts_in_place_read():
+    raw = pod("a")
+    raw["metadata"]["annotations"] = {"phalanx.dev/restart-request": "2", "other": "x"}
+    raw["spec"]["containers"][0]["restartPolicyRules"] = [{"action": "RestartAllContainers"}]
+    raw["spec"]["containers"][0]["env"] = [{"name": "PHALANX_RESTART_BASE", "value": "1"}, {"name": "A", "value": "b"}]
+    e = pod_entry(raw)
+    assert e["metadata"]["annotations"] == {"phalanx.dev/restart-request": "2"}
+    assert e["spec"]["containers"][0]["restartPolicyRules"] == [{"action": "RestartAllContainers"}]
+    assert e["spec"]["containers"][0]["env"] == [{"name": "PHALANX_RESTART_BASE", "value": "1"}]
+    plain = pod_entry(pod("b"))["spec"]["containers"][0]
+    assert "restartPolicyRules" not in plain and "env" not in plain
+
+
 def test_entries_share_their_label_strings():
     a, b = (pod_entry(json.loads(json.dumps(pod(n)))) for n in "ab")
     (ka, va), = a["metadata"]["labels"].items()

@@ -321,3 +321,22 @@ def test_expired_pins_are_dropped():
     assert [r.node for r in scheduler.pending_pins(except_key="a/x")] == ["n1"]
     assert list(scheduler.pending) == ["a/new"]
 
+
+
+def test_a_spare_is_chosen_around_promised_rows_and_its_booking_holds_it(admits):
+    """A waiting gang's placed row is promised capacity: the spare comes from elsewhere; the spare
+    booked, the next cycle plans around it."""
+    from phalanx.gang.spare import spare_for
+
+    scheduler, _ = scheduler_with(count=4, usage=[bound_pod("j-0", "n0", job="j"), bound_pod("j-1", "n1", job="j")])
+    scheduler.submit("ns/w", gang("w", 1))
+    scheduler.cycle(None, CONFIG)
+    promised = scheduler.rows["ns/w"].result.nodes
+    nodes, pods, held = scheduler.spare_inputs()
+    spare = spare_for(gang("j", 2), nodes, pods, held, TopologyConfig(), ("n0",), "n1")
+    assert spare.node is not None and spare.node not in promised + ["n0", "n1"]
+    scheduler.hold("ns/j#node-rank-1", [Reservation("ns/j", spare.node, {GPU: 8})])
+    assert scheduler._due.is_set()
+    scheduler.submit("ns/x", gang("x", 1))
+    scheduler.cycle(None, CONFIG)
+    assert not scheduler.rows["ns/x"].placed  # n0, n1 used, one promised to w, the spare booked

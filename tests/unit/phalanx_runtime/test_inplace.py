@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from phalanx_common.contract import (
+    ENV_RESTART_BASE,
     ENV_RESTART_REQUEST_FILE,
     EXIT_RESTART_IN_PLACE,
     LAUNCH_COUNT_FILE,
@@ -83,3 +84,18 @@ def test_a_new_request_is_acted_on_once(tmp_path):
 
 def test_no_request_file_no_watcher(tmp_path):
     assert inplace.watch_requests({}, str(tmp_path), lambda _: None) is None
+
+
+def test_a_replacement_pod_counts_from_the_gangs_restarts(tmp_path):
+    """A pod created on a spare node (ENV_RESTART_BASE 2) does not take the gang's request 2 as
+    its own; it takes 3."""
+    path, scratch = tmp_path / "restart-request", tmp_path / "scratch"
+    scratch.mkdir()
+    path.write_text("2")
+    watcher = inplace.watch_requests({ENV_RESTART_REQUEST_FILE: str(path), ENV_RESTART_BASE: "2"}, str(scratch),
+                                     lambda _: None)
+    assert watcher is not None
+    watcher.stop()
+    assert watcher.restarts == 2 and watcher.wanted() == 0
+    path.write_text("3")
+    assert watcher.wanted() == 3
