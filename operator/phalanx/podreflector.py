@@ -72,14 +72,19 @@ def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
     """What the failure and progress readers use: exit code, reason and termination message."""
+    # whether it runs: an in-place restart is over once every trainer runs again (lifecycle/inplace.py)
+    running = {"running": {}} if isinstance(cs.get("state"), Mapping) and cs["state"].get("running") is not None else {}
     return {"name": _s(cs.get("name")), "ready": cs.get("ready"), "restartCount": cs.get("restartCount"),
-            "state": _terminated(cs.get("state")), "lastState": _terminated(cs.get("lastState"))}
+            "state": _terminated(cs.get("state")) or running, "lastState": _terminated(cs.get("lastState"))}
 
 
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:
     # the declared progress port (hostNetwork jobs have their own): see lifecycle.progress.progress_port
+    # the restart rules: whether the pod can be asked to restart in place (lifecycle/inplace.py)
+    rules = [dict(r) for r in c.get("restartPolicyRules") or []]
     return {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
-            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS]}
+            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS],
+            **({"restartPolicyRules": rules} if rules else {})}
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:

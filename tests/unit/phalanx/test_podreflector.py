@@ -36,6 +36,20 @@ def test_entry_keeps_only_what_the_planner_and_the_job_loops_read():
     assert e["status"]["conditions"] == [{"type": "Ready", "status": "True", "reason": None, "message": None}]
     assert e["status"]["containerStatuses"] == [{"name": "c", "ready": False, "restartCount": 1, "lastState": {},
                                                  "state": {"terminated": {"exitCode": 3, "reason": None, "message": "m"}}}]
+    assert "restartPolicyRules" not in e["spec"]["containers"][0]
+
+
+def test_entry_keeps_what_an_in_place_restart_reads():
+    # the trainer's restart rules (whether its pod can be asked) and whether it runs again
+    rules = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}]
+    raw = pod("a")
+    raw["spec"]["containers"][0]["restartPolicyRules"] = rules
+    raw["status"]["containerStatuses"] = [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t"}},
+                                           "lastState": {"terminated": {"exitCode": 75}}}]
+    e = pod_entry(raw)
+    assert e["spec"]["containers"][0]["restartPolicyRules"] == rules
+    status = e["status"]["containerStatuses"][0]
+    assert status["state"] == {"running": {}} and status["lastState"]["terminated"]["exitCode"] == 75
 
 
 def test_entries_share_their_label_strings():
