@@ -74,6 +74,7 @@ from bench.operator_scale import (  # noqa: E402
 )
 from localcluster import LocalCluster, api_client, create_nodes, node_manifests, parse_topology  # noqa: E402
 from phalanx import constants  # noqa: E402
+from phalanx_common.contract import StartupPhase  # noqa: E402
 
 EXIT_KILLED = 137
 KWOK_TRIALS = ("recreate", "in-place", "node-loss", "replace-node", "hang")
@@ -457,23 +458,235 @@ FAILURE_OF = {"recreate": "process exit (137)", "in-place": "process exit (75), 
 # ---- checkpoint: save/restore vs the disk ---------------------------------------------------
 
 
-def run_checkpoint(directory: Path | None, megabytes: int) -> dict[str, Any]:
-    raise NotImplementedError
+def evict(path: Path) -> None:
+    """Drop the files under ``path`` from the page cache (POSIX_FADV_DONTNEED on clean, synced
+    pages: no root needed, unlike /proc/sys/vm/drop_caches), so the next read comes from the disk."""
+    for f in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def dd_throughput(directory: Path, megabytes: int) -> dict[str, float]:
+    """``dd`` on the same directory: write with conv=fdatasync; read after evicting the file, and
+    with iflag=direct (GB/s, 1 MiB blocks)."""
+    target = directory / "dd.bin"
+    out: dict[str, float] = {}
+    runs = {"write": ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={megabytes}", "conv=fdatasync"],
+            "read": ["dd", f"if={target}", "of=/dev/null", "bs=1M"],
+            "read_direct": ["dd", f"if={target}", "of=/dev/null", "bs=1M", "iflag=direct"]}
+    for what, argv in runs.items():
+        if what != "write":
+            evict(target)
+        t = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        out[what] = round(megabytes * 2**20 / (time.perf_counter() - t) / 1e9, 3)
+    target.unlink()
+    return out
+
+
+def checkpoint_worker(directory: Path, megabytes: int, result: Path) -> None:
+    """One rank (RANK/WORLD_SIZE/MASTER_* set): a model of ``megabytes`` of fp32 parameters with
+    AdamW's state after one step, saved synchronously and loaded back by the runtime's Checkpointer."""
+    import torch
+    import torch.distributed as dist
+
+    from phalanx_runtime.components.checkpoint import CheckpointConfig, Checkpointer
+
+    class Loader:
+        def state_dict(self):
+            return {"position": 0}
+
+        def load_state_dict(self, state):
+            return None
+
+    dist.init_process_group("gloo")
+    width = 2048
+    layers = max(1, megabytes * 2**20 // (4 * width * width))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(width, width, bias=False) for _ in range(layers)))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, width)).sum().backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ckpt = Checkpointer(CheckpointConfig(str(directory), async_save=False), parts=[model], optimizer=optimizer,
+                        scheduler=scheduler, loader=Loader(), dp_rank=rank, dp_size=world)
+    dist.barrier()
+    t = time.perf_counter()
+    ckpt.save(1, force_sync=True)
+    dist.barrier()
+    save_s = time.perf_counter() - t
+    step_dir = ckpt.find_resume()[1]
+    if rank == 0:
+        evict(Path(directory))
+    dist.barrier()
+    t = time.perf_counter()
+    ckpt.load(step_dir)
+    dist.barrier()
+    load_s = time.perf_counter() - t
+    if rank == 0:
+        result.write_text(json.dumps({"save_s": save_s, "load_s": load_s, "bytes": tree_bytes(Path(step_dir)),
+                                      "layers": layers, "width": width}))
+    ckpt.close()
+    dist.destroy_process_group()
+
+
+def run_checkpoint(directory: Path | None, megabytes: int, world: int = 2) -> dict[str, Any]:
+    """Save and restore GB/s of the runtime's checkpointer (``world`` ranks on this machine: one
+    node) against dd on the same directory, in the same run."""
+    import tempfile
+
+    from phalanx_common.net import free_port
+
+    base = Path(tempfile.mkdtemp(prefix="recovery-ckpt-", dir=directory))
+    result = base / "result.json"
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, __file__, "--checkpoint-worker", str(base / "ckpt"),
+                                       str(megabytes), str(result)], env=env))
+    codes = [p.wait(900) for p in procs]
+    if codes != [0] * world:
+        raise RuntimeError(f"checkpoint workers exited {codes}")
+    res = json.loads(result.read_text())
+    res["dd"] = dd_throughput(base, max(1, res["bytes"] // 2**20))
+    df = subprocess.run(["df", "-T", str(base)], capture_output=True, text=True).stdout.splitlines()[-1].split()
+    res.update(save_gbps=round(res["bytes"] / res["save_s"] / 1e9, 3),
+               load_gbps=round(res["bytes"] / res["load_s"] / 1e9, 3), ranks=world, directory=str(base),
+               filesystem=df[1], loadavg=[round(x, 2) for x in os.getloadavg()])
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+    return res
 
 
 def checkpoint_table(res: dict[str, Any]) -> str:
-    return json.dumps(res)
+    dd = res["dd"]
+    size = f"{res['bytes'] / 1e6:.0f} MB"
+    return "\n".join([
+        "| what | bytes | time (s) | GB/s per node | disk (dd), same directory, GB/s |", "|---|---|---|---|---|",
+        f"| save (DCP, sync, {res['ranks']} ranks) | {size} | {res['save_s']:.2f} | **{res['save_gbps']:.2f}** | "
+        f"write, conv=fdatasync: **{dd['write']:.2f}** |",
+        f"| restore (DCP, page cache evicted) | {size} | {res['load_s']:.2f} | **{res['load_gbps']:.2f}** | "
+        f"read, evicted: **{dd['read']:.2f}**; iflag=direct: {dd['read_direct']:.2f} |",
+    ])
 
 
 # ---- kind -------------------------------------------------------------------------------------
 
 
-def run_kind(job: Path, namespace: str) -> dict[str, Any]:
-    raise NotImplementedError
+def kind_job(name: str, image: str, nodes: int) -> dict[str, Any]:
+    """A data-parallel job of ``nodes`` pods × 1 process, a checkpoint every 5 steps (sync), long
+    enough to be killed after one and resume."""
+    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name}, "spec": {
+        "image": image, "nodes": nodes, "procsPerNode": 1, "resources": {"cpu": "500m", "memory": "2Gi"},
+        "model": {"preset": "debug"}, "data": {"source": "corpus", "seqLen": 64},
+        "training": {"steps": 200, "globalBatchSize": 8, "lr": 0.003, "precision": "fp32"},
+        "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "phalanx-shared"}},
+                       "intervalSteps": 5, "async": False},
+        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0}}}
+
+
+def kind_status(namespace: str, name: str) -> dict[str, Any]:
+    from bench.startup import _kubectl
+
+    return json.loads(_kubectl("-n", namespace, "get", "trainingjob", name, "-o", "json")).get("status") or {}
+
+
+def poll_status(namespace: str, name: str, until, timeout: float) -> tuple[float, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = kind_status(namespace, name)
+        if until(status):
+            return time.monotonic(), status
+        time.sleep(0.3)
+    raise TimeoutError(f"{name}: no such status within {timeout:.0f} s")
+
+
+def set_in_place(enabled: bool) -> None:
+    """The operator's restartInPlace in its ConfigMap, and the operator restarted to read it."""
+    import yaml
+
+    from bench.startup import _kubectl
+
+    dep = json.loads(_kubectl("get", "deployment", "-A", "-l", "app.kubernetes.io/name=phalanx-operator",
+                              "-o", "json"))["items"][0]
+    ns, name = dep["metadata"]["namespace"], dep["metadata"]["name"]
+    cm = next(v["configMap"]["name"] for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v)
+    config = yaml.safe_load(json.loads(_kubectl("-n", ns, "get", "configmap", cm, "-o", "json"))["data"]["config.yaml"]) or {}
+    if config.get("restartInPlace", True) == enabled:
+        return
+    config["restartInPlace"] = enabled
+    _kubectl("-n", ns, "patch", "configmap", cm, "--type=merge", "-p",
+             json.dumps({"data": {"config.yaml": yaml.safe_dump(config)}}))
+    _kubectl("-n", ns, "rollout", "restart", f"deployment/{name}")
+    _kubectl("-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=300s")
+
+
+def kind_trial(path: str, namespace: str, image: str, nodes: int, shared: Path | None) -> dict[str, Any]:
+    """Apply the job afresh (bench/startup.py: apply → first step, status.startup), wait for a
+    checkpoint, SIGKILL rank 1's worker process → the first step after it."""
+    from bench.startup import _kubectl, run_kind
+    from tests.e2e.test_inplace_restart_kind import KILL_WORKERS
+
+    set_in_place(path == "in-place")
+    name = f"rec-{path}"
+    with_job = Path(f"/tmp/{name}.yaml")
+    import yaml
+
+    with_job.write_text(yaml.safe_dump(kind_job(name, image, nodes)))
+    start = run_kind(with_job, namespace, shared / namespace / name if shared else None)
+    _, status = poll_status(namespace, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 5, 600)
+    pods = json.loads(_kubectl("-n", namespace, "get", "pods", "-l", f"{constants.LABEL_JOB_NAME}={name}",
+                               "-o", "json"))["items"]
+    rules = bool(pods[0]["spec"]["containers"][0].get("restartPolicyRules"))
+    at_kill = kind_status(namespace, name).get("step") or 0
+    victim = sorted(p["metadata"]["name"] for p in pods)[-1]
+    killed = time.monotonic()
+    _kubectl("-n", namespace, "exec", victim, "-c", constants.CONTAINER_NAME, "--", "python3", "-c", KILL_WORKERS)
+    seen, _ = poll_status(namespace, name, lambda s: (s.get("restarts") or 0) >= 1, 300)
+    stepped, after = poll_status(namespace, name, lambda s: (s.get("restarts") or 0) >= 1 and (s.get("step") or 0) > at_kill, 900)
+    _kubectl("-n", namespace, "delete", "trainingjob", name, "--wait=false")
+    own = {k: start[k] for k in ("podsRunning", "applyToFirstStep", StartupPhase.FIRST_STEP) if k in start}
+    return {"path": path, "pods": nodes, "rules_on_pods": rules, "restart_mode": after.get("lastRestartMode"),
+            "checkpoint_step": status["lastCheckpoint"]["step"], "step_at_kill": at_kill,
+            "resumed_step": after.get("resumedStep"), "detect_s": round(seen - killed, 2),
+            "kill_to_step_s": round(stepped - killed, 2), "startup": start, "own_startup": own,
+            "startup_after": after.get("startup"), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def run_kind_part(namespace: str, image: str, nodes: int, shared: Path | None) -> dict[str, Any]:
+    """In place, then recreate (the operator's restartInPlace off), on the cluster of $KUBECONFIG;
+    the operator's config is put back after."""
+    results = []
+    try:
+        for path in ("in-place", "recreate"):
+            results.append(kind_trial(path, namespace, image, nodes, shared))
+            log(f"kind {path}: {json.dumps(results[-1])}")
+    finally:
+        set_in_place(True)
+    return {"results": results}
 
 
 def kind_table(res: dict[str, Any]) -> str:
-    return json.dumps(res)
+    lines = ["| path | pods | kill → restart seen (s) | kill → first step after (s) | job's own start-up: apply → "
+             "first step (s) / of it, pods Running (s) | ratio (goal ≤ 2×, to start-up less pod creation) | restart mode |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["results"]:
+        own = r["own_startup"]
+        runtime = own.get(StartupPhase.FIRST_STEP) or (own["applyToFirstStep"] - own.get("podsRunning", 0))
+        lines.append(f"| {r['path']} | {r['pods']} | {r['detect_s']:.1f} | **{r['kill_to_step_s']:.1f}** | "
+                     f"{own['applyToFirstStep']:.1f} / {own.get('podsRunning', 0):.1f} | "
+                     f"{r['kill_to_step_s'] / runtime:.2f}× of {runtime:.1f} s | {r['restart_mode']} |")
+    return "\n".join(lines)
 
 
 # ---- main -----------------------------------------------------------------------------------
@@ -489,6 +702,9 @@ def commit() -> str:
 
 
 def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[1] == "--checkpoint-worker":  # one rank of run_checkpoint
+        checkpoint_worker(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="kwok", help="comma-separated: kwok, kind, checkpoint (default: %(default)s)")
     ap.add_argument("--scales", default="64,512", help="kwok: gang sizes (pods, one per node)")
@@ -501,10 +717,13 @@ def main() -> int:
                          "replacement's setting)")
     ap.add_argument("--timeout", type=float, default=300.0, help="kwok: per wait")
     ap.add_argument("--work-dir", type=Path, help="kwok: default $PHALANX_CACHE/recovery/<timestamp>")
-    ap.add_argument("--kind-job", type=Path, default=ROOT / "examples" / "cpu-3d-demo.yaml")
+    ap.add_argument("--kind-image", default=os.environ.get("PHALANX_E2E_IMAGE", "phalanx/runtime:0.1.0"))
+    ap.add_argument("--kind-pods", type=int, default=2, help="kind: the job's pods (one per worker node)")
+    ap.add_argument("--kind-shared", type=Path, help="kind: the shared volume's directory here "
+                    "($PHALANX_KIND_DIR/shared), to start each job without old checkpoints")
     ap.add_argument("--namespace", default=os.environ.get("PHALANX_NAMESPACE", "default"))
     ap.add_argument("--ckpt-dir", type=Path, help="checkpoint: where to write (default: a temp dir under $TMPDIR)")
-    ap.add_argument("--ckpt-mb", type=int, default=400, help="checkpoint: parameter bytes in MB (fp32)")
+    ap.add_argument("--ckpt-mb", type=int, default=128, help="checkpoint: parameter MB (fp32; with AdamW's two moments the checkpoint is ~3x that)")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
@@ -521,7 +740,7 @@ def main() -> int:
         out["checkpoint"] = run_checkpoint(args.ckpt_dir, args.ckpt_mb)
         print(checkpoint_table(out["checkpoint"]))
     if "kind" in parts:
-        out["kind"] = run_kind(args.kind_job, args.namespace)
+        out["kind"] = run_kind_part(args.namespace, args.kind_image, args.kind_pods, args.kind_shared)
         print(kind_table(out["kind"]))
     out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
