@@ -1,6 +1,14 @@
 """bench/recovery.py's pure parts: replaying the pod watch and the recovery predicates."""
 
-from bench.recovery import PodEvent, all_asked, first_time, kwok_tables, new_gang_running, replaced, replay
+from bench.recovery import (
+    PodEvent,
+    all_asked,
+    first_time,
+    kwok_tables,
+    new_gang_running,
+    replaced,
+    replay,
+)
 
 
 def ev(t, name, uid, phase="Running", kind="MODIFIED", requested=0, restarts=0):
