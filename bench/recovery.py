@@ -413,8 +413,10 @@ def run_kwok(scales: list[int], trials: list[str], repeat: int, args) -> dict[st
         t = time.time()
         create_nodes(cluster.kubeconfig, topology)
         log(f"{topology.node_count} nodes Ready in {time.time() - t:.1f} s (work dir {work})")
-        kubectl(cluster, "apply", "--server-side", "-f", str(PHALANX_CRD))
-        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "crd/trainingjobs.phalanx.dev")
+        kubectl(cluster, "apply", "--server-side", "-f", str(PHALANX_CRD.parent))  # the node-health CRD too
+        wait_for(lambda: "True" in kubectl(cluster, "get", "crd", "trainingjobs.phalanx.dev", "-o",
+                                           "jsonpath={.status.conditions[?(@.type=='Established')].status}"),
+                 120, "the TrainingJob CRD Established", 1.0)
         api = api_client(cluster.kubeconfig, pool_size=16)
         run = KwokRun(cluster, api, topology, work, args.hang_timeout, json.loads(args.replace_config), args.timeout)
         for r in range(repeat):
