@@ -26,11 +26,12 @@ Three parts, each selectable (``--parts kwok,kind,checkpoint``):
   Detection: failure → the first status the bench's watch sees with the restart counted (status
   .restarts up, the Restarting condition's reason and status.lastFailure recorded).
 
-* ``kind``: a real cluster ($KUBECONFIG, e.g. ``hack/kind-e2e.sh up``): the checkpointing job of
-  ``--kind-job`` applied, its first steps and checkpoint awaited, then one rank's trainer process
-  killed (``kubectl exec ... kill``) → the first step after it in the status; once with in-place
-  restarts as the operator found them, once with the job asking for ``restartInPlace``… (see
-  ``kind_trial``), next to the job's own start-up (status.startup: rendezvous + checkpoint load).
+* ``kind``: a real cluster ($KUBECONFIG, e.g. ``hack/kind-e2e.sh up``; one pod per worker node, so
+  ``--kind-pods`` at most the workers): a data-parallel job with a checkpoint every 5 steps applied
+  afresh (bench/startup.py: apply → first step, status.startup), its first checkpoint awaited,
+  then rank 1's worker processes SIGKILLed (``kubectl exec``) → the first step after it in the
+  status; in place (the operator's restartInPlace on), then recreate (off: its ConfigMap patched
+  and the operator restarted; put back after), next to the job's own start-up.
 
 * ``checkpoint``: save and restore of a sharded DCP checkpoint by the runtime's checkpointer
   (``--ckpt-mb`` of parameters, 2 ranks on this machine) in GB/s, against ``dd`` on the same

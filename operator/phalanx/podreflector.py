@@ -80,11 +80,8 @@ def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:
     # the declared progress port (hostNetwork jobs have their own): see lifecycle.progress.progress_port
-    # the restart rules: whether the pod can be asked to restart in place (lifecycle/inplace.py)
-    rules = [dict(r) for r in c.get("restartPolicyRules") or []]
     return {"name": _s(c.get("name")), "resources": dict(c.get("resources") or {}),
-            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS],
-            **({"restartPolicyRules": rules} if rules else {})}
+            "ports": [dict(p) for p in c.get("ports") or [] if p.get("name") == constants.PORT_NAME_PROGRESS]}
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,20 +36,6 @@ def test_entry_keeps_only_what_the_planner_and_the_job_loops_read():
     assert e["status"]["conditions"] == [{"type": "Ready", "status": "True", "reason": None, "message": None}]
     assert e["status"]["containerStatuses"] == [{"name": "c", "ready": False, "restartCount": 1, "lastState": {},
                                                  "state": {"terminated": {"exitCode": 3, "reason": None, "message": "m"}}}]
-    assert "restartPolicyRules" not in e["spec"]["containers"][0]
-
-
-def test_entry_keeps_what_an_in_place_restart_reads():
-    # the trainer's restart rules (whether its pod can be asked) and whether it runs again
-    rules = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}]
-    raw = pod("a")
-    raw["spec"]["containers"][0]["restartPolicyRules"] = rules
-    raw["status"]["containerStatuses"] = [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t"}},
-                                           "lastState": {"terminated": {"exitCode": 75}}}]
-    e = pod_entry(raw)
-    assert e["spec"]["containers"][0]["restartPolicyRules"] == rules
-    status = e["status"]["containerStatuses"][0]
-    assert status["state"] == {"running": {}} and status["lastState"]["terminated"]["exitCode"] == 75
 
 
 def test_entries_share_their_label_strings():
@@ -152,3 +138,14 @@ def test_a_burst_of_events_reaches_the_loop_in_order_with_one_wake_up():
 
     asyncio.run(main())
     assert seen == list(range(201)) and len(wakes) == 2
+
+
+def test_an_entry_says_whether_a_container_runs():
+    # an in-place restart is over once every trainer runs again (lifecycle/inplace.py)
+    raw = pod("a")
+    raw["status"]["containerStatuses"] = [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t"}},
+                                           "lastState": {"terminated": {"exitCode": 75}}}]
+    status = pod_entry(raw)["status"]["containerStatuses"][0]
+    assert status["state"] == {"running": {}} and status["lastState"]["terminated"]["exitCode"] == 75
+    raw["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    assert pod_entry(raw)["status"]["containerStatuses"][0]["state"] == {}
