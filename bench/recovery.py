@@ -16,9 +16,10 @@ Three parts, each selectable (``--parts kwok,kind,checkpoint``):
     ``phalanx.dev/restart-request`` annotation), while all pods stayed Running (checked);
   - ``node-loss`` (restartInPlace off): one pod's node is deleted → every pod of the new attempt
     Running (the operator's reaction to node loss, whichever path it takes);
-  - ``replace-node``: the same node loss with ``--replace-config`` merged into the operator's
-    config → the lost rank's pod Running again on another node, reported with how many of the
-    other pods kept their UID (all of them: a single-node replacement; none: a gang recreate);
+  - ``replace-node``: the same node loss in a gang that restarts in place (as ``in-place``), with
+    ``--replace-config`` merged into the operator's config → the lost rank's pod Running again on
+    another node, reported with how many of the other pods kept their UID (all of them: a
+    single-node replacement; none: a gang recreate);
   - ``hang`` (hangTimeoutSeconds ``--hang-timeout``): kwok pods report no step progress, so the
     gang hangs from the moment it runs → the operator's restart; reported as the timeout and the
     overshoot past it.
@@ -79,6 +80,7 @@ from phalanx_common.contract import StartupPhase  # noqa: E402
 
 EXIT_KILLED = 137
 KWOK_TRIALS = ("recreate", "in-place", "node-loss", "replace-node", "hang")
+IN_PLACE_TRIALS = ("in-place", "replace-node")  # a lost node is replaced alone only in a gang that restarts in place
 
 
 # ---- what the watches saw (pure) ------------------------------------------------------------
@@ -277,7 +279,7 @@ def restore_node(run: KwokRun, name: str) -> None:
 
 
 def trial_config(trial: str, run: KwokRun) -> dict[str, Any]:
-    config: dict[str, Any] = {"restartInPlace": trial == "in-place"}
+    config: dict[str, Any] = {"restartInPlace": trial in IN_PLACE_TRIALS}
     if trial == "replace-node":
         config.update(run.replace_config)
     return config
@@ -299,7 +301,7 @@ def kwok_trial(trial: str, tag: str, pods: int, run: KwokRun) -> dict[str, Any]:
     ns = f"rec-{tag}"
     core.create_namespace({"metadata": {"name": ns}})
     wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", ns)), 60, "default SA")
-    if trial == "in-place":
+    if trial in IN_PLACE_TRIALS:
         declare_in_place(core, [n.metadata.name for n in core.list_node(label_selector="type=kwok").items])
     op = Phalanx(run.cluster.kubeconfig, run.work, trial_config(trial, run), kind=trial)
     op.start(tag)
