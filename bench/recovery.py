@@ -383,7 +383,8 @@ def measure(trial: str, pods: int, run: KwokRun, core, ns: str, pod_watch: PodHi
                    f"{trial} recovery")
     t_done = first_time(pod_watch.history, t_fail, recovered)
     after = replay(pod_watch.history, t_done)
-    res.update(recover_s=round(t_done - t_fail, 3), pods_kept=len(old & set(after)),
+    lost = {victim.uid} if trial in ("node-loss", "replace-node") else set()  # its pod may linger until deleted
+    res.update(recover_s=round(t_done - t_fail, 3), pods_kept=len((old - lost) & set(after)),
                victim_node=victim.node, new_nodes=sorted({p.node for p in after.values() if p.uid not in old})[:4])
     if trial in ("node-loss", "replace-node"):
         restore_node(run, victim.node)
