@@ -72,8 +72,10 @@ def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
     """What the failure and progress readers use: exit code, reason and termination message."""
+    # whether it runs: an in-place restart is over once every trainer runs again (lifecycle/inplace.py)
+    running = {"running": {}} if isinstance(cs.get("state"), Mapping) and cs["state"].get("running") is not None else {}
     return {"name": _s(cs.get("name")), "ready": cs.get("ready"), "restartCount": cs.get("restartCount"),
-            "state": _terminated(cs.get("state")), "lastState": _terminated(cs.get("lastState"))}
+            "state": _terminated(cs.get("state")) or running, "lastState": _terminated(cs.get("lastState"))}
 
 
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:

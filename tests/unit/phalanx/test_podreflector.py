@@ -151,3 +151,14 @@ def test_a_burst_of_events_reaches_the_loop_in_order_with_one_wake_up():
 
     asyncio.run(main())
     assert seen == list(range(201)) and len(wakes) == 2
+
+
+def test_an_entry_says_whether_a_container_runs():
+    # an in-place restart is over once every trainer runs again (lifecycle/inplace.py)
+    raw = pod("a")
+    raw["status"]["containerStatuses"] = [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t"}},
+                                           "lastState": {"terminated": {"exitCode": 75}}}]
+    status = pod_entry(raw)["status"]["containerStatuses"][0]
+    assert status["state"] == {"running": {}} and status["lastState"]["terminated"]["exitCode"] == 75
+    raw["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    assert pod_entry(raw)["status"]["containerStatuses"][0]["state"] == {}
