@@ -38,6 +38,7 @@ from phalanx.metrics import NODE_QUARANTINED, QUARANTINES
 
 log = logging.getLogger("phalanx.nodehealth")
 DELETED = "DELETED"
+MAX_TRACKED = 20_000  # failures kept in memory (a few MiB); a quarantine needs only a handful
 
 
 class NodeHealth:
@@ -100,8 +101,19 @@ class NodeHealth:
         if found is not None and found.key not in self.seen:
             self.seen[found.key] = found.time
             self.evidence[found.key] = found
+            self._bound()
             log.info("node %s implicated by %s: %s", found.node, found.job, found.category)
             self._wake()
+
+    def _bound(self) -> None:
+        """Keep the newest MAX_TRACKED failures: the window bounds them in time, this in number
+        (many jobs failing fast between two passes, or a replica that never leads)."""
+        for table in (self.evidence, self.seen):
+            if len(table) > MAX_TRACKED:
+                def when(item: Any) -> datetime:
+                    return item.time if isinstance(item, Evidence) else item
+                for key in sorted(table, key=lambda k: when(table[k]))[:len(table) - MAX_TRACKED]:
+                    del table[key]
 
     def quarantine_event(self, type_: str | None, name: str, body: dict[str, Any]) -> None:
         before = self.quarantines.get(name)
@@ -141,6 +153,7 @@ class NodeHealth:
             except TimeoutError:
                 pass
             self._due.clear()
+            self.prune(config)  # every replica: a standby's memory is bounded by the window too
             if leader is not None and not leader.leading():
                 continue
             try:
@@ -149,12 +162,16 @@ class NodeHealth:
                 log.exception("node health pass failed")
                 await asyncio.sleep(1.0)
 
-    def decide(self, config: HealthConfig, now: datetime | None = None) -> HealthActions:
+    def prune(self, config: HealthConfig, now: datetime | None = None) -> None:
         now = now or datetime.now(UTC)
         current = {e.key for e in recent(self.evidence.values(), now, config)}
         self.evidence = {k: e for k, e in self.evidence.items() if k in current}
         since = now - timedelta(seconds=config.evidence_window_seconds)
         self.seen = {k: t for k, t in self.seen.items() if t >= since}  # older failures would not count
+
+    def decide(self, config: HealthConfig, now: datetime | None = None) -> HealthActions:
+        now = now or datetime.now(UTC)
+        self.prune(config, now)
         return plan_health(self.signals, self.quarantines, self.evidence.values(), now, config)
 
     async def act(self, kube: Any, actions: HealthActions, config: HealthConfig) -> None:

@@ -637,6 +637,7 @@ class FailureStatus(Model):
 
     pod: str = Field(..., description="The failed pod (or what was lost, or 'rank 0' for a hang).")
     node_rank: int | None = Field(None, description="The pod's node-rank (workers).")
+    node: str | None = Field(None, description="The node the pod ran on when it failed.")
     rank: int | None = Field(None, description="The global rank of the process that failed, when the pod named it.")
     exit_code: int | None = Field(None, description="The trainer container's exit code.")
     reason: str = Field(..., description="'exited', or the pod's reason (Evicted, NodeLost, PodLost, Hang, ...).")

@@ -8,8 +8,8 @@ Signals:
   GPU health monitor): the node is quarantined at once, and renewed while the signal lasts.
   NotReady and the unreachable taint are not signals here: the planner already leaves such nodes
   out (``NodeExclusion.NOT_READY``, ``TAINTED``);
-- a job's own evidence: its ``status.lastFailure`` names a node-rank, ``status.placement.nodes``
-  its node, and the failure's kind implicates the node (``implicates``): communication errors, a
+- a job's own evidence: its ``status.lastFailure`` names the node the failed pod ran on (recorded
+  with the failure: the placement may have moved since), and the failure's kind implicates the node (``implicates``): communication errors, a
   rank that reported itself hung, a node lost under the gang, a device error in the message, a
   failed pre-flight check. User-code errors, out-of-memory and invalid configs never do. A node
   named ``evidenceThreshold`` times within ``evidenceWindowSeconds`` is quarantined with reason
@@ -43,6 +43,7 @@ IMPLICATING_REASONS = frozenset({Reason.NODE_LOST})
 DEVICE_ERROR = re.compile(r"uncorrectable ECC|ECC error|\bXid\b|fallen off the bus|GPU is lost|"
                           r"NVLink error|CUDA error: (unspecified launch failure|an illegal instruction)", re.IGNORECASE)
 MAX_EVIDENCE_MESSAGE = 512
+MAX_NODE_NAME = 253  # a DNS subdomain
 
 
 @dataclass(frozen=True)
@@ -120,14 +121,15 @@ class HealthActions:
 
 
 def parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    """An aware datetime (None: missing, malformed or without a zone: it could not be compared)."""
+    if not isinstance(value, datetime):
+        if not isinstance(value, str) or not value or len(value) > 64:
+            return None
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value if value.tzinfo is not None else None
 
 
 def _iso(when: datetime) -> str:
@@ -154,31 +156,33 @@ def signal_reason(signal: str) -> QuarantineReason:
 
 def implicates(failure: Mapping[str, Any]) -> bool:
     """Does a status.lastFailure say something about its node (not about the job's own code)?"""
-    category = failure.get("category")
-    if category in IMPLICATING_CATEGORIES or failure.get("reason") in IMPLICATING_REASONS:
+    category, reason = (value if isinstance(value, str) else "" for value in (failure.get("category"), failure.get("reason")))
+    if category in IMPLICATING_CATEGORIES or reason in IMPLICATING_REASONS:
         return True
     if category == FailureCategory.HANG:  # a rank that reported itself stuck; not the job-wide no-progress timeout
-        return failure.get("rank") is not None and failure.get("reason") != Reason.HANG
+        return failure.get("rank") is not None and reason != Reason.HANG
     if category in (FailureCategory.OUT_OF_MEMORY, FailureCategory.INVALID_CONFIG):
         return False
-    return bool(DEVICE_ERROR.search(failure.get("message") or ""))
+    message = failure.get("message")
+    return isinstance(message, str) and bool(DEVICE_ERROR.search(message[:MAX_EVIDENCE_MESSAGE * 8]))
 
 
 def failure_evidence(job: Mapping[str, Any]) -> Evidence | None:
-    """The node a TrainingJob's last failure implicates (None: it implicates none)."""
-    status = job.get("status") or {}
-    failure = status.get("lastFailure") or {}
-    node_rank = failure.get("nodeRank")
-    nodes = (status.get("placement") or {}).get("nodes") or []
-    if not isinstance(node_rank, int) or not 0 <= node_rank < len(nodes) or not implicates(failure):
+    """The node a TrainingJob's last failure implicates (None: it implicates none, or the record
+    is malformed: a status is data, never trusted to be well formed)."""
+    failure = (job.get("status") or {}).get("lastFailure")
+    if not isinstance(failure, Mapping):
+        return None
+    node, node_rank = failure.get("node"), failure.get("nodeRank")
+    when = parse_time(failure.get("time"))
+    if (not isinstance(node, str) or not node or len(node) > MAX_NODE_NAME or when is None
+            or not implicates(failure)):
         return None
     meta = job.get("metadata") or {}
-    when = parse_time(failure.get("time"))
-    if when is None:
-        return None
-    return Evidence(node=nodes[node_rank], category=str(failure.get("category")), time=when,
-                    message=str(failure.get("message") or failure.get("reason") or ""),
-                    job=f"{meta.get('namespace')}/{meta.get('name')}", node_rank=node_rank,
+    return Evidence(node=node, category=str(failure.get("category"))[:64], time=when,
+                    message=str(failure.get("message") or failure.get("reason") or "")[:MAX_EVIDENCE_MESSAGE],
+                    job=f"{meta.get('namespace')}/{meta.get('name')}",
+                    node_rank=node_rank if type(node_rank) is int else None,
                     key=(meta.get("uid"), failure.get("time"), failure.get("pod")),
                     observed=failure.get("reason") == Reason.NODE_LOST)
 

@@ -45,10 +45,10 @@ class Failure:
         text = f"pod {self.pod}{where} {self.reason}{code} ({kind}){': ' + self.message if self.message else ''}"
         return f"{text}; cause: {self.cause.describe()}" if self.cause is not None and self.cause.text else text
 
-    def record(self, now: str) -> FailureStatus:
-        """The failure as status.lastFailure."""
+    def record(self, now: str, node: str | None = None) -> FailureStatus:
+        """The failure as status.lastFailure; ``node``: where the failed pod ran (node health blames it)."""
         cause = self.cause or Cause(FailureCategory.UNKNOWN)
-        return FailureStatus(pod=self.pod, node_rank=self.rank if self.rank >= 0 else None, rank=cause.rank,
+        return FailureStatus(pod=self.pod, node_rank=self.rank if self.rank >= 0 else None, node=node, rank=cause.rank,
                              exit_code=self.exit_code, reason=self.reason, category=cause.category,
                              message=cause.text or one_line(self.message), time=now)
 
@@ -91,6 +91,15 @@ def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
     if code is None:
         return Failure(name, rank, reason, message or "no exit code recorded", None, True, infra)
     return Failure(name, rank, Reason.EXITED, message, code, exit_code_retryable(code, policy), cause_of(pod))
+
+
+def node_of(pods: list[dict[str, Any]], name: str) -> str | None:
+    """The node the pod named ``name`` is bound to (None: no such pod, or not bound)."""
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("name") == name:
+            node = (pod.get("spec") or {}).get("nodeName")
+            return node if isinstance(node, str) and node else None
+    return None
 
 
 def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:

@@ -33,7 +33,7 @@ from phalanx.constants import (
 from phalanx.decision import Plan
 from phalanx.lifecycle.context import Pass
 from phalanx.lifecycle.failure_cause import Cause, cause_of, precedence
-from phalanx.lifecycle.failures import Failure, pod_rank
+from phalanx.lifecycle.failures import Failure, node_of, pod_rank
 from phalanx.lifecycle.pods import alive_names, is_alive, pod_phase
 from phalanx.render.pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
 
@@ -137,7 +137,7 @@ def restarted_in_place(ctx: Pass) -> Plan | None:
     pod = first_restarted(ctx.current, counted)
     assert pod is not None
     failure = in_place_failure(pod)
-    view.status.last_failure = failure.record(view.now)
+    view.status.last_failure = failure.record(view.now, node_of(ctx.current, failure.pod))
     policy, new = ctx.spec.failure_policy, highest - counted
     if view.status.restarts + new > policy.max_restarts:
         view.finish(Phase.FAILED, Reason.MAX_RESTARTS_EXCEEDED, f"restarted {view.status.restarts} times "

@@ -182,11 +182,11 @@ def replace(ctx: Pass, gone: Lost, spare: str, domain: str) -> None:
     view.status.resumed_step = None  # the restarted script says where it resumed
     view.status.last_progress_time = view.now  # the hang clock starts afresh with each restart
     state = "is gone or NotReady" if gone.cause == Reason.NODE_LOST else "is quarantined"
-    # No node-rank: status.placement names the spare for it now, and a node-rank's failure is
-    # evidence against its placed node (gang/nodehealth.py failure_evidence); nodeReplacement names both.
+    # No node-rank (status.placement names the spare for it now); the node is the lost one, which
+    # node health may count against it (gang/nodehealth.py failure_evidence).
     failure = Failure(gone.pod, -1, gone.cause, f"node-rank {gone.rank}: node {gone.node} {state}", None, True,
                       Cause(FailureCategory.INFRASTRUCTURE))
-    view.status.last_failure = failure.record(view.now)
+    view.status.last_failure = failure.record(view.now, gone.node)
     view.status.placement.nodes[gone.rank] = spare
     where = f" in {domain}" if domain else ""
     message = (f"{describe(gone)}; replaced by {spare}{where}; {len(others)} pods restart in place "

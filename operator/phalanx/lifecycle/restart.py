@@ -12,7 +12,7 @@ from phalanx.constants import ConditionType, Reason, RestartMode
 from phalanx.decision import Plan
 from phalanx.lifecycle.attempts import start_new_attempt
 from phalanx.lifecycle.context import Pass
-from phalanx.lifecycle.failures import Failure, backoff_seconds, first_failure
+from phalanx.lifecycle.failures import Failure, backoff_seconds, first_failure, node_of
 from phalanx.lifecycle.inplace import in_place_possible, request_restart
 from phalanx.lifecycle.logtail import rank0_log_tail
 from phalanx.lifecycle.pods import alive_names
@@ -30,7 +30,7 @@ def failed(ctx: Pass) -> Plan | None:
 def restart_or_fail(ctx: Pass, failure: Failure) -> Plan:
     view, plan, policy = ctx.view, ctx.plan, ctx.spec.failure_policy
     what = failure.describe()
-    view.status.last_failure = failure.record(view.now)
+    view.status.last_failure = failure.record(view.now, node_of(ctx.current, failure.pod))
     if failure.reason == Reason.HANG:  # what rank 0 last wrote says more than "no progress"
         plan.log_tail = rank0_log_tail(ctx.current, what)
     if not failure.retryable or view.status.restarts >= policy.max_restarts:

@@ -41,7 +41,7 @@ def failing_job(name, when, node_rank=1, category="CommunicationError", namespac
     return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
             "status": {"placement": {"nodes": ["n0", "n1"]},
-                       "lastFailure": {"pod": f"{name}-node-{node_rank}", "nodeRank": node_rank, "reason": "exited",
+                       "lastFailure": {"pod": f"{name}-node-{node_rank}", "nodeRank": node_rank, "node": f"n{node_rank}", "reason": "exited",
                                        "category": category, "message": "NCCL error", "time": when}}}
 
 
@@ -163,3 +163,21 @@ def test_one_task_however_many_handlers_start_it_and_none_after_stop(monkeypatch
         assert not any(t.get_name() == "phalanx-node-health" and not t.done() for t in asyncio.all_tasks())
 
     asyncio.run(scenario())
+
+
+def test_a_replica_that_never_leads_keeps_memory_bounded(events):
+    health = NodeHealth()
+    old = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
+    for i in range(300):
+        health.job_event(None, failing_job(f"j{i}", old))
+    assert len(health.evidence) == 300
+    health.prune(CONFIG)
+    assert health.evidence == {} and health.seen == {}
+    now = datetime.now(UTC).isoformat()
+    module.MAX_TRACKED, limit = 50, module.MAX_TRACKED
+    try:
+        for i in range(120):
+            health.job_event(None, failing_job(f"k{i}", now))
+        assert len(health.evidence) <= 50 and len(health.seen) <= 50
+    finally:
+        module.MAX_TRACKED = limit

@@ -74,18 +74,35 @@ def job(failure, nodes=("n0", "n1"), uid="u1"):
             "status": {"lastFailure": failure, "placement": {"nodes": list(nodes)}}}
 
 
-def test_failure_evidence_names_the_node_of_the_failed_node_rank():
-    failure = {"pod": "j-node-1", "nodeRank": 1, "rank": 9, "reason": "exited", "category": "CommunicationError",
-               "message": "NCCL error: unhandled system error", "time": "2026-01-01T11:59:00Z"}
+def test_failure_evidence_names_the_node_the_failure_recorded():
+    failure = {"pod": "j-node-1", "nodeRank": 1, "node": "n1", "rank": 9, "reason": "exited",
+               "category": "CommunicationError", "message": "NCCL error: unhandled system error",
+               "time": "2026-01-01T11:59:00Z"}
     found = failure_evidence(job(failure))
     assert (found.node, found.job, found.node_rank, found.category) == ("n1", "team/j", 1, "CommunicationError")
     assert found.time == NOW - timedelta(minutes=1)
     assert found.key == ("u1", "2026-01-01T11:59:00Z", "j-node-1")
-    assert failure_evidence(job({**failure, "nodeRank": 2})) is None  # no such node-rank in the placement
-    assert failure_evidence(job({**failure, "nodeRank": None})) is None
+    # the placement moved on since the failure (a later attempt): the recorded node is blamed, not rank 1's now
+    assert failure_evidence(job(failure, nodes=("n5", "n6"))).node == "n1"
+    assert failure_evidence(job({**failure, "node": None})) is None  # an older record without the node
     assert failure_evidence(job({**failure, "category": "UserCodeError", "message": "ValueError"})) is None
     assert failure_evidence(job({**failure, "time": None})) is None
     assert failure_evidence({"metadata": {}, "status": {}}) is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"time": "2026-01-01T11:59:00"},  # no zone: cannot be compared with the window
+    {"time": ["2026"]}, {"time": "x" * 10_000},
+    {"node": ["n1"]}, {"node": "n" * 300}, {"node": 7},
+    {"category": ["CommunicationError"]}, {"reason": {"a": 1}}, {"message": ["Xid"], "category": "Unknown"},
+])
+def test_malformed_failures_are_no_evidence_and_never_raise(bad):
+    failure = {"pod": "p", "nodeRank": 0, "node": "n1", "reason": "exited", "category": "CommunicationError",
+               "message": "NCCL error", "time": "2026-01-01T11:59:00Z", **bad}
+    found = failure_evidence(job(failure))
+    assert found is None or (isinstance(found.node, str) and found.time.tzinfo is not None)
+    plan_health({"n1": None}, {}, [found] if found else [], NOW, CONFIG)
+    assert failure_evidence({"status": {"lastFailure": ["x"]}}) is None
 
 
 def ev(node, minutes_ago, job="team/a", category="CommunicationError"):
@@ -130,7 +147,7 @@ def test_evidence_quarantines_a_node_named_threshold_times_within_the_window(evi
 def test_a_lost_node_counts_without_a_second_namespace():
     lost = Evidence("n1", "NodeLost", NOW - timedelta(minutes=5), "node lost", "team/a", 0, key=(1,), observed=True)
     assert [q.node for q in plan_health(dict.fromkeys(NODES), {}, [ev("n1", 10), lost], NOW, CONFIG).create] == ["n1"]
-    failure = {"nodeRank": 0, "category": "NodeLost", "reason": "NodeLost", "time": "2026-01-01T11:00:00Z"}
+    failure = {"nodeRank": 0, "node": "n0", "category": "NodeLost", "reason": "NodeLost", "time": "2026-01-01T11:00:00Z"}
     assert failure_evidence(job(failure)).observed
     assert not failure_evidence(job({**failure, "reason": "Failed", "category": "CommunicationError"})).observed
 

@@ -240,7 +240,7 @@ def test_a_failed_rank_says_why_in_the_failed_condition_an_event_and_the_status(
     assert failed["message"] == ("pod job-node-0-0 (node-rank 0) exited with code 1 (permanent); cause: PermissionDenied in "
                                  "rank 0: PermissionError: [Errno 13] Permission denied: '/checkpoints'")
     assert ("Warning", "PermanentFailure", failed["message"]) in sim.events
-    assert sim.status["lastFailure"] == {"pod": "job-node-0-0", "nodeRank": 0, "rank": 0, "exitCode": 1, "reason": "exited",
+    assert sim.status["lastFailure"] == {"pod": "job-node-0-0", "nodeRank": 0, "node": "n-0", "rank": 0, "exitCode": 1, "reason": "exited",
                                          "category": "PermissionDenied", "time": "2026-11-30T12:00:00Z",
                                          "message": "PermissionError: [Errno 13] Permission denied: '/checkpoints'"}
     TrainingJobStatus.model_validate(sim.status)  # what the CRD's schema takes
