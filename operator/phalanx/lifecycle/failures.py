@@ -90,7 +90,11 @@ def classify_pod(pod: dict[str, Any], policy: FailurePolicy) -> Failure | None:
     code = _exit_code(pod)
     if code is None:
         return Failure(name, rank, reason, message or "no exit code recorded", None, True, infra)
-    return Failure(name, rank, Reason.EXITED, message, code, exit_code_retryable(code, policy), cause_of(pod))
+    cause = cause_of(pod)
+    # A failed pre-flight check blames the node, not the code: retryable whatever the exit code, so
+    # the gang is placed again (node health keeps the node out) instead of the job failing.
+    retryable = cause.category == FailureCategory.PREFLIGHT or exit_code_retryable(code, policy)
+    return Failure(name, rank, Reason.EXITED, message, code, retryable, cause)
 
 
 def node_of(pods: list[dict[str, Any]], name: str) -> str | None:

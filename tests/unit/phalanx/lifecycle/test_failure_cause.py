@@ -322,3 +322,14 @@ def test_a_failed_preflight_names_its_rank_and_comes_before_its_peers():
     assert (failing.category, failing.rank) == (FailureCategory.PREFLIGHT, 9) and "node gpu-7" in failing.text
     assert peer.category == FailureCategory.COMMUNICATION  # a peer gone: not its own node's fault
     assert precedence(failing) < precedence(peer)
+
+
+def test_a_failed_preflight_is_retryable_whatever_its_exit_code():
+    from phalanx.api.types import FailurePolicy
+    from phalanx.lifecycle.failures import classify_pod
+
+    bad_node = failed_pod(report(type="phalanx_runtime.preflight.PreflightError", rank=9, source="worker",
+                                 message="pre-flight device check failed on node gpu-7 (rank 9)"), code=1)
+    user_error = failed_pod(report(type="ValueError", rank=9, source="worker", message="bad"), code=1)
+    assert classify_pod(bad_node, FailurePolicy()).retryable  # placed again, the node kept out
+    assert not classify_pod(user_error, FailurePolicy()).retryable
