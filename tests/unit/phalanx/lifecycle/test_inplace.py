@@ -133,3 +133,19 @@ def test_a_restart_whose_exit_the_kubelet_did_not_keep_is_unknown():
     failure = inplace.in_place_failure(removed)
     assert failure.exit_code is None and failure.cause.category == "Unknown" and failure.retryable
     assert inplace.in_place_failure(trainer(1, 1, message=REPORT_KILLED)).exit_code == 75
+
+
+def test_the_restarted_run_says_where_it_resumed():
+    """A restart in place clears status.resumedStep (the run before's); the restarted trainer's
+    first report sets it again, with its Event."""
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 0, "resumedStep": 10}),
+                   [trainer(0), trainer(1, 1, message=REPORT_KILLED)], config=IN_PLACE)
+    inplace.restarted_in_place(ctx)
+    counted = ctx.done().status
+    assert "resumedStep" not in counted and counted["lastRestartMode"] == "InPlace"
+    ctx = prepared(job(POLICY, counted), [trainer(0, 1), trainer(1, 1)], config=IN_PLACE)
+    ctx.reports.append({"step": 21, "resumedStep": 20})
+    inplace.restarted_in_place(ctx)
+    plan = ctx.done()
+    assert plan.status["resumedStep"] == 20 and plan.status["step"] == 21
+    assert ("Normal", "ResumedFromCheckpoint", "resumed from step 20") in plan.events
