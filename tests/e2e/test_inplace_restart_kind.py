@@ -99,6 +99,10 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     resumed = RESUMED.search(rank0_log(jobs, name, 0))
     assert resumed and int(resumed.group(1)) >= saved, f"resumed {resumed and resumed.group(0)}, a checkpoint at {saved} existed"
     assert final["step"] == 60 and final["lastCheckpoint"]["step"] == 60
+    assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
+    failure = final["lastFailure"]  # the killed rank's pod; its launcher's exit code when the kubelet kept it
+    assert failure["pod"] == f"{name}-node-1-0" and failure["nodeRank"] == 1, failure
+    assert failure.get("exitCode") in (75, None), failure
     after = {p.metadata.name: p for p in jobs.pods(name)}
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
         {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
