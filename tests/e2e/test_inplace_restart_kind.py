@@ -19,23 +19,27 @@ from tests.e2e.test_kind_e2e import RESUMED, follow, rank0_log, small_job
 from tests.integration.harness import wait_for
 
 pytestmark = pytest.mark.timeout(1500)
-# Kills every worker process of the pod: the trainer's workers run `-m phalanx_runtime.train`.
-KILL_WORKERS = """
-import os, signal
+# Signals every worker process of the pod: the trainer's workers run `-m phalanx_runtime.train`.
+SIGNAL_WORKERS = """
+import os, signal, sys
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
     except OSError:
         continue
     if b"phalanx_runtime.train" in cmd:
-        os.kill(int(pid), signal.SIGKILL)
-        print("killed", pid)
+        os.kill(int(pid), getattr(signal, sys.argv[1]))
+        print("signalled", pid)
 """
+# The hang test's failurePolicy.hangTimeoutSeconds: longer than the pods take to see the operator's
+# restart request (the kubelet refreshes the downward-API file on its sync, up to about a minute
+# and a half) and than a restarted gang takes to its first step on a loaded kind node.
+HANG_TIMEOUT = 150
 
 
-def kill_workers(jobs, pod: str) -> str:
+def signal_workers(jobs, pod: str, signal_name: str = "SIGKILL") -> str:
     return stream(jobs.core.connect_get_namespaced_pod_exec, pod, jobs.ns, container="trainer",
-                  command=["python3", "-c", KILL_WORKERS], stderr=True, stdin=False, stdout=True, tty=False)
+                  command=["python3", "-c", SIGNAL_WORKERS, signal_name], stderr=True, stdin=False, stdout=True, tty=False)
 
 
 def trainer_restarts(pod) -> int:
@@ -90,7 +94,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
         "the pods carry no restart rule: the operator found no in-place restart support on this cluster"
     at_kill = jobs.status(name).get("step") or 0  # a step past it is trained after the restart
     killed_at = time.monotonic()
-    assert "killed" in kill_workers(jobs, f"{name}-node-1-0")
+    assert "signalled" in signal_workers(jobs, f"{name}-node-1-0")
     follow(jobs, name, resumed_after(1, at_kill), 600)
     print(f"\nin place: kill → first step after the resume {time.monotonic() - killed_at:.1f}s")
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
@@ -120,9 +124,56 @@ def test_with_in_place_restarts_off_a_killed_rank_recreates_the_gang(jobs, runti
     assert not any(p.spec.containers[0].restart_policy_rules for p in pods)
     at_kill = jobs.status(name).get("step") or 0  # a step past it is trained after the restart
     killed_at = time.monotonic()
-    assert "killed" in kill_workers(jobs, f"{name}-node-1-0")
+    assert "signalled" in signal_workers(jobs, f"{name}-node-1-0")
     follow(jobs, name, resumed_after(1, at_kill), 600)
     print(f"\nrecreate: kill → first step after the resume {time.monotonic() - killed_at:.1f}s")
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "Recreate" and final["restartAttempt"] == 1, final
     assert {p.metadata.uid for p in jobs.pods(name)}.isdisjoint({p.metadata.uid for p in pods}), "new pods"
+
+
+def operator_says(api, deployment, about: str) -> str:
+    """The operator's log lines that mention ``about`` (for an assertion's message)."""
+    core = client.CoreV1Api(api)
+    labels = ",".join(f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items())
+    lines = []
+    for pod in core.list_namespaced_pod(deployment.metadata.namespace, label_selector=labels).items:
+        log = core.read_namespaced_pod_log(pod.metadata.name, deployment.metadata.namespace)
+        lines += [f"{pod.metadata.name}: {line}" for line in log.splitlines() if about in line]
+    return "\n".join(lines)
+
+
+def test_a_stalled_rank_is_a_hang_and_the_gang_restarts_in_place_on_request(jobs, runtime_image, e2e_api,
+                                                                            operator_deployment):
+    """SIGSTOP on one rank's worker: no step for hangTimeoutSeconds; the operator asks every pod to
+    restart (the restart-request annotation), each launcher reads the request from its downward-API
+    file, kills its workers and exits with the in-place code, and the kubelet restarts the pods'
+    containers on the same nodes."""
+    name = "e2e-inplace-hang"
+    obj = small_job(name, runtime_image, steps=40, interval=5)
+    obj["spec"]["failurePolicy"]["hangTimeoutSeconds"] = HANG_TIMEOUT
+    jobs.create(obj)
+    seen = follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
+    saved = seen[-1]["lastCheckpoint"]["step"]
+    pods = {p.metadata.name: p for p in jobs.pods(name)}
+    assert all(p.spec.containers[0].restart_policy_rules for p in pods.values()), \
+        "the pods carry no restart rule:\n" + operator_says(e2e_api, operator_deployment, "in-place restart")
+    at_stop = jobs.status(name).get("step") or 0
+    stopped_at = time.monotonic()
+    assert "signalled" in signal_workers(jobs, f"{name}-node-1-0", "SIGSTOP")
+    follow(jobs, name, resumed_after(1, at_stop), HANG_TIMEOUT + 600)
+    print(f"\nhang in place: stop → first step after the resume {time.monotonic() - stopped_at:.1f}s "
+          f"(hangTimeoutSeconds {HANG_TIMEOUT})")
+    final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
+    events = [(e.reason, e.message) for e in jobs.events(name)]
+    assert final["restarts"] == 1 and final["lastRestartMode"] == "InPlace" and final["restartAttempt"] == 0, \
+        (final.get("lastFailure"), events)
+    assert final["lastFailure"]["reason"] == "Hang", final["lastFailure"]
+    assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
+    after = {p.metadata.name: p for p in jobs.pods(name)}
+    assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
+        {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
+    assert all(trainer_restarts(p) >= 1 for p in after.values()), "every pod's containers restarted"
+    assert all(p.metadata.annotations.get("phalanx.dev/restart-request") == "1" for p in after.values()), \
+        "every pod was asked to restart"
+    assert "RestartRequested" in [reason for reason, _ in events]
