@@ -46,6 +46,19 @@ def trainer_restarts(pod) -> int:
     return next(s.restart_count for s in pod.status.container_statuses or [] if s.name == "trainer")
 
 
+def restart_timeline(pods) -> str:
+    """When each pod's trainer ended and started again (the kubelet's part of a restart in place)."""
+    lines = []
+    for pod in pods:
+        trainer = next(s for s in pod.status.container_statuses or [] if s.name == "trainer")
+        ended = trainer.last_state.terminated if trainer.last_state else None
+        started = trainer.state.running.started_at if trainer.state and trainer.state.running else None
+        if ended is not None:
+            lines.append(f"{pod.metadata.name}: exit {ended.exit_code} ({ended.reason}) at {ended.finished_at:%H:%M:%S}, "
+                         f"running again at {started:%H:%M:%S}" if started else f"{pod.metadata.name}: exit {ended.exit_code}")
+    return "\n".join(lines)
+
+
 def resumed_after(seen_restarts: int, step: int):
     """Until the restarted gang trained past ``step`` (the last one before the kill)."""
     def until(status: dict) -> bool:
@@ -111,6 +124,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
         {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
     assert all(trainer_restarts(p) >= 1 for p in after.values()), "every pod's containers restarted"
+    print(restart_timeline(after.values()))
     reasons = [e.reason for e in jobs.events(name)]
     assert "RestartedInPlace" in reasons, reasons
 
@@ -171,6 +185,7 @@ def test_a_stalled_rank_is_a_hang_and_the_gang_restarts_in_place_on_request(jobs
     assert final["lastFailure"]["reason"] == "Hang", final["lastFailure"]
     assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
     after = {p.metadata.name: p for p in jobs.pods(name)}
+    print(restart_timeline(after.values()))
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
         {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
     assert all(trainer_restarts(p) >= 1 for p in after.values()), "every pod's containers restarted"
