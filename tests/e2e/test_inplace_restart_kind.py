@@ -31,9 +31,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         os.kill(int(pid), getattr(signal, sys.argv[1]))
         print("signalled", pid)
 """
-# The hang test's failurePolicy.hangTimeoutSeconds: longer than the pods take to see the operator's
-# restart request (the kubelet refreshes the downward-API file on its sync, up to about a minute
-# and a half) and than a restarted gang takes to its first step on a loaded kind node.
+# The hang test's failurePolicy.hangTimeoutSeconds: well beyond what the pods take to see the
+# operator's restart request (the kubelet rewrites the downward-API file when it syncs the pod) and
+# what a restarted gang takes to its first step, on a loaded kind node too.
 HANG_TIMEOUT = 150
 
 
@@ -54,8 +54,9 @@ def restart_timeline(pods) -> str:
         ended = trainer.last_state.terminated if trainer.last_state else None
         started = trainer.state.running.started_at if trainer.state and trainer.state.running else None
         if ended is not None:
-            lines.append(f"{pod.metadata.name}: exit {ended.exit_code} ({ended.reason}) at {ended.finished_at:%H:%M:%S}, "
-                         f"running again at {started:%H:%M:%S}" if started else f"{pod.metadata.name}: exit {ended.exit_code}")
+            again = f", running again at {started:%H:%M:%S}" if started else ""
+            at = f" at {ended.finished_at:%H:%M:%S}" if ended.finished_at else ""
+            lines.append(f"{pod.metadata.name}: exit {ended.exit_code} ({ended.reason}){at}{again}")
     return "\n".join(lines)
 
 
@@ -110,6 +111,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     assert "signalled" in signal_workers(jobs, f"{name}-node-1-0")
     follow(jobs, name, resumed_after(1, at_kill), 600)
     print(f"\nin place: kill → first step after the resume {time.monotonic() - killed_at:.1f}s")
+    print(restart_timeline(jobs.pods(name)))
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "InPlace", final
     assert final["restartAttempt"] == 0, "an in-place restart is no new attempt"
@@ -120,11 +122,11 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     failure = final["lastFailure"]  # the killed rank's pod; its launcher's exit code when the kubelet kept it
     assert failure["pod"] == f"{name}-node-1-0" and failure["nodeRank"] == 1, failure
     assert failure.get("exitCode") in (75, None), failure
+    print(f"lastFailure: {failure}")
     after = {p.metadata.name: p for p in jobs.pods(name)}
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
         {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
     assert all(trainer_restarts(p) >= 1 for p in after.values()), "every pod's containers restarted"
-    print(restart_timeline(after.values()))
     reasons = [e.reason for e in jobs.events(name)]
     assert "RestartedInPlace" in reasons, reasons
 
@@ -178,6 +180,7 @@ def test_a_stalled_rank_is_a_hang_and_the_gang_restarts_in_place_on_request(jobs
     follow(jobs, name, resumed_after(1, at_stop), HANG_TIMEOUT + 600)
     print(f"\nhang in place: stop → first step after the resume {time.monotonic() - stopped_at:.1f}s "
           f"(hangTimeoutSeconds {HANG_TIMEOUT})")
+    print(restart_timeline(jobs.pods(name)))
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     events = [(e.reason, e.message) for e in jobs.events(name)]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "InPlace" and final["restartAttempt"] == 0, \
@@ -185,7 +188,6 @@ def test_a_stalled_rank_is_a_hang_and_the_gang_restarts_in_place_on_request(jobs
     assert final["lastFailure"]["reason"] == "Hang", final["lastFailure"]
     assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
     after = {p.metadata.name: p for p in jobs.pods(name)}
-    print(restart_timeline(after.values()))
     assert {n: (p.metadata.uid, p.spec.node_name) for n, p in after.items()} == \
         {n: (p.metadata.uid, p.spec.node_name) for n, p in pods.items()}, "the same pods on the same nodes"
     assert all(trainer_restarts(p) >= 1 for p in after.values()), "every pod's containers restarted"
