@@ -38,8 +38,21 @@ HANG_TIMEOUT = 150
 
 
 def signal_workers(jobs, pod: str, signal_name: str = "SIGKILL") -> str:
-    return stream(jobs.core.connect_get_namespaced_pod_exec, pod, jobs.ns, container="trainer",
-                  command=["python3", "-c", SIGNAL_WORKERS, signal_name], stderr=True, stdin=False, stdout=True, tty=False)
+    try:
+        return stream(jobs.core.connect_get_namespaced_pod_exec, pod, jobs.ns, container="trainer",
+                      command=["python3", "-c", SIGNAL_WORKERS, signal_name], stderr=True, stdin=False, stdout=True,
+                      tty=False)
+    except client.ApiException as exc:  # the trainer is not running: say what the gang went through
+        job = pod.rsplit("-node-", 1)[0]
+        raise AssertionError(f"no exec into {pod}'s trainer ({exc.reason}); {job}: {situation(jobs, job)}") from exc
+
+
+def situation(jobs, name: str) -> str:
+    """The job's restarts, last failure, Events and each pod's trainer restarts (for an assertion)."""
+    status = jobs.status(name)
+    events = [(e.reason, (e.message or "")[:200]) for e in jobs.events(name)]
+    return (f"restarts {status.get('restarts')}, lastFailure {status.get('lastFailure')}\nEvents {events}\n"
+            f"{restart_timeline(jobs.pods(name))}")
 
 
 def trainer_restarts(pod) -> int:
@@ -107,6 +120,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     assert all(p.spec.containers[0].restart_policy_rules for p in pods.values()), \
         "the pods carry no restart rule: the operator found no in-place restart support on this cluster"
     at_kill = jobs.status(name).get("step") or 0  # a step past it is trained after the restart
+    assert not jobs.status(name).get("restarts"), f"restarted before the kill: {situation(jobs, name)}"
     killed_at = time.monotonic()
     assert "signalled" in signal_workers(jobs, f"{name}-node-1-0")
     follow(jobs, name, resumed_after(1, at_kill), 600)
