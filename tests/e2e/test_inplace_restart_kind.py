@@ -4,7 +4,7 @@ restarts turned off in the operator's config, the same kill recreates the gang a
 
 Each test kills one rank's worker process (SIGKILL through `exec`) once a checkpoint exists and
 prints the time from the kill to the first training step after it: on a 2-core kind cluster,
-16–27 s in place and 16–27 s recreating (2 nodes × 1 process, the debug model; both are mostly the
+14–27 s in place and 16–27 s recreating (2 nodes × 1 process, the debug model; both are mostly the
 restarted runtime's start-up). The hang test stops a rank (SIGSTOP): the first step after the
 restart follows the hang's detection (hangTimeoutSeconds) by about 10 s; the kubelet keeps no exit
 code of a container it restarted for RestartAllContainers (lastState: 137, RestartingAllContainers),
