@@ -37,6 +37,7 @@ from phalanx.decision import FindSpare, Fits, GangStep, Observed, Plan, Schedula
 from phalanx.expectations import await_expectations
 from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
+from phalanx.lifecycle.inplace import trainer_restarts
 from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES, attach_log_tail, log_lines
 from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
 from phalanx.lifecycle.pods import attempt_of
@@ -162,7 +163,7 @@ class JobLoop:
         self.spare = spare
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
-        self.progress_attempt: Any = None  # status.restartAttempt when self.progress was read
+        self.progress_run: tuple[int, int] | None = None  # progress_run(status) when self.progress was read
         self.failures = _Failures()
         self.status_written_at = -math.inf
         self.namespace_read = False
@@ -199,8 +200,8 @@ class JobLoop:
         status = dict(body.get("status") or {})
         if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
             self.last_progress_poll = time.monotonic()
-            self.progress = await _poll_progress(self.memo.kube, pods, status.get("restartAttempt") or 0)
-            self.progress_attempt = status.get("restartAttempt")
+            self.progress_run = progress_run(status)
+            self.progress = await _poll_progress(self.memo.kube, pods, *self.progress_run)
         spec = dict(body.get("spec") or {})
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
@@ -208,8 +209,8 @@ class JobLoop:
             service_exists=bool(owned(indexes.job_services, (ns, service_name(name)), uid)),
             config_map_exists=bool(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)),
             network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
-            # an earlier attempt's report says nothing of this one (its step, where it resumed)
-            progress=self.progress if self.progress_attempt == status.get("restartAttempt") else None,
+            # an earlier run's report says nothing of this one (its step, where it resumed)
+            progress=self.progress if self.progress_run == progress_run(status) else None,
             lost_nodes=_lost_nodes(pods, indexes.cluster_nodes, _placed_nodes(status)),
             quarantined_nodes=_quarantined_nodes(self.memo, pods, _placed_nodes(status)),
             config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
@@ -395,11 +396,19 @@ def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index, placed: l
     return frozenset(lost)
 
 
-async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
+def progress_run(status: dict[str, Any]) -> tuple[int, int]:
+    """The run a progress report belongs to: the attempt (a recreated gang is a new one) and the
+    gang's restarts in place (the same pods, their containers started again)."""
+    return status.get("restartAttempt") or 0, status.get("inPlaceRestarts") or 0
+
+
+async def _poll_progress(kube: Kube | None, pods: list[dict[str, Any]], attempt: int,
+                         in_place_restarts: int = 0) -> dict[str, Any] | None:
     """Rank 0's report, parsed strictly (user code serves it); None when unreachable or malformed.
-    Only the current attempt's rank 0: an earlier attempt's pod may still be terminating."""
+    Only the current run's rank 0: an earlier attempt's pod may still be terminating, and a rank 0
+    whose trainer has not restarted in place as often as the gang still serves the run before."""
     rank0 = [p for p in pods if p["metadata"]["labels"].get(constants.LABEL_NODE_RANK) == "0"
-             and p["status"].get("podIP") and attempt_of(p) == attempt]
+             and p["status"].get("podIP") and attempt_of(p) == attempt and trainer_restarts(p) >= in_place_restarts]
     if not rank0 or kube is None:
         return None
     pod, problems = rank0[-1], []

@@ -70,12 +70,18 @@ def _terminated(state: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"terminated": {"exitCode": term.get("exitCode"), "reason": _s(term.get("reason")), "message": message}}
 
 
+def _state(state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A container's state: its termination, or that it runs (a restart in place has caught up
+    once every trainer runs again: lifecycle/inplace.py)."""
+    running = (state or {}).get("running")
+    return {"running": {"startedAt": running.get("startedAt")}} if isinstance(running, Mapping) else _terminated(state)
+
+
 def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
-    """What the failure and progress readers use: exit code, reason and termination message."""
-    # whether it runs: an in-place restart is over once every trainer runs again (lifecycle/inplace.py)
-    running = {"running": {}} if isinstance(cs.get("state"), Mapping) and cs["state"].get("running") is not None else {}
+    """What the failure, progress and restart-in-place readers use: restart count, exit code,
+    reason and termination message, whether it runs."""
     return {"name": _s(cs.get("name")), "ready": cs.get("ready"), "restartCount": cs.get("restartCount"),
-            "state": _terminated(cs.get("state")) or running, "lastState": _terminated(cs.get("lastState"))}
+            "state": _state(cs.get("state")), "lastState": _terminated(cs.get("lastState"))}
 
 
 def _container(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,10 +97,16 @@ def _container(c: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _annotations(meta: Mapping[str, Any]) -> dict[str, str]:
-    """The annotations the job loops read: the restart request (lifecycle/inplace.py)."""
-    annotations = meta.get("annotations") or {}
-    return {key: annotations[key] for key in (constants.ANNOTATION_RESTART_REQUEST,) if key in annotations}
+
+def _metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    entry = {"name": meta["name"], "namespace": _s(meta.get("namespace")), "labels": _labels(meta.get("labels")),
+             "creationTimestamp": meta.get("creationTimestamp"), "deletionTimestamp": meta.get("deletionTimestamp"),
+             "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
+                                 for o in meta.get("ownerReferences") or []]}
+    request = (meta.get("annotations") or {}).get(constants.ANNOTATION_RESTART_REQUEST)
+    if request is not None:  # the restart count the operator asked the pod to reach (lifecycle/inplace.py)
+        entry["annotations"] = {constants.ANNOTATION_RESTART_REQUEST: request}
+    return entry
 
 
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,11 +114,7 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     gates, phase, readiness and exit codes (the job loops). A kopf body or a raw dict."""
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
     return {
-        "metadata": {"name": meta["name"], "namespace": _s(meta.get("namespace")), "labels": _labels(meta.get("labels")),
-                     "annotations": _annotations(meta),
-                     "creationTimestamp": meta.get("creationTimestamp"), "deletionTimestamp": meta.get("deletionTimestamp"),
-                     "ownerReferences": [{"uid": o.get("uid"), "controller": o.get("controller")}
-                                         for o in meta.get("ownerReferences") or []]},
+        "metadata": _metadata(meta),
         "spec": {"nodeName": _s(spec.get("nodeName")), "nodeSelector": _labels(spec.get("nodeSelector")),
                  "affinity": dict(spec.get("affinity") or {}),
                  "schedulingGates": [{"name": _s(g.get("name"))} for g in spec.get("schedulingGates") or []],

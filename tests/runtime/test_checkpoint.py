@@ -255,10 +255,16 @@ def test_single_process_in_process_and_status_shape(tmp_path, monkeypatch):
     from phalanx_runtime.train import train
 
     monkeypatch.setenv("PHALANX_CHECKPOINT_DIR", str(tmp_path))
+    final = tmp_path / "termination-log"
+    final.touch()  # as the kubelet's, which the runtime only writes into
+    monkeypatch.setenv("PHALANX_TERMINATION_LOG", str(final))
     cfg = RuntimeConfig.from_dict(ckpt_job(world=1, steps=4, interval=2, async_save=True))
     r = train(cfg)
     assert committed(tmp_path) == [2, 4] and r.start_step == 0
     st = CheckpointStatus.model_validate(r.last_checkpoint)
     assert st.step == 4 and st.path == str(tmp_path / "step-4") and st.time
+    assert "resumedStep" not in json.loads(final.read_text()), "a fresh start resumed nothing"
     again = train(cfg)
     assert again.start_step == 4 and again.losses == []
+    # the progress record (status.resumedStep) says where a start resumed, however it was restarted
+    assert json.loads(final.read_text())["resumedStep"] == 4

@@ -173,23 +173,32 @@ def _count(ctx: Pass, new: int, target: int, reason: Reason, message: str) -> No
 
 
 def in_place_possible(ctx: Pass) -> bool:
-    """Whether the current gang can restart in place: every pod alive, not Failed, with the rule."""
+    """Whether the current gang can restart in place: every pod alive, not Failed, with the rule,
+    and no restart in place under way (one that has not caught up within hangTimeoutSeconds — a
+    request the pods did not take — recreates the gang instead of asking again)."""
     pods = ctx.current
-    return bool(pods) and len(pods) == ctx.spec.gang_size and all(
+    return bool(pods) and len(pods) == ctx.spec.gang_size and not under_way(ctx) and all(
         is_alive(p) and pod_phase(p) != "Failed" and restarts_in_place(p) for p in pods)
+
+
+def under_way(ctx: Pass) -> bool:
+    """Whether a restart in place is under way: its Restarting condition has not ended."""
+    cond = next((c for c in ctx.view.status.conditions if c.type == ConditionType.RESTARTING), None)
+    return cond is not None and cond.status == "True" and cond.reason in (Reason.RESTARTED_IN_PLACE, Reason.RESTART_REQUESTED)
 
 
 def _caught_up(ctx: Pass) -> None:
     """The Restarting condition an in-place restart set ends once every pod's trainer reached the
-    counted restarts and runs again."""
+    counted restarts and runs again; the hang clock starts afresh then, as for a new gang (the
+    pods may take a while to see a request: the kubelet refreshes the downward-API file)."""
     view = ctx.view
-    cond = next((c for c in view.status.conditions if c.type == ConditionType.RESTARTING), None)
-    if cond is None or cond.status != "True" or cond.reason not in (Reason.RESTARTED_IN_PLACE, Reason.RESTART_REQUESTED):
+    if not under_way(ctx):
         return
     target = view.status.in_place_restarts
     if all(trainer_restarts(p) >= target and (_trainer_status(p).get("state") or {}).get("running") is not None
            for p in ctx.current):
         view.cond(ConditionType.RESTARTING, False, Reason.RUNNING, "")
+        view.status.last_progress_time = view.now
 
 
 # --- Discovery (startup.py): can this cluster restart a pod's containers in place? -------------

@@ -547,8 +547,8 @@ class Checkpointer:
         info = read_marker(path) or {}
         written = info.get("time")
         self.last = {"step": step, "path": str(path), "time": written if isinstance(written, str) else None}
-        if self.progress is not None:
-            self.progress.update(lastCheckpoint=dict(self.last))
+        if self.progress is not None:  # resumedStep: the operator's status.resumedStep for this start
+            self.progress.update(lastCheckpoint=dict(self.last), resumedStep=step)
         if self.rank == 0:
             log.info("resumed from %s (step %d)", path, step)
         self._note_provenance(info.get("job_uid"), step, path)

@@ -356,10 +356,14 @@ class _ProgressKube:
         return b'{"step": 7}'
 
 
-def _rank_pod(rank: int, attempt: int, ip: str | None) -> dict:
-    return {"metadata": {"name": f"p{rank}-{attempt}", "labels": {constants.LABEL_NODE_RANK: str(rank),
-                                                                 constants.LABEL_RESTART_ATTEMPT: str(attempt)}},
-            "spec": {}, "status": {"podIP": ip} if ip else {}}
+def _rank_pod(rank: int, attempt: int, ip: str | None, trainer_restarts: int = 0) -> dict:
+    status = {"podIP": ip} if ip else {}
+    if trainer_restarts:
+        status["containerStatuses"] = [{"name": constants.CONTAINER_NAME, "restartCount": trainer_restarts}]
+    return {"metadata": {"name": f"p{rank}-{attempt}", "namespace": "default", "uid": f"u{rank}",
+                         "labels": {constants.LABEL_NODE_RANK: str(rank), constants.LABEL_RESTART_ATTEMPT: str(attempt)},
+                         "ownerReferences": [{"uid": "uid-j", "controller": True}]},
+            "spec": {}, "status": status}
 
 
 @pytest.mark.parametrize(("pods", "attempt", "asked"), [
@@ -374,3 +378,58 @@ def test_progress_is_polled_from_the_current_attempts_rank_0(pods, attempt, aske
     report = asyncio.run(jobloop._poll_progress(kube, pods, attempt))
     assert kube.asked == asked
     assert report == ({"step": 7} if asked else None)
+
+
+@pytest.mark.parametrize(("trainer_restarts", "in_place_restarts", "asked"), [
+    (0, 0, ["10.0.0.1"]),
+    (1, 1, ["10.0.0.1"]),
+    (2, 1, ["10.0.0.1"]),
+    # the gang restarted in place, rank 0's trainer not yet: its report is the run before's
+    (0, 1, []),
+    (1, 2, []),
+])
+def test_progress_is_polled_from_a_rank_0_that_restarted_in_place_with_the_gang(trainer_restarts, in_place_restarts, asked):
+    kube = _ProgressKube()
+    asyncio.run(jobloop._poll_progress(kube, [_rank_pod(0, 0, "10.0.0.1", trainer_restarts)], 0, in_place_restarts))
+    assert kube.asked == asked
+
+
+class _RestartingRank0Kube(_ProgressKube):
+    """Rank 0's report: the run before the restart in place (resumed at step 10), then the
+    restarted run's (resumed at step 20)."""
+
+    reports = [b'{"step": 23, "resumedStep": 10}', b'{"step": 21, "resumedStep": 20}']
+
+    async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT) -> bytes:
+        self.asked.append(pod_ip)
+        return self.reports[min(len(self.asked), len(self.reports)) - 1]
+
+    async def namespace_labels(self, namespace):
+        return {}
+
+
+def test_a_report_read_before_a_restart_in_place_is_not_the_restarted_runs():
+    """The report cached before the gang restarted in place (same attempt, same pods) holds the
+    run before's step and resumedStep: the next passes go without one until rank 0's restarted
+    trainer serves its own."""
+    async def main():
+        memo = startup.new_memo()
+        memo.kube = _RestartingRank0Kube()
+        ix = indexes()
+        body = job("j", nodes=2, status={"phase": "Running", "restartAttempt": 0})
+        body["metadata"]["uid"] = "uid-j"
+        loop_ = job_loop(memo, "j", ix, body)
+        ix.job_pods[("default", "j")] = [_rank_pod(0, 0, "10.0.0.1")]
+        seen = [(await loop_.observe())[1].progress]
+        body["status"] = {"phase": "Running", "restartAttempt": 0, "inPlaceRestarts": 1}  # counted; polled 0 s ago
+        seen.append((await loop_.observe())[1].progress)
+        ix.job_pods[("default", "j")] = [_rank_pod(0, 0, "10.0.0.1", trainer_restarts=1)]
+        loop_.last_progress_poll = 0.0  # the next poll is due
+        seen.append((await loop_.observe())[1].progress)
+        memo.decider.shutdown()
+        return seen
+
+    before, counted, restarted = asyncio.run(main())
+    assert before == {"step": 23, "resumedStep": 10}
+    assert counted is None
+    assert restarted == {"step": 21, "resumedStep": 20}

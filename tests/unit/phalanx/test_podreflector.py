@@ -51,6 +51,27 @@ def test_entry_keeps_what_restarts_in_place_read():
     assert "restartPolicyRules" not in plain and "env" not in plain
 
 
+def test_entry_keeps_what_a_restart_in_place_reads():
+    """The trainer's restart rule, the operator's restart request and whether the restarted
+    trainer runs again: without them no pod would be asked and no restart would catch up."""
+    from phalanx.lifecycle import inplace
+
+    raw = pod("a", node="n1")
+    raw["metadata"]["annotations"] = {constants.ANNOTATION_RESTART_REQUEST: "2", "other": "x" * 100}
+    raw["spec"]["containers"][0].update(name=constants.CONTAINER_NAME, restartPolicyRules=[
+        {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}])
+    raw["status"]["containerStatuses"] = [{"name": constants.CONTAINER_NAME, "restartCount": 2,
+                                           "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                                           "lastState": {"terminated": {"exitCode": 75, "reason": "Error"}}}]
+    e = pod_entry(raw)
+    assert e["metadata"]["annotations"] == {constants.ANNOTATION_RESTART_REQUEST: "2"}
+    assert inplace.restarts_in_place(e) and inplace.requested(e) == 2 and inplace.trainer_restarts(e) == 2
+    assert e["status"]["containerStatuses"][0]["state"] == {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    assert inplace.in_place_failure(e).exit_code == 75
+    plain = pod_entry(pod("b"))
+    assert "annotations" not in plain["metadata"] and "restartPolicyRules" not in plain["spec"]["containers"][0]
+
+
 def test_entries_share_their_label_strings():
     a, b = (pod_entry(json.loads(json.dumps(pod(n)))) for n in "ab")
     (ka, va), = a["metadata"]["labels"].items()
@@ -159,6 +180,6 @@ def test_an_entry_says_whether_a_container_runs():
     raw["status"]["containerStatuses"] = [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t"}},
                                            "lastState": {"terminated": {"exitCode": 75}}}]
     status = pod_entry(raw)["status"]["containerStatuses"][0]
-    assert status["state"] == {"running": {}} and status["lastState"]["terminated"]["exitCode"] == 75
+    assert status["state"] == {"running": {"startedAt": "t"}} and status["lastState"]["terminated"]["exitCode"] == 75
     raw["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ContainerCreating"}}
     assert pod_entry(raw)["status"]["containerStatuses"][0]["state"] == {}

@@ -85,6 +85,8 @@ def test_the_restarting_condition_ends_once_the_gang_caught_up(pods, ends):
                    config=IN_PLACE)
     inplace.restarted_in_place(ctx)
     assert conditions(ctx)["Restarting"][0] == ("False" if ends else "True")
+    # the hang clock starts afresh once the gang runs again (RUNNING's lastProgressTime: 5 s ago)
+    assert (ctx.view.status.last_progress_time == ctx.view.now) == ends
 
 
 @pytest.mark.parametrize(("config", "rules", "mode"), [
@@ -107,6 +109,25 @@ def test_a_hang_restarts_in_place_when_the_gang_can(config, rules, mode):
         assert conditions(ctx)["Restarting"] == ("True", "RestartRequested") and status.phase == "Running"
     else:
         assert status.restart_attempt == 1 and ctx.plan.annotate_pods == {} and status.phase == "Restarting"
+
+
+@pytest.mark.parametrize(("reason", "mode"), [
+    pytest.param("RestartRequested", "Recreate", id="a-request-not-taken-recreates"),
+    pytest.param("RestartedInPlace", "Recreate", id="a-restart-not-caught-up-recreates"),
+    pytest.param("Running", "InPlace", id="after-a-restart-that-caught-up-in-place-again"),
+])
+def test_a_hang_during_a_restart_in_place_recreates_the_gang(reason, mode):
+    """The pods did not take the restart asked within hangTimeoutSeconds: asking again may never
+    end, recreating does."""
+    spec = {"failurePolicy": {"maxRestarts": 3, "hangTimeoutSeconds": 60}}
+    restarting = {"type": "Restarting", "status": "True" if reason != "Running" else "False", "reason": reason,
+                  "message": "", "lastTransitionTime": ago(120)}
+    status = {**RUNNING, "lastProgressTime": ago(120), "step": 7, "restarts": 1, "inPlaceRestarts": 1,
+              "conditions": [restarting]}
+    ctx = prepared(job(spec, status), [trainer(0, asked=1), trainer(1, asked=1)], config=IN_PLACE)
+    assert inplace.restarted_in_place(ctx) is None and failed(ctx) is not None
+    assert ctx.view.status.restarts == 2 and ctx.view.status.last_restart_mode == mode
+    assert ctx.view.status.restart_attempt == (1 if mode == "Recreate" else 0)
 
 
 @pytest.mark.parametrize(("answer", "kept"), [
@@ -133,3 +154,19 @@ def test_a_restart_whose_exit_the_kubelet_did_not_keep_is_unknown():
     failure = inplace.in_place_failure(removed)
     assert failure.exit_code is None and failure.cause.category == "Unknown" and failure.retryable
     assert inplace.in_place_failure(trainer(1, 1, message=REPORT_KILLED)).exit_code == 75
+
+
+def test_the_restarted_run_says_where_it_resumed():
+    """A restart in place clears status.resumedStep (the run before's); the restarted trainer's
+    first report sets it again, with its Event."""
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 0, "resumedStep": 10}),
+                   [trainer(0), trainer(1, 1, message=REPORT_KILLED)], config=IN_PLACE)
+    inplace.restarted_in_place(ctx)
+    counted = ctx.done().status
+    assert "resumedStep" not in counted and counted["lastRestartMode"] == "InPlace"
+    ctx = prepared(job(POLICY, counted), [trainer(0, 1), trainer(1, 1)], config=IN_PLACE)
+    ctx.reports.append({"step": 21, "resumedStep": 20})
+    inplace.restarted_in_place(ctx)
+    plan = ctx.done()
+    assert plan.status["resumedStep"] == 20 and plan.status["step"] == 21
+    assert ("Normal", "ResumedFromCheckpoint", "resumed from step 20") in plan.events
