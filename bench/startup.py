@@ -4,7 +4,7 @@ launcher process) started, and how long it took. Prints a table; writes nothing.
 
     python bench/startup.py [--job examples/cpu-3d-demo.yaml] [--runs 1]        # phalanx local
     python bench/startup.py --kind [--job ...] [--checkpoints DIR]              # a kind cluster
-    python bench/startup.py --kind --env PHALANX_WORKER_START=subprocess ...    # one more env entry
+    python bench/startup.py --kind --launcher-env PHALANX_WORKER_START=subprocess ...
 
 Local: ``phalanx local`` runs the job cut to 2 steps; the phases come from rank 0's log line. Kind
 (KUBECONFIG: the cluster's, e.g. hack/kind-e2e.sh up): applies the job afresh, times apply → the
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,11 +43,11 @@ def parse_timeline(log: str) -> dict[str, float]:
 
 
 def load_job(job: Path, env: list[str]) -> dict:
-    """The job's manifest, with ``NAME=VALUE`` entries added to ``spec.env``."""
+    """The job's manifest; with ``NAME=VALUE`` entries, its command wraps the runtime's entrypoint
+    to set them (the runtime's own ``PHALANX_*`` knobs cannot go in spec.env: the operator's)."""
     doc = yaml.safe_load(job.read_text())
-    for entry in env:
-        name, _, value = entry.partition("=")
-        doc["spec"].setdefault("env", []).append({"name": name, "value": value})
+    if env:
+        doc["spec"]["command"] = ["sh", "-c", " ".join(["exec", "env", *map(shlex.quote, env), "phalanx-runtime"])]
     return doc
 
 
@@ -66,7 +67,10 @@ def run_local(job: Path, env: list[str]) -> dict[str, float]:
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
-    return subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"kubectl {' '.join(args)} failed (exit {out.returncode}): {out.stderr.strip()}")
+    return out.stdout
 
 
 def run_kind(job: Path, env: list[str], namespace: str, checkpoints: Path | None, timeout: float = 900) -> dict[str, float]:
@@ -125,10 +129,10 @@ def main() -> None:
     ap.add_argument("--namespace", default=os.environ.get("PHALANX_NAMESPACE", "default"))
     ap.add_argument("--checkpoints", type=Path, help="kind: the job's checkpoint dir on this machine "
                     "($PHALANX_KIND_DIR/shared/<namespace>/<job>), removed before each apply (a fresh start)")
-    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                    help="add this entry to the job's spec.env (repeatable)")
+    ap.add_argument("--launcher-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="start the runtime with this in its environment (repeatable)")
     args = ap.parse_args()
-    runs = [run_kind(args.job, args.env, args.namespace, args.checkpoints) if args.kind else run_local(args.job, args.env)
+    runs = [run_kind(args.job, args.launcher_env, args.namespace, args.checkpoints) if args.kind else run_local(args.job, args.launcher_env)
             for _ in range(args.runs)]
     print(table(runs))
 
