@@ -4,6 +4,7 @@ launcher process) started, and how long it took. Prints a table; writes nothing.
 
     python bench/startup.py [--job examples/cpu-3d-demo.yaml] [--runs 1]        # phalanx local
     python bench/startup.py --kind [--job ...] [--checkpoints DIR]              # a kind cluster
+    python bench/startup.py --kind --launcher-env PHALANX_WORKER_START=subprocess ...
 
 Local: ``phalanx local`` runs the job cut to 2 steps; the phases come from rank 0's log line. Kind
 (KUBECONFIG: the cluster's, e.g. hack/kind-e2e.sh up): applies the job afresh, times apply → the
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,8 +42,17 @@ def parse_timeline(log: str) -> dict[str, float]:
     return {name: float(seconds) for name, seconds in PHASE.findall(lines[-1])} if lines else {}
 
 
-def run_local(job: Path) -> dict[str, float]:
+def load_job(job: Path, env: list[str]) -> dict:
+    """The job's manifest; with ``NAME=VALUE`` entries, its command wraps the runtime's entrypoint
+    to set them (the runtime's own ``PHALANX_*`` knobs cannot go in spec.env: the operator's)."""
     doc = yaml.safe_load(job.read_text())
+    if env:
+        doc["spec"]["command"] = ["sh", "-c", " ".join(["exec", "env", *map(shlex.quote, env), "phalanx-runtime"])]
+    return doc
+
+
+def run_local(job: Path, env: list[str]) -> dict[str, float]:
+    doc = load_job(job, env)
     doc["spec"]["training"]["steps"] = LOCAL_STEPS
     with tempfile.TemporaryDirectory() as d:
         short = Path(d, job.name)
@@ -56,14 +67,17 @@ def run_local(job: Path) -> dict[str, float]:
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
-    return subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"kubectl {' '.join(args)} failed (exit {out.returncode}): {out.stderr.strip()}")
+    return out.stdout
 
 
-def run_kind(job: Path, namespace: str, checkpoints: Path | None, timeout: float = 900) -> dict[str, float]:
+def run_kind(job: Path, env: list[str], namespace: str, checkpoints: Path | None, timeout: float = 900) -> dict[str, float]:
     """Apply ``job`` afresh (its ``checkpoints`` removed first); the seconds from apply to step 1 in
     the status (``applyToFirstStep``) and to every node ready (``podsRunning``), with the status's
     timeline."""
-    doc = yaml.safe_load(job.read_text())
+    doc = load_job(job, env)
     name = doc["metadata"]["name"]
     _kubectl("-n", namespace, "delete", "trainingjob", name, "--ignore-not-found", "--wait")
     subprocess.run(["kubectl", "-n", namespace, "wait", "--for=delete", "pod", "-l", f"phalanx.dev/job-name={name}",
@@ -72,7 +86,7 @@ def run_kind(job: Path, namespace: str, checkpoints: Path | None, timeout: float
         shutil.rmtree(checkpoints, ignore_errors=True)
     start = time.monotonic()
     _kubectl("-n", namespace, "apply", "-f", "-", stdin=yaml.safe_dump(doc))
-    found: dict[str, float] = {}
+    found: dict[str, float] = {"load": os.getloadavg()[0]}
     while time.monotonic() - start < timeout:
         status = json.loads(_kubectl("-n", namespace, "get", "trainingjob", name, "-o", "json")).get("status") or {}
         if "podsRunning" not in found and status.get("readyNodes") and status.get("readyNodes") == status.get("totalNodes"):
@@ -98,8 +112,9 @@ def table(runs: list[dict[str, float]]) -> str:
             if phase not in run:
                 cells.append("")
                 continue
-            took = run[phase] - before[i] if phase not in ("podsRunning", "applyToFirstStep") else None
-            cells.append(f"{run[phase]:.2f} s" + (f" (+{took:.2f})" if took is not None else ""))
+            took = run[phase] - before[i] if phase not in ("load", "podsRunning", "applyToFirstStep") else None
+            unit = "" if phase == "load" else " s"  # the 1-minute load average at the apply
+            cells.append(f"{run[phase]:.2f}{unit}" + (f" (+{took:.2f})" if took is not None else ""))
             if took is not None:
                 before[i] = run[phase]
         rows.append(f"| {phase} | " + " | ".join(cells) + " |")
@@ -114,8 +129,10 @@ def main() -> None:
     ap.add_argument("--namespace", default=os.environ.get("PHALANX_NAMESPACE", "default"))
     ap.add_argument("--checkpoints", type=Path, help="kind: the job's checkpoint dir on this machine "
                     "($PHALANX_KIND_DIR/shared/<namespace>/<job>), removed before each apply (a fresh start)")
+    ap.add_argument("--launcher-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="start the runtime with this in its environment (repeatable)")
     args = ap.parse_args()
-    runs = [run_kind(args.job, args.namespace, args.checkpoints) if args.kind else run_local(args.job)
+    runs = [run_kind(args.job, args.launcher_env, args.namespace, args.checkpoints) if args.kind else run_local(args.job, args.launcher_env)
             for _ in range(args.runs)]
     print(table(runs))
 

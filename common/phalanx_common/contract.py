@@ -93,8 +93,8 @@ class ProgressKey(StrEnum):
 class StartupPhase(StrEnum):
     LAUNCHER = "launcher"  # the launcher's interpreter and imports, up to its main()
     AGENT = "agent"  # config read and checked, torch imported: torchrun's agent starts
-    WORKER = "worker"  # the worker process started (the agents' rendezvous, the spawn)
-    IMPORTS = "imports"  # the worker's imports (torch and the trainer's modules)
+    WORKER = "worker"  # the worker process started (the agents' rendezvous, the forkserver's imports, the fork)
+    IMPORTS = "imports"  # the worker's own imports (what the forkserver did not import before the fork)
     PROCESS_GROUP = "processGroup"  # this rank joined the process group (its store)
     MESH = "mesh"  # the device mesh and its groups: the first collective, it waits for the slowest rank
     MODEL = "model"  # model built, initialised (or loaded) and parallelised

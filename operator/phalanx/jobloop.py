@@ -30,6 +30,7 @@ from phalanx.controlloop import (
     back_off,
     backoff_seconds,
     resync,
+    resync_seconds,
     run_while_leading,
     sleep_or_wake,
 )
@@ -39,7 +40,14 @@ from phalanx.jobmetrics import JOB_METRICS
 from phalanx.kube import Kube
 from phalanx.lifecycle.inplace import trainer_restarts
 from phalanx.lifecycle.logtail import LOG_TAIL_BYTES, LOG_TAIL_LINES, attach_log_tail, log_lines
-from phalanx.lifecycle.pacing import hold_ready_counts, wake_coalesce_seconds
+from phalanx.lifecycle.pacing import (
+    FIRST_STEP_POLL_SECONDS,
+    PROGRESS_POLL_SECONDS,
+    first_step_seen,
+    hold_ready_counts,
+    progress_poll_seconds,
+    wake_coalesce_seconds,
+)
 from phalanx.lifecycle.pods import attempt_of
 from phalanx.lifecycle.progress import parse_progress, progress_port
 from phalanx.lifecycle.refusals import (
@@ -55,7 +63,6 @@ from phalanx.scheduler import Scheduler
 
 log = logging.getLogger("phalanx.operator")
 
-PROGRESS_EVERY = 5.0
 # What of a job's status the next pass decides on: it waits until the live body shows these as
 # written. placement: a gang created pinned is placed in a pass that may change none of the
 # others, and a next pass on the stale body would write the earlier attempt's placement back.
@@ -164,6 +171,8 @@ class JobLoop:
         self.last_progress_poll = 0.0
         self.progress: dict[str, Any] | None = None
         self.progress_run: tuple[int, int] | None = None  # progress_run(status) when self.progress was read
+        self.running_since: float | None = None  # when a pass first saw this start's gang Running
+        self.running_run: Any = None
         self.failures = _Failures()
         self.status_written_at = -math.inf
         self.namespace_read = False
@@ -198,10 +207,12 @@ class JobLoop:
         uid = body["metadata"].get("uid")
         pods = [p for p in indexes.job_pods.get(self.key, []) if _controlled(p)]
         status = dict(body.get("status") or {})
-        if status.get("phase") == "Running" and time.monotonic() - self.last_progress_poll > PROGRESS_EVERY:
-            self.last_progress_poll = time.monotonic()
-            self.progress_run = progress_run(status)
-            self.progress = await _poll_progress(self.memo.kube, pods, *self.progress_run)
+        if status.get("phase") == "Running":
+            self.note_running(progress_run(status))
+            if time.monotonic() - self.last_progress_poll > self.progress_poll_seconds():
+                await self.read_progress()
+        else:
+            self.running_since = None
         spec = dict(body.get("spec") or {})
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
@@ -223,6 +234,43 @@ class JobLoop:
         obj = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body["metadata"]),
                "spec": spec, "status": status}
         return obj, observed
+
+    def note_running(self, run: Any) -> None:
+        """The first pass that sees this start's gang Running (a new attempt, or a restart in place)
+        starts its first-step watch."""
+        if self.running_since is None or run != self.running_run:
+            self.running_since, self.running_run = time.monotonic(), run
+
+    def progress_poll_seconds(self) -> float:
+        """How long after its last read rank 0's progress is read again (lifecycle/pacing.py)."""
+        status = self.body.get("status") or {}
+        if status.get("phase") != "Running" or self.running_since is None:
+            return PROGRESS_POLL_SECONDS
+        current = self.progress if self.progress_run == progress_run(status) else None
+        return progress_poll_seconds(current, time.monotonic() - self.running_since)
+
+    async def read_progress(self) -> None:
+        """Rank 0's report of the current run, read now."""
+        run = progress_run(self.body.get("status") or {})
+        pods = [p for p in self.indexes.job_pods.get(self.key, []) if _controlled(p)]
+        self.last_progress_poll = time.monotonic()
+        self.progress = await _poll_progress(self.memo.kube, pods, *run)
+        self.progress_run = run
+
+    async def watch_first_step(self, deadline: float) -> bool:
+        """Until ``deadline`` (monotonic) or a wake-up, while the first step of the gang's start is
+        awaited: read rank 0's progress every FIRST_STEP_POLL_SECONDS. True once it shows the step."""
+        while self.progress_poll_seconds() == FIRST_STEP_POLL_SECONDS:
+            pause = max(0.0, self.last_progress_poll + FIRST_STEP_POLL_SECONDS - time.monotonic())
+            if time.monotonic() + pause >= deadline:
+                return False
+            await sleep_or_wake(self.wake, pause)
+            if self.wake.is_set():
+                return False
+            await self.read_progress()
+            if first_step_seen(self.progress):
+                return True
+        return False
 
     async def namespace_labels(self) -> dict[str, str] | None:
         """The namespace's labels (its policy, its Pod Security level) from the watch, but read
@@ -322,12 +370,18 @@ class JobLoop:
             await await_status(self.body, plan.status, job_status_view)
 
     async def settle(self, plan: Plan) -> None:
-        """Wait for the index to show what we did, then for a wake-up or the resync."""
+        """Wait for the index to show what we did, then for a wake-up or the resync; while the
+        gang's first step is awaited, a report that shows it ends the wait too."""
         await await_expectations(self.key, self.indexes.job_pods, plan)
         if plan.create or plan.delete_pods or plan.release:
             return  # re-decide at once on the fresh view
-        # one pass for a burst of pod events; longer for a big gang (lifecycle/pacing.py)
-        await resync(self.wake, plan.requeue_after, wake_coalesce_seconds(len(self.indexes.job_pods.get(self.key, ()))))
+        deadline = time.monotonic() + resync_seconds(plan.requeue_after)
+        if await self.watch_first_step(deadline):
+            return  # a pass now: the status shows the first step
+        left = deadline - time.monotonic()
+        if left > 0:
+            # one pass for a burst of pod events; longer for a big gang (lifecycle/pacing.py)
+            await resync(self.wake, left, wake_coalesce_seconds(len(self.indexes.job_pods.get(self.key, ()))))
 
 
 async def _report_refusals(memo: kopf.Memo, body: kopf.Body, obj: dict, plan: Plan,

@@ -41,3 +41,4 @@ ENV_CHECKPOINT_TEST_WRITE_DELAY = "PHALANX_CHECKPOINT_TEST_WRITE_DELAY"  # secon
 ENV_EXPORT_MAX_SHARD_BYTES = "PHALANX_EXPORT_MAX_SHARD_BYTES"  # in-job Hugging Face export: bytes per shard file
 ENV_CPU_PEAK_FLOPS = "PHALANX_CPU_PEAK_FLOPS"  # MFU denominator on CPU instead of measuring it
 ENV_CORPUS_MAX_BYTES = "PHALANX_CORPUS_MAX_BYTES"  # size of the built-in text corpus
+ENV_WORKER_START = "PHALANX_WORKER_START"  # how torchrun starts the workers: forkserver (default) or subprocess

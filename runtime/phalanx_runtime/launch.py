@@ -2,7 +2,9 @@
 (Kubeflow ``PET_*``, Phalanx/torchrun names, or Slurm), refuses impossible layouts before any
 worker starts, then runs ``procsPerNode`` workers through the torch elastic launcher
 (``torch.distributed.run``, static rendezvous at node-rank 0, so global rank = NODE_RANK ×
-procsPerNode + local rank; one node: ``--standalone``) — nccl on GPUs, gloo on CPU.
+procsPerNode + local rank; one node: ``--standalone``) — nccl on GPUs, gloo on CPU. The workers
+are forked from a forkserver that imported torch and the runtime once for all of them
+(``workers``).
 
 Exit codes: 0 success; 2 invalid config/layout (permanent); 1 a worker failed; 75 restart in
 place (``inplace``: a worker killed by a signal, a peer gone, or the operator's request — the pod's
@@ -74,6 +76,13 @@ from phalanx_runtime.lifetime import (
     stop_grace,
 )
 from phalanx_runtime.startup import StartupTimeline
+from phalanx_runtime.workers import (
+    WorkerStart,
+    preload_forkserver,
+    preload_modules,
+    worker_args,
+    worker_start,
+)
 
 log = logging.getLogger("phalanx_runtime.launch")
 EXIT_INVALID = 2
@@ -158,11 +167,11 @@ def _slurm_env(spec, env: dict[str, str], job_name: str, max_restarts: int) -> L
     return LaunchEnv(snodes, node_rank, spec.procs_per_node, addr, port, rid, max_restarts, source="slurm-per-node")
 
 
-def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
+def torchrun_args(le: LaunchEnv, config_path: str, start: WorkerStart = WorkerStart.FORKSERVER) -> list[str]:
     """Arguments for ``torch.distributed.run``: static rendezvous at node-rank 0, so global rank =
     NODE_RANK × nproc + local rank — the order the operator's topology-aware placement chose (c10d
     would number nodes by arrival). Elastic jobs too: the operator resizes by replacing the whole
-    gang, and every gang has a fixed size.
+    gang, and every gang has a fixed size. ``start``: how the workers start (``workers``).
     """
     args = ["--nnodes", str(le.nnodes), "--nproc-per-node", str(le.nproc_per_node), "--node-rank", str(le.node_rank),
             "--max-restarts", str(le.max_restarts), "--monitor-interval", "1", "--rdzv-backend", "static",
@@ -171,7 +180,7 @@ def torchrun_args(le: LaunchEnv, config_path: str) -> list[str]:
         # Single node: a private rendezvous on a free port (no clash with other jobs on the host).
         args = ["--standalone", "--nnodes", "1", "--nproc-per-node", str(le.nproc_per_node),
                 "--max-restarts", str(le.max_restarts), "--monitor-interval", "1"]
-    return args + ["-m", "phalanx_runtime.train", "--config", config_path]
+    return args + worker_args(start, config_path)
 
 
 def validate(cfg: RuntimeConfig, le: LaunchEnv | None = None, *, cuda_available: bool | None = None) -> list[str]:
@@ -293,10 +302,13 @@ def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
 
         return worker_main(["--config", config_path])
 
-    targs = torchrun_args(le, os.path.abspath(config_path))
+    start = worker_start(os.environ)
+    targs = torchrun_args(le, os.path.abspath(config_path), start)
     if args.dry_run:
         print("torchrun " + " ".join(targs))
         return 0
+    if start is WorkerStart.FORKSERVER:
+        preload_forkserver(preload_modules(cfg))
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
     inplace.watch_requests(dict(os.environ), os.environ.get("HOME"), _restart_now)

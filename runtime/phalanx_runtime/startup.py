@@ -21,17 +21,26 @@ from phalanx_common.contract import ENV_START_TIME, ENV_STARTUP_MARKS, StartupPh
 log = logging.getLogger("phalanx_runtime")
 
 
+def boot_time() -> float:
+    """When the machine booted, in seconds since the epoch: now less the time since boot
+    (CLOCK_BOOTTIME, the clock /proc/<pid>/stat counts a process's start in). Not /proc/stat's
+    btime: whole seconds, so up to a second early, which every start measured from it would carry."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is not None:
+        return time.time() - time.clock_gettime(boottime)
+    with open("/proc/stat") as f:
+        return next(float(line.split()[1]) for line in f if line.startswith("btime "))
+
+
 def process_start_time(pid: int | str = "self") -> float | None:
     """The process's start as seconds since the epoch (field 22 of /proc/<pid>/stat, in clock ticks
     since boot, plus the boot time), or None where /proc says nothing (not Linux)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        with open("/proc/stat") as f:
-            boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
         # the command name (field 2) may hold spaces and parentheses: count from its closing one
         ticks = float(stat.rsplit(")", 1)[1].split()[19])
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
+        return boot_time() + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
 

@@ -1,5 +1,6 @@
 """A training worker, one per device: ``python -m phalanx_runtime.train --config …``, started by
-the launcher (``phalanx_runtime.launch``) through torchrun, or ``train(cfg)`` in-process (tests,
+the launcher (``phalanx_runtime.launch``) through torchrun (forked from its forkserver, which runs
+this file as ``__main__``: ``phalanx_runtime.workers``), or ``train(cfg)`` in-process (tests,
 ``spawn.run_ranks``, benchmarks). The work itself is the :class:`~phalanx_runtime.trainer.Trainer`.
 
 Preemption: SIGTERM only sets a flag; the ranks agree on it at the next step boundary, save a

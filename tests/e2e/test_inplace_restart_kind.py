@@ -24,15 +24,23 @@ from tests.e2e.test_kind_e2e import RESUMED, follow, rank0_log, small_job
 from tests.integration.harness import wait_for
 
 pytestmark = pytest.mark.timeout(1500)
-# Signals every worker process of the pod: the trainer's workers run `-m phalanx_runtime.train`.
+# Signals every worker process of the pod: the trainer's workers are forked from the launcher's
+# forkserver, whose command line they show (runtime/phalanx_runtime/workers.py), or run
+# `-m phalanx_runtime.train` (PHALANX_WORKER_START=subprocess).
 SIGNAL_WORKERS = """
 import os, signal, sys
+def cmd(pid):
+    return open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+def forkserver(pid):
+    return any(b"multiprocessing.forkserver" in arg for arg in cmd(pid))
+def forked(pid):
+    return forkserver(pid) and forkserver(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+        worker = b"phalanx_runtime.train" in cmd(pid) or forked(pid)
     except OSError:
         continue
-    if b"phalanx_runtime.train" in cmd:
+    if worker:
         os.kill(int(pid), getattr(signal, sys.argv[1]))
         print("signalled", pid)
 """

@@ -82,14 +82,21 @@ class Local:
         pytest.fail(f"timed out waiting for {what}:\n{self.text()[-3000:]}")
 
     def processes(self) -> dict[str, set[tuple[int, int | None]]]:
-        """The run's launchers and workers, as (pid, start time)."""
-        out: dict[str, set] = {"launchers": set(), "workers": set()}
-        for p in lifetime.descendants(self.proc.pid):
-            cmd = lifetime.cmdline(p)
-            kind = "launchers" if "phalanx_runtime.launch" in cmd else "workers" if "phalanx_runtime.train" in cmd else None
-            if kind and lifetime.alive(p):
-                out[kind].add((p, lifetime.start_time(p)))
-        return out
+        """The run's launchers, their workers' forkservers and the workers, as (pid, start time).
+        A worker forked from a forkserver has the forkserver's command line: it is told apart by
+        its parent."""
+        out: dict[str, set] = {"launchers": set(), "forkservers": set(), "workers": set()}
+        launchers = {p for p in lifetime.descendants(self.proc.pid) if "phalanx_runtime.launch" in lifetime.cmdline(p)}
+        for launcher in launchers:
+            out["launchers"].add(launcher)
+            for child in lifetime.children(launcher):
+                cmd = lifetime.cmdline(child)
+                if "multiprocessing.forkserver" in cmd:
+                    out["forkservers"].add(child)
+                    out["workers"].update(lifetime.children(child))
+                elif "phalanx_runtime.train" in cmd:
+                    out["workers"].add(child)
+        return {kind: {(p, lifetime.start_time(p)) for p in pids if lifetime.alive(p)} for kind, pids in out.items()}
 
     def cleanup(self) -> None:
         lifetime.kill_pids([self.proc.pid, *lifetime.descendants(self.proc.pid)])
@@ -221,7 +228,7 @@ def test_stopping_phalanx_local_leaves_no_process_and_a_checkpoint(tmp_path, sig
         procs = run.processes()
         assert (len(procs["launchers"]), len(procs["workers"])) == (2, 2 * procs_per_node), procs
         run.proc.send_signal(sig)
-        elapsed = wait_gone(procs["launchers"] | procs["workers"], STOP_WITHIN_S)
+        elapsed = wait_gone(procs["launchers"] | procs["forkservers"] | procs["workers"], STOP_WITHIN_S)
         code = run.proc.wait(STOP_WITHIN_S)
     finally:
         run.cleanup()
@@ -248,7 +255,7 @@ def test_rank_hung_in_a_collective_is_ended_within_the_grace_period(tmp_path):
         procs = run.processes()
         assert (len(procs["launchers"]), len(procs["workers"])) == (2, 2), procs
         run.proc.send_signal(signal.SIGTERM)
-        elapsed = wait_gone(procs["launchers"] | procs["workers"], lifetime.escalation(3, grace))
+        elapsed = wait_gone(procs["launchers"] | procs["forkservers"] | procs["workers"], lifetime.escalation(3, grace))
         code = run.proc.wait(STOP_WITHIN_S)
     finally:
         run.cleanup()

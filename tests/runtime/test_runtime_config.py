@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -128,6 +129,7 @@ def test_layout_and_mesh_coordinates():
 
 def test_launcher_env_resolution():
     from phalanx_runtime.launch import expand_slurm_nodelist, resolve_env, torchrun_args
+    from phalanx_runtime.workers import WorkerStart
 
     s = spec(nodes=2, procsPerNode=4)
     le = resolve_env(s, {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "4",
@@ -139,6 +141,10 @@ def test_launcher_env_resolution():
     assert args[args.index("--master-addr") + 1] == "job-node-0-0.job"
     assert args[args.index("--master-port") + 1] == "29500"
     assert args[args.index("--node-rank") + 1] == "1"
+    # The workers: forked from a preloaded forkserver, train.py run as __main__; or one process each.
+    script = str(Path(__import__("phalanx_runtime").__file__).with_name("train.py"))
+    assert args[-6:] == ["--start-method", "forkserver", "--run-path", script, "--config", "/etc/phalanx/config.json"]
+    args = torchrun_args(le, "/etc/phalanx/config.json", WorkerStart.SUBPROCESS)
     assert args[-4:] == ["-m", "phalanx_runtime.train", "--config", "/etc/phalanx/config.json"]
     # Slurm: one task per node.
     le = resolve_env(s, {"SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1",

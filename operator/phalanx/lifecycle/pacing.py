@@ -1,11 +1,13 @@
-"""How long a job's loop lets a burst of wake-ups gather before its next pass, and how long it
-holds back a status write that only moves ready counts (pure)."""
+"""How long a job's loop lets a burst of wake-ups gather before its next pass, how long it
+holds back a status write that only moves ready counts, and how often it reads rank 0's progress
+(pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from phalanx.constants import ProgressKey, StartupPhase
 from phalanx.decision import Plan
 
 WAKE_COALESCE_MIN_SECONDS = 0.2
@@ -47,3 +49,35 @@ def hold_ready_counts(before: Mapping[str, Any], plan: Plan, since_last_write: f
 def _acts(plan: Plan) -> bool:
     return bool(plan.create or plan.update or plan.delete_pods or plan.force_delete_pods or plan.release
                 or plan.events or plan.delete_job)
+
+
+# Rank 0's progress is read every PROGRESS_POLL_SECONDS while a job runs. Until the report shows
+# the first step of the gang's start it is read every FIRST_STEP_POLL_SECONDS between the loop's
+# passes (a read, no pass: a pass follows only once the step shows), so the status shows the first
+# step about a second after it is done instead of up to a resync later; for at most
+# FIRST_STEP_WATCH_SECONDS after the loop saw the gang running, so that a start that takes long (a
+# big model's load) or a job whose report never says (a command job without progress) costs one
+# read per second for two minutes, and no pass.
+PROGRESS_POLL_SECONDS = 5.0
+FIRST_STEP_POLL_SECONDS = 1.0
+FIRST_STEP_WATCH_SECONDS = 120.0
+
+
+def first_step_seen(progress: Mapping[str, Any] | None) -> bool:
+    """Whether rank 0's report shows a step done in this start: the built-in runtime's start-up
+    timeline reaches ``firstStep``; a report without a timeline counts any step past 0."""
+    if not progress:
+        return False
+    startup = progress.get(ProgressKey.STARTUP)
+    if isinstance(startup, Mapping):
+        return StartupPhase.FIRST_STEP in startup
+    step = progress.get(ProgressKey.STEP)
+    return isinstance(step, int) and step >= 1
+
+
+def progress_poll_seconds(progress: Mapping[str, Any] | None, running_for: float) -> float:
+    """How long after a read of rank 0's progress the loop reads it again, ``running_for`` seconds
+    after it saw this start's gang running."""
+    if first_step_seen(progress) or running_for >= FIRST_STEP_WATCH_SECONDS:
+        return PROGRESS_POLL_SECONDS
+    return FIRST_STEP_POLL_SECONDS

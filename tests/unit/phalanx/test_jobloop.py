@@ -6,6 +6,7 @@ first pass."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import urllib.request
@@ -18,6 +19,7 @@ from phalanx.api.config import OperatorConfig
 from phalanx.api.policy import ClusterPolicy, PolicyRules
 from phalanx.decision import Observed, Plan
 from phalanx.gang.inventory import Reservation
+from phalanx.lifecycle import pacing
 from phalanx.lifecycle.pacing import COUNT_WRITE_INTERVAL_SECONDS
 from phalanx.scheduler import PIN_TTL_SECONDS
 from tests.unit.phalanx.test_handlers import GPU, indexes, job, job_loop
@@ -433,3 +435,64 @@ def test_a_report_read_before_a_restart_in_place_is_not_the_restarted_runs():
     assert before == {"step": 23, "resumedStep": 10}
     assert counted is None
     assert restarted == {"step": 21, "resumedStep": 20}
+
+
+class _StartingKube:
+    """Rank 0's progress: still building for the first ``building`` reads, then the first step."""
+
+    def __init__(self, building: int):
+        self.building, self.reads = building, 0
+
+    async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT) -> bytes:
+        self.reads += 1
+        startup = {"metrics": 20.0, **({"firstStep": 24.0} if self.reads > self.building else {})}
+        return json.dumps({"step": int("firstStep" in startup), "startup": startup}).encode()
+
+
+def _running_loop(kube, running_for: float = 0.0, progress: dict | None = None):
+    memo = startup.new_memo()
+    memo.kube = kube
+    ix = indexes()
+    ix.job_pods[("default", "j")] = [{**_rank_pod(0, 0, "10.0.0.1"),
+                                      "metadata": {**_rank_pod(0, 0, "10.0.0.1")["metadata"],
+                                                   "ownerReferences": [{"controller": True}]}}]
+    loop_ = job_loop(memo, "j", ix, body={"metadata": {}, "status": {"phase": "Running", "restartAttempt": 0}})
+    loop_.note_running(0)
+    loop_.running_since -= running_for
+    loop_.progress, loop_.progress_run = progress, (0, 0) if progress is not None else None
+    return memo, loop_
+
+
+def test_the_first_step_ends_the_wait_for_the_resync_within_a_read():
+    """The gang runs and its first step is awaited: between passes rank 0's report is read every
+    second, and the one that shows the step ends the wait (a pass writes it) instead of the resync."""
+    async def main():
+        kube = _StartingKube(building=2)
+        memo, loop_ = _running_loop(kube)
+        t0 = time.monotonic()
+        await loop_.settle(Plan())
+        took = time.monotonic() - t0
+        memo.decider.shutdown()
+        return kube.reads, took, loop_.progress
+
+    reads, took, progress = asyncio.run(main())
+    assert reads == 3 and 1.5 < took < 4.0, (reads, took)  # at once (none read yet), 1 s, 2 s
+    assert progress["startup"]["firstStep"] == 24.0
+
+
+@pytest.mark.parametrize(("running_for", "progress"), [
+    (0.0, {"step": 1, "startup": {"firstStep": 24.0}}),  # seen: the running job's pace
+    (pacing.FIRST_STEP_WATCH_SECONDS + 1, None),  # a start past the watch: no more reads than before
+])
+def test_no_read_between_passes_once_the_step_shows_or_the_watch_is_over(running_for, progress):
+    async def main():
+        kube = _StartingKube(building=0)
+        memo, loop_ = _running_loop(kube, running_for, progress)
+        t0 = time.monotonic()
+        await loop_.settle(Plan(requeue_after=1.5))
+        took = time.monotonic() - t0
+        memo.decider.shutdown()
+        return kube.reads, took
+
+    reads, took = asyncio.run(main())
+    assert reads == 0 and took >= 1.4, (reads, took)

@@ -4,6 +4,7 @@ marks reach the workers through the environment, and the phases come out in orde
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -19,6 +20,22 @@ def test_this_process_started_before_now_and_after_the_machine():
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     assert time.time() - uptime - 1 <= started <= time.time()
+
+
+def test_a_process_start_is_exact_to_a_clock_tick():
+    """A child's start time is when it was forked (within the kernel's clock tick and some
+    scheduling), not up to a second early: the boot time is not /proc/stat's whole seconds."""
+    read, write = os.pipe()
+    before = time.time()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, b"x")
+        os._exit(0)
+    os.read(read, 1)
+    started = process_start_time(pid)
+    os.waitpid(pid, 0)
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert before - 2 * tick <= started <= time.time() + tick, (before, started)
 
 
 def test_an_unreadable_process_has_no_start_time():

@@ -1,8 +1,13 @@
 import pytest
 
 from phalanx.lifecycle.pacing import (
+    FIRST_STEP_POLL_SECONDS,
+    FIRST_STEP_WATCH_SECONDS,
+    PROGRESS_POLL_SECONDS,
     WAKE_COALESCE_MAX_SECONDS,
     WAKE_COALESCE_MIN_SECONDS,
+    first_step_seen,
+    progress_poll_seconds,
     wake_coalesce_seconds,
 )
 
@@ -77,3 +82,37 @@ def test_a_plan_that_acts_writes_its_status_with_it(acts):
 
 def test_no_status_no_hold():
     assert hold_ready_counts(BEFORE, Plan(), 0.1) == 0.0
+
+
+# --- reading rank 0's progress
+
+
+BUILDING = {"phase": "Running", "step": 0, "startup": {"launcher": 0.9, "metrics": 20.1}}
+RESUMED_BUILDING = {"phase": "Running", "step": 20, "startup": {"launcher": 0.9, "metrics": 20.1}}
+FIRST_STEP = {"phase": "Running", "step": 1, "startup": {"launcher": 0.9, "metrics": 20.1, "firstStep": 24.0}}
+
+
+@pytest.mark.parametrize(("progress", "seen"), [
+    (None, False),
+    ({}, False),
+    (BUILDING, False),
+    (RESUMED_BUILDING, False),  # resumed at step 20: its first step here is not done yet
+    (FIRST_STEP, True),
+    ({"step": 0}, False),  # a command job's report: any step past 0
+    ({"step": 3}, True),
+])
+def test_the_first_step_shows_in_the_timeline_or_else_in_the_step(progress, seen):
+    assert first_step_seen(progress) is seen
+
+
+@pytest.mark.parametrize(("progress", "running_for", "seconds"), [
+    (None, 0.0, FIRST_STEP_POLL_SECONDS),  # rank 0 not serving yet
+    (BUILDING, 30.0, FIRST_STEP_POLL_SECONDS),
+    (BUILDING, FIRST_STEP_WATCH_SECONDS - 0.1, FIRST_STEP_POLL_SECONDS),
+    (BUILDING, FIRST_STEP_WATCH_SECONDS, PROGRESS_POLL_SECONDS),  # bounded: a long start costs no more
+    (None, 3600.0, PROGRESS_POLL_SECONDS),
+    (FIRST_STEP, 5.0, PROGRESS_POLL_SECONDS),  # seen: the running job's pace
+])
+def test_progress_is_read_every_second_only_while_the_first_step_is_awaited(progress, running_for, seconds):
+    assert progress_poll_seconds(progress, running_for) == seconds
+    assert FIRST_STEP_POLL_SECONDS < PROGRESS_POLL_SECONDS
