@@ -183,6 +183,9 @@ ENV_RESTART_REQUEST_FILE = "PHALANX_RESTART_REQUEST_FILE"
 # times: its own starts count from there, so a request it already matches is not taken.
 ENV_RESTART_BASE = "PHALANX_RESTART_BASE"
 PODINFO_MOUNT_PATH = "/etc/phalanx/podinfo"
+# The pod's scratch emptyDir (HOME, TMPDIR and caches point there unless the job's env says
+# otherwise); the launcher keeps its start count there, whatever HOME is.
+SCRATCH_MOUNT_PATH = "/phalanx/scratch"
 RESTART_REQUEST_FILE = "restart-request"
 # How many times the launcher started in this pod (kept on the pod's scratch emptyDir, which an
 # in-place restart keeps): its own container restart count, to compare a request against.

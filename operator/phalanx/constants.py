@@ -90,6 +90,7 @@ from phalanx_common.contract import (  # noqa: F401
     RESTART_REQUEST_FILE,
     RUNTIME_CONFIG_DIR,
     RUNTIME_CONFIG_FILE,
+    SCRATCH_MOUNT_PATH,
     SLURM_NTASKS,
     STOP_ESCALATION_SECONDS,
     STOP_GRACE_SECONDS,
@@ -222,7 +223,6 @@ DEEPSPEED_CONFIG_FILE = "deepspeed.json"
 SHM_MOUNT_PATH = "/dev/shm"
 # Writable scratch (HOME, caches, TMPDIR) on an emptyDir: pods may run with a read-only image.
 PHALANX_MOUNT_ROOT = "/phalanx"
-SCRATCH_MOUNT_PATH = f"{PHALANX_MOUNT_ROOT}/scratch"
 # rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator.
 # Rank 0 appends one JSON line per step here, in the checkpoint dir (`phalanx plot` reads it).
 # The operator pod's own namespace when POD_NAMESPACE is unset.

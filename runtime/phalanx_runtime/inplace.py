@@ -98,7 +98,7 @@ def count_launch(directory: str | None) -> int:
 def request_in(text: str) -> int:
     """The restart count a request file asks for (0: none, or unreadable)."""
     text = text.strip()
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0
 
 
 class RestartRequests:

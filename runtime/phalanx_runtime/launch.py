@@ -49,6 +49,7 @@ from phalanx_common.contract import (
     ENV_PYTHONUNBUFFERED,
     ENV_RESTART_ATTEMPT,
     ENV_WORLD_SIZE,
+    SCRATCH_MOUNT_PATH,
     ErrorSource,
     StartupPhase,
 )
@@ -311,7 +312,8 @@ def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
         preload_forkserver(preload_modules(cfg))
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
-    inplace.watch_requests(dict(os.environ), os.environ.get("HOME"), _restart_now)
+    # the start count lives on the scratch emptyDir, not in HOME: a job may point HOME at a shared volume
+    inplace.watch_requests(dict(os.environ), SCRATCH_MOUNT_PATH, _restart_now)
     return _torchrun(targs)
 
 

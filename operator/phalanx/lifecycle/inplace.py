@@ -62,15 +62,20 @@ def restart_base(pod: dict[str, Any]) -> int:
     for container in (pod.get("spec") or {}).get("containers") or []:
         if container.get("name") == CONTAINER_NAME:
             for env in container.get("env") or []:
-                if env.get("name") == ENV_RESTART_BASE and str(env.get("value", "")).isdigit():
-                    return int(env["value"])
+                if env.get("name") == ENV_RESTART_BASE:
+                    return count_value(env.get("value"))
     return 0
 
 
 def requested(pod: dict[str, Any]) -> int:
     """The restart count the operator last asked the pod to reach (0: never asked)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_REQUEST, "")
-    return int(value) if value.isdigit() else 0
+    return count_value(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_REQUEST))
+
+
+def count_value(value: Any) -> int:
+    """A restart count a pod carries (an annotation, an env value): anyone who may edit the pod
+    may write it, so anything but a plain decimal of at most nine digits is 0."""
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9 else 0
 
 
 def restarts_in_place(pod: dict[str, Any]) -> bool:
@@ -127,8 +132,10 @@ def restarted_in_place(ctx: Pass) -> Plan | None:
     """A pod's trainer restarted in place: count the gang restart (or fail the job past
     maxRestarts) and ask the other pods to follow; once every pod caught up, the gang runs."""
     view, counted = ctx.view, ctx.view.status.in_place_restarts
-    if any(pod_phase(p) == "Failed" for p in ctx.current):
-        return None  # a pod that failed recreates the gang (restart.failed), whatever restarted in place
+    if _broken(ctx):
+        # a pod that failed, is on a lost node or is gone: replace_node or restart.failed count this
+        # incident once (its peers' in-place restarts are its echo, not a restart of their own)
+        return None
     highest = max((trainer_restarts(p) for p in ctx.current if pod_phase(p) != "Failed"), default=0)
     if highest <= counted:
         ask(ctx, counted)  # a request lost (the operator restarted between the count and the patch)
@@ -147,6 +154,14 @@ def restarted_in_place(ctx: Pass) -> Plan | None:
     message = f"restart {view.status.restarts + new}/{policy.max_restarts} in place after {failure.describe()}"
     _count(ctx, new, highest, Reason.RESTARTED_IN_PLACE, message)
     return None
+
+
+def _broken(ctx: Pass) -> bool:
+    """A pod of the gang failed, sits on a lost node, or is missing from a created gang."""
+    lost = ctx.observed.lost_nodes
+    if any(pod_phase(p) == "Failed" or (p.get("spec") or {}).get("nodeName") in lost for p in ctx.current):
+        return True
+    return bool(ctx.view.status.attempt_created) and len(ctx.current) < ctx.spec.gang_size
 
 
 def request_restart(ctx: Pass, failure: Failure) -> Plan:

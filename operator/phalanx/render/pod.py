@@ -203,7 +203,8 @@ def in_place_exit_codes(job: TrainingJob) -> list[int]:
     pod, whose failure the operator handles as before (recreate the gang, or fail the job): a
     memory limit or a node going away is not cured by restarting on the same node."""
     policy = job.spec.failure_policy
-    codes = {constants.EXIT_RESTART_IN_PLACE, *policy.retryable_exit_codes} - set(policy.permanent_exit_codes)
+    retryable = (code for code in policy.retryable_exit_codes if code < 128)
+    codes = {constants.EXIT_RESTART_IN_PLACE, *retryable} - set(policy.permanent_exit_codes)
     return sorted(codes)
 
 

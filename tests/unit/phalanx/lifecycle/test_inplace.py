@@ -170,3 +170,29 @@ def test_the_restarted_run_says_where_it_resumed():
     plan = ctx.done()
     assert plan.status["resumedStep"] == 20 and plan.status["step"] == 21
     assert ("Normal", "ResumedFromCheckpoint", "resumed from step 20") in plan.events
+
+
+def test_a_node_lost_under_the_gang_is_one_restart_not_two():
+    """Its peers restart in place (a broken collective) while its pod sits on the lost node: the
+    node loss (replace_node or restart.failed) counts the incident, the echo is not counted."""
+    pods = [trainer(0, 1, message=REPORT_PEER), trainer(1)]
+    pods[1]["spec"]["nodeName"] = "n1"
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 0, "inPlaceRestarts": 0}), pods, config=IN_PLACE,
+                   lost_nodes=frozenset({"n1"}))
+    assert inplace.restarted_in_place(ctx) is None
+    assert ctx.view.status.restarts == 0 and ctx.plan.annotate_pods == {}
+    failed(ctx)
+    assert ctx.view.status.restarts == 1 and ctx.view.status.last_restart_mode == "Recreate"
+    missing = prepared(job(POLICY, {**RUNNING, "restarts": 0, "inPlaceRestarts": 0}),
+                       [trainer(0, 1, message=REPORT_PEER)], config=IN_PLACE)  # a created gang's pod is gone
+    assert inplace.restarted_in_place(missing) is None and missing.view.status.restarts == 0
+
+
+@pytest.mark.parametrize(("value", "count"), [
+    ("3", 3), ("", 0), ("²", 0), ("٣", 0), ("1" * 10, 0), ("-1", 0), (" 2", 0), (None, 0), (7, 0), ("9" * 5000, 0),
+])
+def test_a_restart_count_a_pod_carries_is_a_plain_decimal_or_nothing(value, count):
+    p = trainer(0)
+    p["metadata"]["annotations"] = {ANNOTATION_RESTART_REQUEST: value}
+    p["spec"]["containers"][0]["env"] = [{"name": "PHALANX_RESTART_BASE", "value": value}]
+    assert inplace.requested(p) == count and inplace.restart_base(p) == count

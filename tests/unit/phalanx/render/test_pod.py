@@ -235,6 +235,8 @@ def test_the_collector_stays_outermost_around_a_framework_launcher():
 @pytest.mark.parametrize(("policy", "codes"), [
     pytest.param({}, [constants.EXIT_RESTART_IN_PLACE], id="the-runtimes-code"),
     pytest.param({"retryableExitCodes": [3, 1]}, [1, 3, constants.EXIT_RESTART_IN_PLACE], id="and-the-retryable-ones"),
+    # an OOM kill or a deletion's SIGTERM is not cured on the same node: the pod fails, the gang is recreated
+    pytest.param({"retryableExitCodes": [3, 137, 143]}, [3, constants.EXIT_RESTART_IN_PLACE], id="never-signals"),
 ])
 def test_in_place_pods_carry_the_restart_rule_and_the_request_file(policy, codes):
     pod = build_pod(parsed(failurePolicy=policy), 0, 0, NetworkWiring(), in_place=True)
