@@ -218,7 +218,8 @@ def _caught_up(ctx: Pass) -> None:
 
 # --- Discovery (startup.py): can this cluster restart a pod's containers in place? -------------
 
-PROBE_POD_NAME = "phalanx-restart-rules-probe"
+# A generated name: a pod someone created under a fixed name would make every probe fail (409).
+PROBE_POD_PREFIX = "phalanx-restart-rules-probe-"
 
 
 def probe_pod(namespace: str) -> dict[str, Any]:
@@ -229,7 +230,7 @@ def probe_pod(namespace: str) -> dict[str, Any]:
                                          "exitCodes": {"operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}],
                  "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}
     # as restricted as the gang's own pods: a namespace enforcing Pod Security admits it
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": PROBE_POD_NAME, "namespace": namespace},
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": PROBE_POD_PREFIX, "namespace": namespace},
             "spec": {"restartPolicy": "Never", "containers": [container], "automountServiceAccountToken": False,
                      "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT)}}
 
