@@ -16,10 +16,11 @@ Three parts, each selectable (``--parts kwok,kind,checkpoint``):
     ``phalanx.dev/restart-request`` annotation), while all pods stayed Running (checked);
   - ``node-loss`` (restartInPlace off): one pod's node is deleted → every pod of the new attempt
     Running (the operator's reaction to node loss, whichever path it takes);
-  - ``replace-node``: the same node loss in a gang that restarts in place (as ``in-place``), with
-    ``--replace-config`` merged into the operator's config → the lost rank's pod Running again on
-    another node, reported with how many of the other pods kept their UID (all of them: a
-    single-node replacement; none: a gang recreate);
+  - ``replace-node``: the same node loss in a gang that restarts in place (as ``in-place``; the
+    operator's replaceLostNodes on by default, ``--replace-config`` merged into its config) → the
+    lost rank's pod Running again on another node, reported with how many of the other pods kept
+    their UID (all of them: a single-node replacement; none: a gang recreate) and the job's
+    status.nodeReplacement (the spare, its domain);
   - ``hang`` (hangTimeoutSeconds ``--hang-timeout``): kwok pods report no step progress, so the
     gang hangs from the moment it runs → the operator's restart; reported as the timeout and the
     overshoot past it.
@@ -38,7 +39,7 @@ Three parts, each selectable (``--parts kwok,kind,checkpoint``):
   (``--ckpt-mb`` of parameters, 2 ranks on this machine) in GB/s, against ``dd`` on the same
   directory (write with conv=fdatasync; read after dropping the page cache, else with iflag=direct).
 
-    python bench/recovery.py --parts kwok --scales 64,512 --trials recreate,in-place,node-loss,hang
+    python bench/recovery.py --parts kwok --scales 64,512 --trials recreate,in-place,node-loss,replace-node,hang
     python bench/recovery.py --parts checkpoint
     KUBECONFIG=... python bench/recovery.py --parts kind
 
@@ -60,7 +61,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# This checkout's code, here and in the operator processes the trials start (they inherit the
+# environment): an installed phalanx may be another checkout's.
+SOURCES = [str(ROOT / part) for part in ("operator", "runtime", "common")] + [str(ROOT)]
+sys.path[:0] = SOURCES
+os.environ["PYTHONPATH"] = os.pathsep.join([*SOURCES, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from bench.operator_scale import (  # noqa: E402
     CACHE,
@@ -145,6 +150,13 @@ def replaced(n: int, old: set[str]):
         running = [p for p in pods.values() if p.phase == "Running"]
         return len(running) >= n and any(p.uid not in old for p in running)
     return pred
+
+
+def last_replacement(history: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    """The newest status.nodeReplacement the job watch saw: the spare, its domain ('' or None: the
+    gang's nodes share none), the message."""
+    record = next((status["nodeReplacement"] for _, status in reversed(history) if status.get("nodeReplacement")), {})
+    return {key: record.get(key) for key in ("newNode", "domain", "message")}
 
 
 def median(values: list[float]) -> float:
@@ -386,6 +398,8 @@ def measure(trial: str, pods: int, run: KwokRun, core, ns: str, pod_watch: PodHi
     lost = {victim.uid} if trial in ("node-loss", "replace-node") else set()  # its pod may linger until deleted
     res.update(recover_s=round(t_done - t_fail, 3), pods_kept=len((old - lost) & set(after)),
                victim_node=victim.node, new_nodes=sorted({p.node for p in after.values() if p.uid not in old})[:4])
+    if trial == "replace-node":
+        res["node_replacement"] = last_replacement(job_watch.history)
     if trial in ("node-loss", "replace-node"):
         restore_node(run, victim.node)
     return res
@@ -408,7 +422,9 @@ def run_kwok(scales: list[int], trials: list[str], repeat: int, args) -> dict[st
 
     small = ROOT / "hack" / "cluster" / "topologies" / "fattree-64.yaml"
     topo_doc = yaml.safe_load(small.read_text()) if max(scales) <= 64 else json.loads(json.dumps(TOPOLOGY))
-    topo_doc["layout"]["node"] += 1  # a spare per rack: somewhere to replace a node in the same block
+    # A ninth node per rack: free nodes for the replace-node trial. The gang fills whole racks in
+    # topology order, so they are the nodes after it (its own block's at 64 pods; block 3's at 512).
+    topo_doc["layout"]["node"] += 1
     topo_doc["name"] = "recovery"
     topology = parse_topology(topo_doc)
     results: list[dict[str, Any]] = []
@@ -714,7 +730,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="kwok", help="comma-separated: kwok, kind, checkpoint (default: %(default)s)")
     ap.add_argument("--scales", default="64,512", help="kwok: gang sizes (pods, one per node)")
-    ap.add_argument("--trials", default="recreate,in-place,node-loss,hang",
+    ap.add_argument("--trials", default=",".join(KWOK_TRIALS),
                     help=f"kwok: comma-separated, of {', '.join(KWOK_TRIALS)} (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=1, help="kwok: rounds of every trial at every scale")
     ap.add_argument("--hang-timeout", type=int, default=10, help="kwok hang trial: hangTimeoutSeconds")

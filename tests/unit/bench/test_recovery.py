@@ -5,6 +5,7 @@ from bench.recovery import (
     all_asked,
     first_time,
     kwok_tables,
+    last_replacement,
     new_gang_running,
     replaced,
     replay,
@@ -50,3 +51,10 @@ def test_the_table_has_a_row_per_trial_and_scale_and_names_failed_trials():
     text = kwok_tables([ok, {**ok, "recover_s": 4.0}, {"trial": "hang", "pods": 512, "error": "timed out"}])
     assert "| process exit (137) | recreate | 64 | 3.00 (2.00, 4.00) | 0/64 | 0.50 |" in text
     assert "failed: timed out" in text
+
+
+def test_the_replacement_reported_is_the_newest_status_that_has_one():
+    history = [(1.0, {}), (2.0, {"nodeReplacement": {"newNode": "n1", "done": False}}),
+               (3.0, {"nodeReplacement": {"newNode": "n1", "domain": "block=b0", "done": True}}), (4.0, {"step": 5})]
+    assert last_replacement(history) == {"newNode": "n1", "domain": "block=b0", "message": None}
+    assert last_replacement([(1.0, {})])["newNode"] is None
