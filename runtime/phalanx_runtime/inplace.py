@@ -38,6 +38,7 @@ from phalanx_common.contract import (
 
 log = logging.getLogger("phalanx_runtime.inplace")
 POLL_SECONDS = 1.0
+PEER_GONE_EXIT_DELAY_SECONDS = 2.0  # a worker whose peer is gone waits this long before it exits (train.py)
 # Signals torchrun's agent sends the other workers once one failed: those deaths follow, not lead.
 AGENT_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
 # A peer gone or the rendezvous broken (as operator/phalanx/lifecycle/failure_cause.py's
@@ -51,6 +52,11 @@ PEER_GONE = re.compile(
 def killed_by_signal(exitcodes: Iterable[int]) -> bool:
     """Whether a worker died of a signal of its own (SIGKILL, SIGSEGV; torchrun reports -N)."""
     return any(code < 0 and -code not in AGENT_STOP_SIGNALS for code in exitcodes)
+
+
+def says_peer_gone(text: str) -> bool:
+    """Whether an error's text is a broken collective, store or rendezvous."""
+    return PEER_GONE.search(text) is not None
 
 
 def report_says_peer_gone(report: dict[str, Any] | None) -> bool:

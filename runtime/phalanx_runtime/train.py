@@ -18,11 +18,13 @@ import logging
 import os
 import signal
 import threading
+import time
 
 from phalanx_common.contract import StartupPhase
 from phalanx_runtime.config import RuntimeConfig, load_config
 from phalanx_runtime.env import ENV_RANK, ENV_RESULT_FILE
 from phalanx_runtime.failure_report import report_exception
+from phalanx_runtime.inplace import PEER_GONE_EXIT_DELAY_SECONDS, says_peer_gone
 from phalanx_runtime.lifetime import (
     EXIT_PREEMPTED,
     StopWatchdog,
@@ -104,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         result = train(load_config(args.config), timeline=timeline)
     except Exception as exc:  # the pod's termination message names this rank and its error
         report_exception(exc, rank=_rank())
+        if says_peer_gone(f"{type(exc).__name__}: {exc}"):
+            # A peer's death broke the collective: stay a moment, so that torchrun sees the peer
+            # end first (with forked workers it names only the first worker to end) and the
+            # launcher reports the rank that died, not this echo of it.
+            time.sleep(PEER_GONE_EXIT_DELAY_SECONDS)
         raise
     if (_rank() or 0) == 0 and os.environ.get(ENV_RESULT_FILE):
         write_result(result, os.environ[ENV_RESULT_FILE])
