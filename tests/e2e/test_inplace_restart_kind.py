@@ -126,7 +126,9 @@ def _rolled_out(apps, dep) -> bool:
 
 def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_image):
     name = "e2e-inplace"
-    jobs.create(small_job(name, runtime_image, steps=60, interval=5))
+    # enough steps that the trainer still runs when the status shows the checkpoint (the operator
+    # reads progress every resync; forked workers train the debug model's 40 steps within one)
+    jobs.create(small_job(name, runtime_image, steps=300, interval=10))
     seen = follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
     saved = seen[-1]["lastCheckpoint"]["step"]
     pods = {p.metadata.name: p for p in jobs.pods(name)}
@@ -161,7 +163,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
 def test_with_in_place_restarts_off_a_killed_rank_recreates_the_gang(jobs, runtime_image, operator_config):
     operator_config(restartInPlace=False)
     name = "e2e-recreate"
-    jobs.create(small_job(name, runtime_image, steps=40, interval=5))
+    jobs.create(small_job(name, runtime_image, steps=300, interval=10))  # still running at the kill (above)
     follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
     pods = jobs.pods(name)
     assert not any(p.spec.containers[0].restart_policy_rules for p in pods)
