@@ -124,7 +124,7 @@ async def _discover_in_place(kube: Kube, namespaces: list[str] | None) -> bool:
     try:
         kept = inplace.rules_kept(await kube.dry_run_pod(inplace.probe_pod(namespace)))
         lacking = inplace.nodes_lacking(await kube.list_nodes()) if kept else []
-    except Exception:  # noqa: BLE001 - refused or failed: recreate, as before
+    except Exception:  # noqa: BLE001 - refused or failed: gangs recreate
         log.warning("in-place restart discovery failed; gangs restart by recreating their pods", exc_info=True)
         return False
     if not kept:

@@ -1,7 +1,7 @@
 """Replace only the failed node (pure): when one node of a running, placed gang whose pods restart
 in place is lost (gone, NotReady) or quarantined, that node-rank's pod moves to a spare node of the
 gang's topology domain (gang/spare.py, booked through the scheduler) and the other pods restart in
-place; otherwise the gang restarts as before (a lost node recreates it; a quarantined one keeps
+place; otherwise the gang restarts the usual way (a lost node recreates it; a quarantined one keeps
 running) and status.nodeReplacement says why the node was not replaced alone.
 
 A replacement runs over several passes, each replayable from the status it wrote

@@ -200,7 +200,7 @@ def in_place_exit_codes(job: TrainingJob) -> list[int]:
     """The trainer's exit codes that restart the pod's containers in place: the runtime's own
     restart code and the codes failurePolicy names retryable. A code 128 and up (killed by a
     signal: the OOM killer, SIGTERM of a deletion or preemption) and every other code end the
-    pod, whose failure the operator handles as before (recreate the gang, or fail the job): a
+    pod, whose failure the operator handles the usual way (recreate the gang, or fail the job): a
     memory limit or a node going away is not cured by restarting on the same node."""
     policy = job.spec.failure_policy
     retryable = (code for code in policy.retryable_exit_codes if code < 128)

@@ -1,5 +1,5 @@
 """lifecycle/replace_node.py: one lost or quarantined node of a running gang is replaced alone, or
-the status says why not and the gang restarts as before."""
+the status says why not and the gang restarts the usual way."""
 
 from __future__ import annotations
 
