@@ -48,6 +48,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 # operator's restart request (the kubelet rewrites the downward-API file when it syncs the pod) and
 # what a restarted gang takes to its first step, on a loaded kind node too.
 HANG_TIMEOUT = 150
+# The kill tests' steps: enough that the trainer still runs when the status shows the checkpoint at
+# step 10 (the operator reads progress every resync; forked workers train 40 steps within one).
+KILL_TEST_STEPS = 300
 
 
 def signal_workers(jobs, pod: str, signal_name: str = "SIGKILL") -> str:
@@ -126,9 +129,7 @@ def _rolled_out(apps, dep) -> bool:
 
 def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_image):
     name = "e2e-inplace"
-    # enough steps that the trainer still runs when the status shows the checkpoint (the operator
-    # reads progress every resync; forked workers train the debug model's 40 steps within one)
-    jobs.create(small_job(name, runtime_image, steps=300, interval=10))
+    jobs.create(small_job(name, runtime_image, steps=KILL_TEST_STEPS, interval=10))
     seen = follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
     saved = seen[-1]["lastCheckpoint"]["step"]
     pods = {p.metadata.name: p for p in jobs.pods(name)}
@@ -146,7 +147,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     assert final["restartAttempt"] == 0, "an in-place restart is no new attempt"
     resumed = RESUMED.search(rank0_log(jobs, name, 0))
     assert resumed and int(resumed.group(1)) >= saved, f"resumed {resumed and resumed.group(0)}, a checkpoint at {saved} existed"
-    assert final["step"] == 60 and final["lastCheckpoint"]["step"] == 60
+    assert final["step"] == KILL_TEST_STEPS and final["lastCheckpoint"]["step"] == KILL_TEST_STEPS
     assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
     failure = final["lastFailure"]  # the killed rank's pod; its launcher's exit code when the kubelet kept it
     assert failure["pod"] == f"{name}-node-1-0" and failure["nodeRank"] == 1, failure
@@ -163,7 +164,7 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
 def test_with_in_place_restarts_off_a_killed_rank_recreates_the_gang(jobs, runtime_image, operator_config):
     operator_config(restartInPlace=False)
     name = "e2e-recreate"
-    jobs.create(small_job(name, runtime_image, steps=300, interval=10))  # still running at the kill (above)
+    jobs.create(small_job(name, runtime_image, steps=KILL_TEST_STEPS, interval=10))
     follow(jobs, name, lambda s: (s.get("lastCheckpoint") or {}).get("step", 0) >= 10, 900)
     pods = jobs.pods(name)
     assert not any(p.spec.containers[0].restart_policy_rules for p in pods)
