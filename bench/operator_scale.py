@@ -578,13 +578,7 @@ def run_trial(op, tag: str, pods: int, api: client.ApiClient, audit_log: Path, s
         log(f"{tag}: {exc}")
     res["delete_s"] = round(time.time() - td, 2)
     watch.stopped = True
-    core.delete_namespace(ns)
-    try:
-        wait_for(lambda: not _exists(lambda: core.read_namespace(ns)), 180, f"namespace {ns} gone", 0.5)
-    except TimeoutError as exc:
-        log(f"{tag}: {exc}")
-    if op.p:
-        op.p.stop()
+    drop_namespace(core, ns, op, tag)
     time.sleep(3)
     # Audit: requests received between create and all-Running + settle.
     res["audit"] = {ua: dict(c) for ua, c in audit_counts(audit_log, t0, t_end).items()}
@@ -618,6 +612,17 @@ def job_spans(watch: PodWatch, t0: float) -> dict[str, float]:
         done[job] = max(done[job], t - t0)
     v = sorted(done.values())
     return {"first": round(v[0], 3), "p50": round(v[len(v) // 2], 3), "last": round(v[-1], 3), "n": len(v)}
+
+
+def drop_namespace(core, ns: str, op: Operator, tag: str) -> None:
+    """Delete the trial's namespace, wait until it is gone, stop the trial's operator."""
+    core.delete_namespace(ns)
+    try:
+        wait_for(lambda: not _exists(lambda: core.read_namespace(ns)), 180, f"namespace {ns} gone", 0.5)
+    except TimeoutError as exc:
+        log(f"{tag}: {exc}")
+    if op.p:
+        op.p.stop()
 
 
 def _exists(fn) -> bool:

@@ -74,6 +74,7 @@ from bench.operator_scale import (  # noqa: E402
     Phalanx,
     PodWatch,
     _exists,
+    drop_namespace,
     kubectl,
     log,
     trainingjob,
@@ -344,13 +345,7 @@ def teardown(run: KwokRun, core, ns: str, op: Phalanx, pod_watch: PodHistory, jo
     except Exception as exc:  # noqa: BLE001 - a failed trial still tears down what it can
         log(f"{ns}: teardown: {exc}")
     pod_watch.stopped = job_watch.stopped = True
-    core.delete_namespace(ns)
-    try:
-        wait_for(lambda: not _exists(lambda: core.read_namespace(ns)), 180, f"namespace {ns} gone", 0.5)
-    except TimeoutError as exc:
-        log(f"{ns}: {exc}")
-    if op.p:
-        op.p.stop()
+    drop_namespace(core, ns, op, ns)
 
 
 def victim_of(pod_watch: PodHistory, now: float) -> PodEvent:
