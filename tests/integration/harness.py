@@ -234,30 +234,41 @@ POOL_LABEL = "phalanx.dev/test-pool"
 TOPO_LABELS = ("phalanx.dev/topology-block", "phalanx.dev/topology-subblock", "phalanx.dev/topology-rack")
 
 
-@pytest.fixture
-def pool(cluster, api):
-    """16 nodes × 8 GPUs: 2 blocks × 2 subblocks × 2 racks × 2 nodes, tainted for this test only."""
-    pid = uuid.uuid4().hex[:6]
-    topo = parse_topology({
-        "name": f"pool-{pid}", "namePrefix": f"p{pid}",
-        "layout": {"block": 2, "subblock": 2, "rack": 2, "node": 2},
-        "node": {"gpu": 8, "labels": {POOL_LABEL: pid},
-                 "taints": [{"key": POOL_LABEL, "value": pid, "effect": "NoSchedule"}]},
-    })
-    core = client.CoreV1Api(api)
-    names = []
+def create_pool_nodes(api, kubeconfig, pid: str, prefix: str, layout: dict, status: dict | None = None,
+                      timeout: float = 60) -> list[str]:
+    """kwok GPU nodes of ``layout`` tainted and labelled for one test (pool ``pid``), in topology
+    domains private to the pool; ``status`` is merged into each node's status. Their names, Ready."""
+    topo = parse_topology({"name": f"pool-{pid}", "namePrefix": f"{prefix}{pid}", "layout": layout,
+                           "node": {"gpu": 8, "labels": {POOL_LABEL: pid},
+                                    "taints": [{"key": POOL_LABEL, "value": pid, "effect": "NoSchedule"}]}})
+    core, names = client.CoreV1Api(api), []
     for m in node_manifests(topo):
         for key in TOPO_LABELS:  # domains private to this pool
             m["metadata"]["labels"][key] = f"{pid}-{m['metadata']['labels'][key]}"
+        m.setdefault("status", {}).update(status or {})
         core.create_node(m)
         names.append(m["metadata"]["name"])
-    wait_nodes_ready(cluster.kubeconfig, set(names), timeout=60)
-    yield {"id": pid, "nodes": names, "labels": {n: core.read_node(n).metadata.labels for n in names}}
+    wait_nodes_ready(kubeconfig, set(names), timeout=timeout)
+    return names
+
+
+def delete_nodes(api, names) -> None:
+    core = client.CoreV1Api(api)
     for n in names:
         try:
             core.delete_node(n)
         except ApiException:
             pass
+
+
+@pytest.fixture
+def pool(cluster, api):
+    """16 nodes × 8 GPUs: 2 blocks × 2 subblocks × 2 racks × 2 nodes, tainted for this test only."""
+    pid = uuid.uuid4().hex[:6]
+    names = create_pool_nodes(api, cluster.kubeconfig, pid, "p", {"block": 2, "subblock": 2, "rack": 2, "node": 2})
+    core = client.CoreV1Api(api)
+    yield {"id": pid, "nodes": names, "labels": {n: core.read_node(n).metadata.labels for n in names}}
+    delete_nodes(api, names)
 
 
 def pooled(pool, name, nodes, **spec):

@@ -14,14 +14,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from localcluster import node_manifests, parse_topology, wait_nodes_ready
 from phalanx.constants import FEATURE_RESTART_ALL_CONTAINERS
-from tests.integration.harness import GROUP, VERSION, Jobs, OperatorProcess, job_manifest, wait_for
+from tests.integration.harness import (
+    GROUP,
+    POOL_LABEL,
+    VERSION,
+    Jobs,
+    OperatorProcess,
+    create_pool_nodes,
+    delete_nodes,
+    job_manifest,
+    wait_for,
+)
 
-POOL_LABEL = "phalanx.dev/test-pool"
-TOPO_LABELS = ("phalanx.dev/topology-block", "phalanx.dev/topology-subblock", "phalanx.dev/topology-rack")
 BLOCK = "phalanx.dev/topology-block"
 RESTART_REQUEST = "phalanx.dev/restart-request"
 SHIM = '''
@@ -61,29 +67,16 @@ def make_pool(cluster, api):
 
     def make(layout):
         pid = uuid.uuid4().hex[:6]
-        topo = parse_topology({"name": f"pool-{pid}", "namePrefix": f"r{pid}", "layout": layout,
-                               "node": {"gpu": 8, "labels": {POOL_LABEL: pid},
-                                        "taints": [{"key": POOL_LABEL, "value": pid, "effect": "NoSchedule"}]}})
-        names = []
-        for manifest in node_manifests(topo):
-            for key in TOPO_LABELS:
-                manifest["metadata"]["labels"][key] = f"{pid}-{manifest['metadata']['labels'][key]}"
-            # the scheduler places a pod with restart rules only on a node whose kubelet declares them
-            manifest.setdefault("status", {})["declaredFeatures"] = [FEATURE_RESTART_ALL_CONTAINERS]
-            core.create_node(manifest)
-            names.append(manifest["metadata"]["name"])
+        # the scheduler places a pod with restart rules only on a node whose kubelet declares them
+        names = create_pool_nodes(api, cluster.kubeconfig, pid, "r", layout,
+                                  {"declaredFeatures": [FEATURE_RESTART_ALL_CONTAINERS]}, timeout=120)
         made.extend(names)
-        wait_nodes_ready(cluster.kubeconfig, set(names), timeout=120)
         read = {n: core.read_node(n) for n in names}
         assert all(FEATURE_RESTART_ALL_CONTAINERS in (node.status.declared_features or []) for node in read.values())
         return {"id": pid, "nodes": names, "block": {n: node.metadata.labels[BLOCK] for n, node in read.items()}}
 
     yield make
-    for name in made:
-        try:
-            core.delete_node(name)
-        except ApiException:
-            pass
+    delete_nodes(api, made)
 
 
 def pool_job(pool, name, nodes, **spec):
