@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -214,6 +215,7 @@ class JobLoop:
         else:
             self.running_since = None
         spec = dict(body.get("spec") or {})
+        job_nodes = _job_nodes(pods, status)
         kueued = await _kueue_admission(self.memo.kube, ns, name, spec, pods)
         observed = Observed(
             pods=pods,
@@ -222,8 +224,8 @@ class JobLoop:
             network_policy_exists=bool(owned(indexes.job_network_policies, (ns, network_policy_name(name)), uid)),
             # an earlier run's report says nothing of this one (its step, where it resumed)
             progress=self.progress if self.progress_run == progress_run(status) else None,
-            lost_nodes=_lost_nodes(pods, indexes.cluster_nodes, _placed_nodes(status)),
-            quarantined_nodes=_quarantined_nodes(self.memo, pods, _placed_nodes(status)),
+            lost_nodes=_lost_nodes(job_nodes, indexes.cluster_nodes),
+            quarantined_nodes=_quarantined_nodes(self.memo, job_nodes),
             config_map_hash=next(iter(owned(indexes.job_config_maps, (ns, config_map_name(name)), uid)), None),
             namespace_labels=await self.namespace_labels(),
             backend_schedulable=await _workload_schedulable(self.memo.kube, ns, name, spec, self.memo.config.workload_api_versions)
@@ -424,26 +426,24 @@ def _controlled(pod: dict[str, Any]) -> bool:
     return any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
 
 
-def _placed_nodes(status: dict[str, Any]) -> list[str]:
-    """The node of each node-rank, as the job's placement says (status.placement.nodes)."""
-    nodes = (status.get("placement") or {}).get("nodes")
-    return [node for node in nodes if isinstance(node, str)] if isinstance(nodes, list) else []
+def _job_nodes(pods: list[dict[str, Any]], status: dict[str, Any]) -> set[str]:
+    """The nodes of this job's pods and of its placement (status.placement.nodes: a node-rank's
+    node even while its pod is gone)."""
+    placed = (status.get("placement") or {}).get("nodes")
+    nodes = [pod["spec"].get("nodeName") for pod in pods] + (placed if isinstance(placed, list) else [])
+    return {node for node in nodes if isinstance(node, str) and node}
 
 
-def _quarantined_nodes(memo: kopf.Memo, pods: list[dict[str, Any]], placed: list[str]) -> frozenset[str]:
-    """Nodes of this job's pods (or placement) that a NodeQuarantine names."""
+def _quarantined_nodes(memo: kopf.Memo, nodes: set[str]) -> frozenset[str]:
+    """The job's nodes that a NodeQuarantine names."""
     quarantined = memo.gangs.scheduler.quarantined()
-    if not quarantined:
-        return frozenset()
-    return frozenset(set(quarantined) & ({p["spec"].get("nodeName") for p in pods} | set(placed)))
+    return frozenset(nodes.intersection(quarantined)) if quarantined else frozenset()
 
 
-def _lost_nodes(pods: list[dict[str, Any]], cluster_nodes: kopf.Index, placed: list[str] | None = None) -> frozenset[str]:
-    """Nodes of this job's pods, or of its placement, that are gone from the inventory or not Ready."""
+def _lost_nodes(nodes: Iterable[str], cluster_nodes: kopf.Index) -> frozenset[str]:
+    """The job's nodes that are gone from the inventory or not Ready."""
     lost = set()
-    for node in {pod["spec"].get("nodeName") for pod in pods} | set(placed or ()):
-        if not node:
-            continue
+    for node in nodes:
         entry = next(iter(cluster_nodes.get(node, [])), None)
         if entry is None or not entry.ready:
             lost.add(node)

@@ -46,7 +46,7 @@ def test_the_node_index_keeps_parsed_nodes_and_lost_nodes_reads_them():
     entry = next(iter(ix.cluster_nodes["n1"]))
     assert entry.ready and entry.allocatable[GPU] == 8 and entry.allocatable["memory"] == 64 * 2**30
     pods = [{"spec": {"nodeName": n}} for n in ("n1", "n2", "n3")] + [{"spec": {}}]
-    assert jobloop._lost_nodes(pods, ix.cluster_nodes) == frozenset({"n2", "n3"})
+    assert jobloop._lost_nodes(jobloop._job_nodes(pods, {}), ix.cluster_nodes) == frozenset({"n2", "n3"})
 
 
 def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost():
@@ -54,4 +54,4 @@ def test_a_node_with_a_bad_quantity_is_indexed_with_nothing_allocatable_not_lost
     bad["status"]["allocatable"][GPU] = "eight"
     entry = next(iter(indexes([bad]).cluster_nodes["n1"]))
     assert entry.allocatable == {} and entry.ready
-    assert jobloop._lost_nodes([{"spec": {"nodeName": "n1"}}], indexes([bad]).cluster_nodes) == frozenset()
+    assert jobloop._lost_nodes({"n1"}, indexes([bad]).cluster_nodes) == frozenset()
