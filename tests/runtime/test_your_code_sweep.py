@@ -1,5 +1,6 @@
 """A TrainingSweep over the user's own Hugging Face Trainer script (tests/runtime/user_code/hf_trainer.py,
-unmodified), with real processes: the local sweep (what `phalanx local SWEEP.yaml` runs, polling
+unmodified, each step paced to 0.1 s by hf_trainer_paced.py so that a trial lasts long enough to be
+stopped), with real processes: the local sweep (what `phalanx local SWEEP.yaml` runs, polling
 every 0.2 s here) runs each trial as `phalanx local` of a 1-node command job under torchrun, its
 learning rate from the sweep's ``env.LEARNING_RATE`` parameter (``--learning-rate $(LEARNING_RATE)``),
 its progress read from Trainer's console output by the ``huggingface`` collector. The sweep picks
@@ -44,7 +45,7 @@ FINAL_EVAL = re.compile(r"final eval_loss=(\S+)")  # the script's own last line
 
 
 def sweep() -> dict:
-    args = [str(HERE / "user_code" / "hf_trainer.py"), "--output-dir", "$(PHALANX_CHECKPOINT_DIR)/out",
+    args = [str(HERE / "user_code" / "hf_trainer_paced.py"), "--output-dir", "$(PHALANX_CHECKPOINT_DIR)/out",
             "--max-steps", str(STEPS), "--eval-steps", str(EVAL_STEPS), "--save-steps", str(10 * STEPS),
             "--learning-rate", "$(LEARNING_RATE)"]
     return {
