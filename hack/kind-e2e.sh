@@ -26,6 +26,7 @@ refuses --privileged, kind runs through hack/kind/shim/docker.
 Environment:
   PHALANX_KIND_CLUSTER     cluster name (default phalanx)
   PHALANX_KIND_DIR         state: kubeconfig, kind config, logs, shared/ (default .kind/)
+  PHALANX_KIND_WORKERS     worker nodes of a new cluster (default 2; one training pod per worker)
   PHALANX_KIND_NODE_IMAGE  use this node image
   PHALANX_KIND_IMAGES      Phalanx images to build and load (default "operator runtime";
                            "operator" skips the 3.9 GB runtime image)

@@ -182,6 +182,10 @@ ENV_RESTART_REQUEST_FILE = "PHALANX_RESTART_REQUEST_FILE"
 # A pod created to replace one on a lost node joins a gang that has restarted in place this many
 # times: its own starts count from there, so a request it already matches is not taken.
 ENV_RESTART_BASE = "PHALANX_RESTART_BASE"
+# The job's failurePolicy.backoffSeconds / maxBackoffSeconds: the kubelet restarts a pod in place
+# at once, so the launcher waits the backoff the operator would have waited before recreating.
+ENV_RESTART_BACKOFF_SECONDS = "PHALANX_RESTART_BACKOFF_SECONDS"
+ENV_RESTART_MAX_BACKOFF_SECONDS = "PHALANX_RESTART_MAX_BACKOFF_SECONDS"
 PODINFO_MOUNT_PATH = "/etc/phalanx/podinfo"
 # The pod's scratch emptyDir (HOME, TMPDIR and caches point there unless the job's env says
 # otherwise); the launcher keeps its start count there, whatever HOME is.

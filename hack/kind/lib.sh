@@ -24,6 +24,8 @@ STATE="${PHALANX_KIND_DIR:-$ROOT/.kind}"
 SHARED="$STATE/shared"
 KIND_KUBECONFIG="$STATE/kubeconfig"
 NAMESPACE="${PHALANX_NAMESPACE:-default}"
+WORKERS="${PHALANX_KIND_WORKERS:-2}"
+[[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { echo "PHALANX_KIND_WORKERS: a number of worker nodes, 1-99 (got '$WORKERS')" >&2; exit 2; }
 
 # Messages go to stderr (stdout carries results: a tag, a dir); LOG_PREFIX names the script.
 log() { echo "${LOG_PREFIX:-phalanx-kind:} $*" >&2; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/kind-e2e.sh up: build or reuse everything, create the kind cluster $CLUSTER (1 control
-# plane + 2 workers; kept when it exists), load Phalanx's images, install charts/phalanx.
+# plane + $PHALANX_KIND_WORKERS workers, default 2; kept when it exists), load Phalanx's images, install charts/phalanx.
 # Environment: see hack/kind-e2e.sh --help.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,10 +24,9 @@ name: $CLUSTER
 nodes:
   - role: control-plane
 $mount
-  - role: worker
-$mount
-  - role: worker
-$mount
+YAML
+  for ((i = 0; i < WORKERS; i++)); do printf '  - role: worker\n%s\n' "$mount"; done
+  cat <<YAML
 kubeadmConfigPatches:
   - |
     kind: KubeletConfiguration

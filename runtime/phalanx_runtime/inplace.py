@@ -10,10 +10,11 @@ committed checkpoint, as every start does.
 * :class:`RestartRequests` — the operator asks a pod to restart (a hang, or a peer that restarted
   while this pod's workers did not notice) by setting the pod annotation
   ``phalanx.dev/restart-request`` to the container restart count the pod should reach; the
-  downward-API file ``$PHALANX_RESTART_REQUEST_FILE`` shows it (the kubelet refreshes it within
-  its sync period, about a minute). The launcher counts its own starts in the pod (a file on the
+  downward-API file ``$PHALANX_RESTART_REQUEST_FILE`` shows it (the kubelet rewrites it when it
+  syncs the pod, seconds after the annotation changes). The launcher counts its own starts in the pod (a file on the
   scratch emptyDir, which an in-place restart keeps), so a request it already honoured — the file
   may still show it after the restart — is not taken twice.
+* :func:`wait_backoff` — the kubelet restarts at once; the launcher waits the job's backoff.
 """
 
 from __future__ import annotations
@@ -23,18 +24,22 @@ import logging
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from phalanx_common.contract import (
+    ENV_RESTART_BACKOFF_SECONDS,
     ENV_RESTART_BASE,
+    ENV_RESTART_MAX_BACKOFF_SECONDS,
     ENV_RESTART_REQUEST_FILE,
     EXIT_RESTART_IN_PLACE,
     LAUNCH_COUNT_FILE,
     REPORT_KEY_ERROR,
     ErrorKey,
 )
+from phalanx_common.restarts import backoff_seconds, restart_count
 
 log = logging.getLogger("phalanx_runtime.inplace")
 POLL_SECONDS = 1.0
@@ -101,12 +106,6 @@ def count_launch(directory: str | None) -> int:
     return before
 
 
-def request_in(text: str) -> int:
-    """The restart count a request file asks for (0: none, or unreadable)."""
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0
-
-
 class RestartRequests:
     """Watches the request file; ``on_request`` runs once when it asks for more restarts than
     this pod has had (``restarts``)."""
@@ -119,7 +118,7 @@ class RestartRequests:
     def wanted(self) -> int:
         """The count asked for, if more than this pod's restarts; else 0."""
         try:
-            asked = request_in(Path(self.path).read_text())
+            asked = restart_count(Path(self.path).read_text().strip())
         except OSError:
             return 0
         return asked if asked > self.restarts else 0
@@ -147,6 +146,24 @@ def watch_requests(env: dict[str, str], scratch: str | None, on_request: Callabl
     path = env.get(ENV_RESTART_REQUEST_FILE)
     if not path:
         return None
-    watcher = RestartRequests(path, request_in(env.get(ENV_RESTART_BASE, "")) + count_launch(scratch), on_request)
+    watcher = RestartRequests(path, restart_count(env.get(ENV_RESTART_BASE, "")) + count_launch(scratch), on_request)
     watcher.start()
     return watcher
+
+
+def backoff_before(env: dict[str, str], restarts: int) -> int:
+    """Seconds to wait before training again after this pod's ``restarts``-th restart in place:
+    the job's failurePolicy backoff, as the operator waits it before recreating a gang (every pod
+    of the gang has restarted as often, so all wait alike)."""
+    first = restart_count(env.get(ENV_RESTART_BACKOFF_SECONDS))
+    return backoff_seconds(restarts, first, restart_count(env.get(ENV_RESTART_MAX_BACKOFF_SECONDS)))
+
+
+def wait_backoff(env: dict[str, str], watcher: RestartRequests | None, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Wait out :func:`backoff_before` (nothing on a pod's first start); the seconds waited."""
+    delay = backoff_before(env, watcher.restarts) if watcher is not None else 0
+    if delay:
+        log.warning("restarted in place (restart %d): waiting %d s (failurePolicy.backoffSeconds) before training",
+                    watcher.restarts, delay)
+        sleep(delay)
+    return delay

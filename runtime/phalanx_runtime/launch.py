@@ -313,7 +313,8 @@ def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
     # the start count lives on the scratch emptyDir, not in HOME: a job may point HOME at a shared volume
-    inplace.watch_requests(dict(os.environ), SCRATCH_MOUNT_PATH, _restart_now)
+    watcher = inplace.watch_requests(dict(os.environ), SCRATCH_MOUNT_PATH, _restart_now)
+    inplace.wait_backoff(dict(os.environ), watcher)
     return _torchrun(targs)
 
 

@@ -18,11 +18,13 @@ from phalanx.constants import (
     FailureCategory,
     ProgressKey,
     Reason,
+    RestartMode,
 )
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.failure_cause import Cause, cause_of, one_line, precedence, terminated
 from phalanx.lifecycle.pods import is_alive, is_gated
 from phalanx.lifecycle.status import StatusView, parse_iso
+from phalanx_common import restarts as restarts_lib
 
 # Pod-level reasons that never depend on the user's code: always retryable.
 INFRA_REASONS = frozenset({"Evicted", "Preempting", "NodeLost", "NodeAffinity", "OutOfpods", "Terminated", "DeadlineExceeded", "UnexpectedAdmissionError"})
@@ -108,9 +110,7 @@ def node_of(pods: list[dict[str, Any]], name: str) -> str | None:
 
 def backoff_seconds(restarts: int, policy: FailurePolicy) -> int:
     """Delay before restart number ``restarts`` (1-based): base × 2^(n-1), capped."""
-    if restarts <= 0 or policy.backoff_seconds == 0:
-        return 0
-    return min(policy.backoff_seconds * 2 ** (restarts - 1), policy.max_backoff_seconds)
+    return restarts_lib.backoff_seconds(restarts, policy.backoff_seconds, policy.max_backoff_seconds)
 
 
 def first_failure(view: StatusView, current: list[dict], spec: Any, now: datetime, lost_nodes: frozenset[str],
@@ -152,10 +152,21 @@ def _hang(view: StatusView, spec: Any, now: datetime, progress: dict[str, Any] |
     last = parse_iso(view.status.last_progress_time) or parse_iso(view.status.start_time)
     # A step reported in this very pass is progress (it is applied to the status only at the end).
     fresh = (progress or {}).get("step") not in (None, view.status.step)
-    if hang and not fresh and view.status.phase == Phase.RUNNING and last is not None and (now - last).total_seconds() > hang:
+    if hang and not fresh and view.status.phase == Phase.RUNNING and last is not None and \
+            (now - last).total_seconds() > hang + in_place_backoff(view, spec.failure_policy):
         return Failure("rank 0", 0, Reason.HANG, f"no step progress for {int((now - last).total_seconds())}s (hangTimeoutSeconds {hang})",
                        None, True, Cause(FailureCategory.HANG))
     return None
+
+
+def in_place_backoff(view: StatusView, policy: FailurePolicy) -> int:
+    """The backoff the launchers wait after a restart in place (runtime inplace.wait_backoff),
+    while no step has come since every pod ran again: the hang clock allows it on top."""
+    restarting = get_condition(view.status.conditions, ConditionType.RESTARTING)
+    if view.status.last_restart_mode != RestartMode.IN_PLACE or restarting is None or restarting.status != "False" \
+            or restarting.reason != Reason.RUNNING or restarting.last_transition_time != view.status.last_progress_time:
+        return 0
+    return backoff_seconds(view.status.in_place_restarts, policy)
 
 
 def stuck_terminating(pods: list[dict], lost_nodes: frozenset[str], now: datetime, timeout: int) -> list[str]:

@@ -36,6 +36,7 @@ from phalanx.lifecycle.failure_cause import Cause, cause_of, precedence
 from phalanx.lifecycle.failures import Failure, node_of, pod_rank
 from phalanx.lifecycle.pods import alive_names, is_alive, pod_phase
 from phalanx.render.pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
+from phalanx_common.restarts import restart_count
 
 # The reason the kubelet gives a container it removed to restart every container of the pod.
 KUBELET_REMOVED = "RestartingAllContainers"
@@ -63,19 +64,13 @@ def restart_base(pod: dict[str, Any]) -> int:
         if container.get("name") == CONTAINER_NAME:
             for env in container.get("env") or []:
                 if env.get("name") == ENV_RESTART_BASE:
-                    return count_value(env.get("value"))
+                    return restart_count(env.get("value"))
     return 0
 
 
 def requested(pod: dict[str, Any]) -> int:
     """The restart count the operator last asked the pod to reach (0: never asked)."""
-    return count_value(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_REQUEST))
-
-
-def count_value(value: Any) -> int:
-    """A restart count a pod carries (an annotation, an env value): anyone who may edit the pod
-    may write it, so anything but a plain decimal of at most nine digits is 0."""
-    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9 else 0
+    return restart_count(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESTART_REQUEST))
 
 
 def restarts_in_place(pod: dict[str, Any]) -> bool:

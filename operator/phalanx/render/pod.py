@@ -226,6 +226,9 @@ def restart_in_place(job: TrainingJob, pod_spec: dict[str, Any]) -> None:
                                       "readOnly": True})
     container["env"].append(_env(constants.ENV_RESTART_REQUEST_FILE,
                                  f"{constants.PODINFO_MOUNT_PATH}/{constants.RESTART_REQUEST_FILE}"))
+    policy = job.spec.failure_policy
+    container["env"] += [_env(constants.ENV_RESTART_BACKOFF_SECONDS, str(policy.backoff_seconds)),
+                         _env(constants.ENV_RESTART_MAX_BACKOFF_SECONDS, str(policy.max_backoff_seconds))]
 
 
 def build_pod(

@@ -99,3 +99,24 @@ def test_a_replacement_pod_counts_from_the_gangs_restarts(tmp_path):
     assert watcher.restarts == 2 and watcher.wanted() == 0
     path.write_text("3")
     assert watcher.wanted() == 3
+
+
+@pytest.mark.parametrize(("env", "restarts", "delay"), [
+    pytest.param({"PHALANX_RESTART_BACKOFF_SECONDS": "10", "PHALANX_RESTART_MAX_BACKOFF_SECONDS": "300"}, 0, 0,
+                 id="first-start-no-wait"),
+    pytest.param({"PHALANX_RESTART_BACKOFF_SECONDS": "10", "PHALANX_RESTART_MAX_BACKOFF_SECONDS": "300"}, 1, 10,
+                 id="first-restart-waits-the-backoff"),
+    pytest.param({"PHALANX_RESTART_BACKOFF_SECONDS": "10", "PHALANX_RESTART_MAX_BACKOFF_SECONDS": "25"}, 3, 25,
+                 id="doubled-and-capped"),
+    pytest.param({"PHALANX_RESTART_BACKOFF_SECONDS": "0", "PHALANX_RESTART_MAX_BACKOFF_SECONDS": "300"}, 2, 0,
+                 id="backoff-zero"),
+    pytest.param({"PHALANX_RESTART_BACKOFF_SECONDS": "1e9", "PHALANX_RESTART_MAX_BACKOFF_SECONDS": "300"}, 2, 0,
+                 id="malformed-means-none"),
+    pytest.param({}, 2, 0, id="a-pod-from-before-the-backoff-env"),
+])
+def test_a_pod_restarted_in_place_waits_the_jobs_backoff(tmp_path, env, restarts, delay):
+    slept = []
+    watcher = inplace.RestartRequests(str(tmp_path / "restart-request"), restarts, lambda _: None)
+    assert inplace.wait_backoff(env, watcher, sleep=slept.append) == delay
+    assert slept == ([delay] if delay else [])
+    assert inplace.wait_backoff(env, None, sleep=slept.append) == 0  # a pod that does not restart in place

@@ -130,6 +130,25 @@ def test_a_hang_during_a_restart_in_place_recreates_the_gang(reason, mode):
     assert ctx.view.status.restart_attempt == (1 if mode == "Recreate" else 0)
 
 
+@pytest.mark.parametrize(("since_caught_up", "mode", "hang"), [
+    pytest.param(True, "InPlace", False, id="no-step-since-the-restart-the-launchers-backoff-is-allowed"),
+    pytest.param(False, "InPlace", True, id="a-step-came-after-it-the-plain-timeout"),
+    pytest.param(True, "Recreate", True, id="a-recreated-gang-waited-its-backoff-before-creation"),
+])
+def test_the_hang_clock_allows_the_backoff_launchers_wait_after_a_restart_in_place(since_caught_up, mode, hang):
+    """The launchers wait backoffSeconds × 2^(n-1) (here 10 × 2 = 20 s) before training after
+    the n-th restart in place; 70 s without a step is no hang with a 60 s timeout then."""
+    spec = {"failurePolicy": {"maxRestarts": 5, "hangTimeoutSeconds": 60, "backoffSeconds": 10}}
+    caught_up = ago(70)
+    restarting = {"type": "Restarting", "status": "False", "reason": "Running", "message": "",
+                  "lastTransitionTime": caught_up}
+    status = {**RUNNING, "lastProgressTime": caught_up if since_caught_up else ago(69), "step": 7, "restarts": 2,
+              "inPlaceRestarts": 2, "lastRestartMode": mode, "conditions": [restarting]}
+    ctx = prepared(job(spec, status), [trainer(0, 2), trainer(1, 2)], config=IN_PLACE)
+    assert inplace.restarted_in_place(ctx) is None
+    assert (failed(ctx) is not None) == hang
+
+
 @pytest.mark.parametrize(("answer", "kept"), [
     pytest.param(inplace.probe_pod("ns"), True, id="kept"),
     pytest.param({"spec": {"containers": [{"name": "trainer", "restartPolicy": "Never"}]}}, False, id="dropped"),

@@ -250,6 +250,9 @@ def test_in_place_pods_carry_the_restart_rule_and_the_request_file(policy, codes
     path = env_of(container["env"])[constants.ENV_RESTART_REQUEST_FILE]
     mount = next(m for m in container["volumeMounts"] if m["name"] == constants.VOLUME_PODINFO)
     assert path == f"{mount['mountPath']}/{constants.RESTART_REQUEST_FILE}" and mount["readOnly"] is True
+    # the kubelet restarts at once: the launcher waits the job's backoff itself
+    env = env_of(container["env"])
+    assert (env[constants.ENV_RESTART_BACKOFF_SECONDS], env[constants.ENV_RESTART_MAX_BACKOFF_SECONDS]) == ("10", "300")
 
 
 @pytest.mark.parametrize(("policy", "in_place"), [
