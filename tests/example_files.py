@@ -157,6 +157,7 @@ def chart_operator_config() -> dict[str, Any]:
         "podCreateConcurrency": values["podCreateConcurrency"],
         "createPinned": values["createPinned"],
         "restartInPlace": values["restartInPlace"],
+        "replaceLostNodes": values["replaceLostNodes"],
         "defaultShmSize": values["defaultShmSize"],
         "policy": copy.deepcopy(values["policy"]),
         "limits": copy.deepcopy(values["limits"]),

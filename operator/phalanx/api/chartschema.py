@@ -87,6 +87,7 @@ def values_schema() -> dict[str, Any]:
             "podCreateConcurrency": {"type": "integer", "minimum": 1, "maximum": 1024},
             "createPinned": BOOL,
             "restartInPlace": BOOL,
+            "replaceLostNodes": BOOL,
             "limits": _model(Limits),
             "health": _model(HealthConfig),
             "terminationGracePeriodSeconds": {"type": "integer", "minimum": 10},
