@@ -266,10 +266,13 @@ class Kube:
         await self._call_expecting((Outcome.GONE,), "patch", self.custom.patch_cluster_custom_object, constants.GROUP,
                                    constants.VERSION, constants.QUARANTINE_PLURAL, name, {"spec": {"expiresAt": expires_at}})
 
-    async def delete_quarantine(self, name: str) -> bool:
-        """Delete a NodeQuarantine; False when it was gone already (an admin cleared it)."""
-        outcome, _ = await self._call_expecting((Outcome.GONE,), "delete", self.custom.delete_cluster_custom_object,
-                                                constants.GROUP, constants.VERSION, constants.QUARANTINE_PLURAL, name)
+    async def delete_quarantine(self, name: str, resource_version: str = "") -> bool:
+        """Delete a NodeQuarantine, only at ``resource_version`` when given; False when it was gone
+        already (an admin cleared it) or changed since (409: the next pass decides on the new one)."""
+        preconditions = {"body": {"preconditions": {"resourceVersion": resource_version}}} if resource_version else {}
+        outcome, _ = await self._call_expecting((Outcome.GONE, Outcome.EXISTS), "delete",
+                                                self.custom.delete_cluster_custom_object, constants.GROUP,
+                                                constants.VERSION, constants.QUARANTINE_PLURAL, name, **preconditions)
         return outcome is Outcome.DONE
 
     async def get_progress(self, pod_ip: str, port: int = constants.PROGRESS_PORT, timeout: float = 2.0) -> bytes | None:

@@ -59,10 +59,12 @@ class NodeHealth:
         # node's and to shutdown (each node would start one, none cancelled).
         self.task: asyncio.Task | None = None
         self.stopped = False  # the operator is shutting down: no task starts any more
+        self.leader: Any = None  # None: this replica always leads
         self._due: asyncio.Event | None = None
 
     def start(self, kube: Any, config: HealthConfig, leader: Any = None) -> None:
         """Start ``run`` once (kopf waits 5 s at exit for any task it did not see cancelled)."""
+        self.leader = leader
         if self.task is None and not self.stopped:
             self.task = asyncio.create_task(self.run(kube, config, leader), name="phalanx-node-health")
 
@@ -127,6 +129,8 @@ class NodeHealth:
             if before is not None and before.reason != held.reason:
                 NODE_QUARANTINED.remove(before.node, before.reason)
             NODE_QUARANTINED.labels(held.node, held.reason).set(1)
+            if before is None:  # every replica spends what it held: a new leader does not quarantine again from it
+                self._spend(held.node)
         if before is None or type_ == DELETED:
             self.changed()
         self._wake()
@@ -181,13 +185,13 @@ class NodeHealth:
         for node, expires in actions.renew.items():
             await kube.renew_quarantine(node, expires.isoformat().replace("+00:00", "Z"))
         for node in actions.release:
-            if await kube.delete_quarantine(node):
+            held = self.quarantines.get(node)
+            if await kube.delete_quarantine(node, held.resource_version if held is not None else ""):
                 log.info("node %s: quarantine expired, released", node)
 
     def _quarantined(self, new: Quarantined) -> None:
         QUARANTINES.labels(str(new.reason)).inc()
-        for key in [k for k, e in self.evidence.items() if e.node == new.node]:
-            del self.evidence[key]  # spent: after the quarantine, the node starts with a clean slate
+        self._spend(new.node)
         message = f"node {new.node} quarantined until {new.expires_at:%Y-%m-%dT%H:%M:%SZ} ({new.reason}): {new.message}"
         log.warning("%s", message)
         _event(self._node_ref(new.node), "Warning", Reason.NODE_QUARANTINED, message)
@@ -195,7 +199,14 @@ class NodeHealth:
         if job is not None:
             _event(job, "Warning", Reason.NODE_QUARANTINED, message)
 
+    def _spend(self, node: str) -> None:
+        """The node's evidence is spent: after its quarantine, the node starts with a clean slate."""
+        for key in [k for k, e in self.evidence.items() if e.node == node]:
+            del self.evidence[key]
+
     def _released(self, node: str, why: str) -> None:
+        if self.leader is not None and not self.leader.leading():
+            return  # every replica sees the delete; the leader says so once
         _event(self._node_ref(node), "Normal", Reason.NODE_QUARANTINE_RELEASED, f"node {node}: {why}; new gangs may use it")
 
     def _node_ref(self, node: str) -> dict[str, Any]:

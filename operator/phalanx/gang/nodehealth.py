@@ -82,6 +82,9 @@ class Quarantine:
     node: str
     reason: str
     expires_at: datetime | None = None  # None: until deleted
+    # The version the operator decided on: its delete of an expired quarantine carries it as a
+    # precondition, so an admin's change since (a later expiresAt) is not deleted with it.
+    resource_version: str = field(default="", compare=False)
 
     def active(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -89,9 +92,10 @@ class Quarantine:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Quarantine:
         spec = obj.get("spec") or {}
-        name = (obj.get("metadata") or {}).get("name") or spec.get("node", "")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or spec.get("node", "")
         return cls(node=spec.get("node") or name, reason=spec.get("reason", QuarantineReason.MANUAL),
-                   expires_at=parse_time(spec.get("expiresAt")))
+                   expires_at=parse_time(spec.get("expiresAt")), resource_version=str(meta.get("resourceVersion") or ""))
 
 
 @dataclass(frozen=True)

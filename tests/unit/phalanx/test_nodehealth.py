@@ -16,7 +16,7 @@ CONFIG = HealthConfig()
 
 class FakeKube:
     def __init__(self):
-        self.created, self.renewed, self.deleted = [], [], []
+        self.created, self.renewed, self.deleted, self.versions = [], [], [], []
 
     async def create_quarantine(self, obj):
         self.created.append(obj)
@@ -25,8 +25,9 @@ class FakeKube:
     async def renew_quarantine(self, name, expires_at):
         self.renewed.append((name, expires_at))
 
-    async def delete_quarantine(self, name):
+    async def delete_quarantine(self, name, resource_version=""):
         self.deleted.append(name)
+        self.versions.append(resource_version)
         return True
 
 
@@ -181,3 +182,34 @@ def test_a_replica_that_never_leads_keeps_memory_bounded(events):
         assert len(health.evidence) <= 50 and len(health.seen) <= 50
     finally:
         module.MAX_TRACKED = limit
+
+
+class Standby:
+    def leading(self):
+        return False
+
+
+def test_a_standby_spends_the_evidence_a_quarantine_took_and_posts_no_release_event(events):
+    """After a failover, the new leader must not quarantine again from evidence the old leader's
+    quarantine spent (an admin may have deleted it since); only the leader says it was released."""
+    health = NodeHealth()
+    health.leader = Standby()
+    when = datetime.now(UTC).isoformat()
+    for name, namespace in (("a", "team"), ("b", "lab")):
+        health.job_event(None, failing_job(name, when, namespace=namespace))
+    assert len(health.evidence) == 2
+    created = {"metadata": {"name": "n1", "resourceVersion": "7"}, "spec": {"node": "n1", "reason": "JobEvidence"}}
+    health.quarantine_event("ADDED", "n1", created)  # the old leader's quarantine, seen by the standby
+    assert health.evidence == {}
+    health.quarantine_event("DELETED", "n1", created)  # an admin cleared it; the old leader is gone
+    assert events == []
+    assert health.decide(CONFIG).create == []  # the new leader does not put it back
+
+
+def test_an_expired_quarantine_is_deleted_at_the_version_seen(events):
+    health, kube = NodeHealth(), FakeKube()
+    past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
+    health.quarantine_event(None, "n2", {"metadata": {"name": "n2", "resourceVersion": "41"},
+                                         "spec": {"node": "n2", "reason": "Manual", "expiresAt": past}})
+    asyncio.run(_pass(health, kube))
+    assert kube.versions == ["41"]  # an admin's later change (409) is not deleted with it
