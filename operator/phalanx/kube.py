@@ -208,9 +208,18 @@ class Kube:
                                dry_run="All")
         return safejson.loads(raw)
 
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        """Every node, as the API server has it now."""
-        return safejson.loads(await self._call("list", self.core.list_node)).get("items") or []
+    async def list_nodes(self, page: int = 500) -> list[dict[str, Any]]:
+        """Every node, as the API server has it now, read ``page`` at a time (one answer for
+        thousands of nodes is tens of MiB in one piece)."""
+        nodes: list[dict[str, Any]] = []
+        token = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            answer = safejson.loads(await self._call("list", self.core.list_node, limit=page, **extra))
+            nodes.extend(answer.get("items") or [])
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return nodes
 
     async def release_pod(self, namespace: str, name: str, node: str | None) -> bool:
         """Pin to ``node`` and lift the gang gate in one patch. The pin is required node affinity

@@ -23,6 +23,8 @@ API_REQUESTS = Counter("phalanx_api_requests_total", "Kubernetes API requests ma
 RESTARTS = Counter("phalanx_gang_restarts_total", "Whole-gang restarts")
 NODE_QUARANTINED = Gauge("phalanx_node_quarantined", "1 while a NodeQuarantine keeps the node out of new placements", ["node", "reason"])
 QUARANTINES = Counter("phalanx_node_quarantines_total", "Nodes quarantined by the operator", ["reason"])
+RESTART_IN_PLACE = Gauge("phalanx_restart_in_place", "1: gangs restart in place (found at start-up: the API server keeps "
+                         "RestartAllContainers rules and every node declares the feature); 0: by recreating their pods")
 LEADER = Gauge("phalanx_leader", "1 while this operator process reconciles (holds the leader lease, or runs without leader election)")
 
 # Every known label value exists from the start at 0, so rate()/increase() see the first error

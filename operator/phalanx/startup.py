@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from phalanx import constants, health
 from phalanx.api.config import OperatorConfig
@@ -28,6 +29,7 @@ from phalanx.controlloop import Wakeups
 from phalanx.jobloop import Gangs
 from phalanx.kube import Kube, load_client
 from phalanx.lifecycle import inplace
+from phalanx.metrics import RESTART_IN_PLACE
 from phalanx.nodehealth import NodeHealth
 from phalanx.offloop import decide_started, new_decider
 from phalanx.podreflector import PodReflector
@@ -118,23 +120,30 @@ async def _discover_workload_api(kube: Kube) -> list[str] | None:
 async def _discover_in_place(kube: Kube, namespaces: list[str] | None) -> bool:
     """Whether gangs can restart in place (OperatorConfig.with_restart_all_containers): the API
     server keeps a RestartAllContainers rule (a dry-run create of a probe pod) and every node's
-    kubelet declares the feature. False when either is not so or cannot be found out; a pod on a
-    kubelet without it fails instead and its gang is recreated, as without the rule."""
+    kubelet declares the feature. A probe refused for another reason (a webhook, a quota, RBAC)
+    says nothing of the feature: the nodes decide then — a gang pod whose rules the API server
+    dropped carries none and is recreated on failure, so a wrong guess costs nothing. False when
+    the nodes cannot be read."""
     namespace = (namespaces or ["default"])[0]
+    kept: bool | None
     try:
         kept = inplace.rules_kept(await kube.dry_run_pod(inplace.probe_pod(namespace)))
-        lacking = inplace.nodes_lacking(await kube.list_nodes()) if kept else []
-    except Exception:  # noqa: BLE001 - refused or failed: gangs recreate
+    except ApiException as exc:
+        kept = False if exc.status == 422 else None  # 422: the API server refuses the rule itself
+        log.warning("in-place restart probe in namespace %s answered %s %s", namespace, exc.status, exc.reason)
+    except Exception:  # noqa: BLE001 - the API server unreachable: gangs recreate
         log.warning("in-place restart discovery failed; gangs restart by recreating their pods", exc_info=True)
-        return False
-    if not kept:
-        log.info("in-place restarts: off (the API server drops or refuses RestartAllContainers rules)")
-    elif lacking:
-        log.info("in-place restarts: off (nodes without %s: %s)", constants.FEATURE_RESTART_ALL_CONTAINERS,
-                 ", ".join(lacking[:10]) + (f" and {len(lacking) - 10} more" if len(lacking) > 10 else ""))
-    else:
-        log.info("in-place restarts: on")
-    return kept and not lacking
+        kept = False
+    try:
+        lacking = inplace.nodes_lacking(await kube.list_nodes()) if kept is not False else []
+    except Exception:  # noqa: BLE001 - refused or failed: gangs recreate
+        log.warning("in-place restart discovery could not list the nodes; gangs restart by recreating their pods",
+                    exc_info=True)
+        kept, lacking = False, []
+    on, why = inplace.in_place_verdict(kept, lacking)
+    RESTART_IN_PLACE.set(1 if on else 0)
+    (log.info if on or kept is False else log.warning)("in-place restarts: %s", why)
+    return on
 
 
 def problems(memo: kopf.Memo) -> list[str]:

@@ -238,6 +238,20 @@ def rules_kept(pod: dict[str, Any]) -> bool:
     return False
 
 
+def in_place_verdict(kept: bool | None, lacking: list[str]) -> tuple[bool, str]:
+    """Discovery's answer and why: ``kept`` — whether the probe's rule survived a dry-run create
+    (None: the probe was refused for another reason); ``lacking`` — nodes without the feature."""
+    if kept is False:
+        return False, "off (the API server drops or refuses RestartAllContainers rules)"
+    if lacking:
+        more = f" and {len(lacking) - 10} more" if len(lacking) > 10 else ""
+        return False, f"off (nodes without {FEATURE_RESTART_ALL_CONTAINERS}: {', '.join(lacking[:10])}{more})"
+    if kept is None:
+        return True, ("on (the probe pod was refused, every node declares the feature; pods whose rules the API "
+                      "server drops restart by recreation)")
+    return True, "on"
+
+
 def nodes_lacking(nodes: list[dict[str, Any]]) -> list[str]:
     """The nodes whose kubelet does not declare the in-place restart feature
     (node.status.declaredFeatures, Kubernetes 1.36 and later)."""

@@ -334,3 +334,28 @@ def test_the_dry_run_probe_and_the_nodes_are_read():
     answer, calls = _run_call(lambda kube: kube.dry_run_pod({"metadata": {"namespace": "ns"}}), 200)
     assert answer == {"metadata": {"name": "x"}} and calls[0][0] == "create_namespaced_pod"
     assert calls[0][2] == {"dry_run": "All"}
+
+
+class _PagedNodes:
+    """list_node in pages of ``limit``, a continue token between them, as the API server does."""
+
+    def __init__(self, count):
+        self.names, self.asked = [f"n{i}" for i in range(count)], []
+
+    def list_node(self, _preload_content, limit, _continue=None):
+        start = int(_continue or 0)
+        self.asked.append((limit, _continue))
+        rest = str(start + limit) if start + limit < len(self.names) else None
+        return _ExistingResponse({"items": [{"metadata": {"name": n}} for n in self.names[start:start + limit]],
+                                  "metadata": {"continue": rest} if rest else {}})
+
+
+@pytest.mark.parametrize(("count", "pages"), [(0, 1), (4, 1), (5, 2), (9, 3)])
+def test_nodes_are_listed_a_page_at_a_time(count, pages):
+    async def main():
+        kube = Kube(client.ApiClient())
+        kube.core = _PagedNodes(count)
+        return kube, await kube.list_nodes(page=4)
+
+    kube, nodes = asyncio.run(main())
+    assert [n["metadata"]["name"] for n in nodes] == kube.core.names and len(kube.core.asked) == pages

@@ -7,8 +7,10 @@ import asyncio
 
 import kopf
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from phalanx import handlers, startup
+from phalanx.metrics import RESTART_IN_PLACE
 from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the sweep's handlers
 
 
@@ -79,18 +81,20 @@ def test_healthz_fails_once_the_scheduler_task_has_stopped():
 class _Cluster:
     """What discovery of in-place restarts reads: the dry-run answer and the nodes."""
 
-    def __init__(self, keeps_rules: bool, nodes: list[dict], fails: bool = False):
-        self.keeps_rules, self.nodes, self.fails, self.asked = keeps_rules, nodes, fails, []
+    def __init__(self, keeps_rules: bool, nodes: list[dict], fails: Exception | None = None, nodes_fail: bool = False):
+        self.keeps_rules, self.nodes, self.fails, self.nodes_fail, self.asked = keeps_rules, nodes, fails, nodes_fail, []
 
     async def dry_run_pod(self, pod):
-        if self.fails:
-            raise OSError("forbidden")
+        if self.fails is not None:
+            raise self.fails
         self.asked.append(pod["metadata"]["namespace"])
         if not self.keeps_rules:
             pod = {**pod, "spec": {"containers": [{"name": "trainer"}]}}
         return pod
 
     async def list_nodes(self):
+        if self.nodes_fail:
+            raise ApiException(status=403, reason="Forbidden")
         return self.nodes
 
 
@@ -102,8 +106,17 @@ OLD_NODE = {"metadata": {"name": "b"}, "status": {}}
     pytest.param(_Cluster(True, [NEW_NODE]), True, id="supported"),
     pytest.param(_Cluster(False, [NEW_NODE]), False, id="the-api-server-drops-the-rules"),
     pytest.param(_Cluster(True, [NEW_NODE, OLD_NODE]), False, id="a-kubelet-without-it"),
-    pytest.param(_Cluster(True, [], fails=True), False, id="discovery-refused"),
+    pytest.param(_Cluster(True, [NEW_NODE], fails=OSError("connection refused")), False, id="api-server-unreachable"),
+    pytest.param(_Cluster(True, [NEW_NODE], fails=ApiException(status=422, reason="Invalid")), False,
+                 id="the-api-server-refuses-the-rule"),
+    # a webhook, quota or RBAC refusing the probe says nothing of the feature: the nodes decide
+    pytest.param(_Cluster(True, [NEW_NODE], fails=ApiException(status=403, reason="Forbidden")), True,
+                 id="probe-refused-every-node-declares-it"),
+    pytest.param(_Cluster(True, [NEW_NODE, OLD_NODE], fails=ApiException(status=403, reason="Forbidden")), False,
+                 id="probe-refused-a-node-lacks-it"),
+    pytest.param(_Cluster(True, [NEW_NODE], nodes_fail=True), False, id="nodes-unreadable"),
 ])
 def test_in_place_discovery(cluster, supported):
     assert asyncio.run(startup._discover_in_place(cluster, ["team-a", "team-b"])) is supported
     assert cluster.asked == ([] if cluster.fails else ["team-a"])  # a namespace the operator may create pods in
+    assert RESTART_IN_PLACE._value.get() == (1 if supported else 0)
