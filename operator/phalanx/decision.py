@@ -96,5 +96,6 @@ class Plan:
     # Dry-run the new attempt's objects first: a permanent refusal then leaves nothing behind.
     dry_run: bool = False
     force_delete_pods: list[str] = field(default_factory=list)  # stuck terminating on lost nodes
+    delete_grace: dict[str, int] = field(default_factory=dict)  # of delete_pods: a grace period shorter than the pod's
     annotate_pods: dict[str, dict[str, str]] = field(default_factory=dict)  # pod → annotations to merge in
     log_tail: LogTail | None = None  # a hang: rank 0's last log lines go into its messages

@@ -192,9 +192,10 @@ class Kube:
         body = {"metadata": {"annotations": meta.get("annotations", {})}, "data": obj["data"]}
         await self._call("patch", self.core.patch_namespaced_config_map, meta["name"], meta["namespace"], body)
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod; one gone already is deleted."""
-        await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace)
+    async def delete_pod(self, namespace: str, name: str, grace: int | None = None) -> None:
+        """Delete a pod (``grace``: seconds instead of its own grace period); one gone already is deleted."""
+        extra = {} if grace is None else {"grace_period_seconds": grace}
+        await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace, **extra)
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` into a pod's; one gone already needs nothing."""
@@ -373,7 +374,7 @@ class Kube:
         It also follows a pinned creation (pods created with their pins): False when anything
         stopped it — what was created shows in the pod index and holds its nodes from there."""
         if plan.delete_pods or plan.force_delete_pods:
-            await asyncio.gather(*(self.delete_pod(namespace, p) for p in plan.delete_pods),
+            await asyncio.gather(*(self.delete_pod(namespace, p, plan.delete_grace.get(p)) for p in plan.delete_pods),
                                  *(self.force_delete_pod(namespace, p) for p in plan.force_delete_pods))
         if plan.annotate_pods:
             await asyncio.gather(*(self.annotate_pod(namespace, p, a) for p, a in plan.annotate_pods.items()))

@@ -46,6 +46,7 @@ from phalanx.lifecycle.pods import is_alive, pod_phase
 from phalanx.render.job import render_children
 
 REPLACE_REQUEUE_SECONDS = 0.5  # how soon to look again while the lost pod goes
+REPLACED_POD_GRACE_SECONDS = 5  # a replaced pod on a node that still runs (quarantined): SIGTERM, then SIGKILL
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,9 @@ def replace(ctx: Pass, gone: Lost, spare: str, domain: str) -> None:
 
 
 def remove_old(ctx: Pass, pod_name: str, node: str) -> None:
-    """Delete the replaced pod; with grace period 0 on a lost node (no kubelet will confirm)."""
+    """Delete the replaced pod; with grace period 0 on a lost node (no kubelet will confirm),
+    else with a short one: the gang resumes from its last checkpoint whatever the pod does on
+    SIGTERM, and its replacement (the same name) waits until it is gone."""
     pod = next((p for p in ctx.current if p["metadata"]["name"] == pod_name), None)
     if pod is None:
         return
@@ -211,6 +214,7 @@ def remove_old(ctx: Pass, pod_name: str, node: str) -> None:
         ctx.plan.requeue_after = REPLACE_REQUEUE_SECONDS
     elif not pod["metadata"].get("deletionTimestamp"):
         ctx.plan.delete_pods.append(pod_name)
+        ctx.plan.delete_grace[pod_name] = REPLACED_POD_GRACE_SECONDS
     else:
         ctx.plan.requeue_after = REPLACE_REQUEUE_SECONDS
 

@@ -84,7 +84,7 @@ def test_a_gang_whose_status_still_says_scheduling_but_whose_pods_all_ran_is_rep
 @pytest.mark.parametrize(("pods", "observed", "force", "graceful", "cause"), [
     pytest.param(GANG, {"lost_nodes": frozenset({"n1"})}, ["job-node-1-0"], [], "NodeLost", id="lost-node-force-deleted"),
     pytest.param(GANG, {"quarantined_nodes": frozenset({"n1"})}, [], ["job-node-1-0"], "NodeQuarantined",
-                 id="quarantined-node-deleted-gracefully"),
+                 id="quarantined-node-deleted-with-a-short-grace"),
     pytest.param(GANG[:1], {"lost_nodes": frozenset({"n1"})}, [], [], "NodeLost", id="pod-already-gone"),
 ])
 def test_one_lost_node_is_replaced_in_its_domain(pods, observed, force, graceful, cause):
@@ -94,6 +94,7 @@ def test_one_lost_node_is_replaced_in_its_domain(pods, observed, force, graceful
     status = ctx.view.status
     assert ctx.spare.asked == [(1, ("n0",), "n1")]
     assert plan.force_delete_pods == force and plan.delete_pods == graceful and plan.create == []
+    assert plan.delete_grace == {p: replace_node.REPLACED_POD_GRACE_SECONDS for p in graceful}  # not the trainer's 120 s
     assert plan.annotate_pods == {"job-node-0-0": {ANNOTATION_RESTART_REQUEST: "1"}}  # the other pod restarts in place
     assert (status.restarts, status.in_place_restarts, status.restart_attempt) == (1, 1, 0)  # no new attempt
     assert status.last_restart_mode == "ReplaceNode" and status.placement.nodes == ["n0", "n5"]
