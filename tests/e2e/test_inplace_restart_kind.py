@@ -145,8 +145,11 @@ def test_a_killed_rank_restarts_the_gang_in_place_and_resumes(jobs, runtime_imag
     final = follow(jobs, name, lambda s: s.get("phase") == "Succeeded", 900)[-1]
     assert final["restarts"] == 1 and final["lastRestartMode"] == "InPlace", final
     assert final["restartAttempt"] == 0, "an in-place restart is no new attempt"
-    resumed = RESUMED.search(rank0_log(jobs, name, 0))
+    log = rank0_log(jobs, name, 0)
+    resumed = RESUMED.search(log)
     assert resumed and int(resumed.group(1)) >= saved, f"resumed {resumed and resumed.group(0)}, a checkpoint at {saved} existed"
+    assert "restarted in place (restart 1): waiting 1 s (failurePolicy.backoffSeconds)" in log, \
+        "the restarted launcher waits the job's backoff, as a recreated gang does"
     assert final["step"] == KILL_TEST_STEPS and final["lastCheckpoint"]["step"] == KILL_TEST_STEPS
     assert final.get("resumedStep", 0) >= saved, f"status.resumedStep {final.get('resumedStep')}, a checkpoint at {saved} existed"
     failure = final["lastFailure"]  # the killed rank's pod; its launcher's exit code when the kubelet kept it
