@@ -127,6 +127,7 @@ async def node_health(type: str | None, name: str, body: kopf.Body, memo: kopf.M
 async def node_quarantine(type: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A NodeQuarantine created, renewed or deleted: the planner's exclusions change, and the jobs
     running on the node are woken (lifecycle/replace_node.py)."""
+    startup.start_node_health(memo)  # knows the leader before it posts a release Event
     memo.node_health.quarantine_event(type, name, body)
     if type != "DELETED":
         memo.gangs.wake_on_node(memo.pod_reflector.get(None, []), (body.get("spec") or {}).get("node") or name)

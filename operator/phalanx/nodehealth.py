@@ -102,6 +102,8 @@ class NodeHealth:
         found = failure_evidence(body)
         if found is not None and found.key not in self.seen:
             self.seen[found.key] = found.time
+            if self._spent(found):
+                return
             self.evidence[found.key] = found
             self._bound()
             log.info("node %s implicated by %s: %s", found.node, found.job, found.category)
@@ -130,7 +132,7 @@ class NodeHealth:
                 NODE_QUARANTINED.remove(before.node, before.reason)
             NODE_QUARANTINED.labels(held.node, held.reason).set(1)
             if before is None:  # every replica spends what it held: a new leader does not quarantine again from it
-                self._spend(held.node)
+                self._spend(held.node, held.created_at)
         if before is None or type_ == DELETED:
             self.changed()
         self._wake()
@@ -185,8 +187,10 @@ class NodeHealth:
         for node, expires in actions.renew.items():
             await kube.renew_quarantine(node, expires.isoformat().replace("+00:00", "Z"))
         for node in actions.release:
-            held = self.quarantines.get(node)
-            if await kube.delete_quarantine(node, held.resource_version if held is not None else ""):
+            held = self.quarantines.get(node)  # as the watch has it now: the writes above awaited
+            if held is None or held.active(datetime.now(UTC)):
+                continue  # cleared, or an admin extended it since the decision
+            if await kube.delete_quarantine(node, held.resource_version):
                 log.info("node %s: quarantine expired, released", node)
 
     def _quarantined(self, new: Quarantined) -> None:
@@ -199,10 +203,17 @@ class NodeHealth:
         if job is not None:
             _event(job, "Warning", Reason.NODE_QUARANTINED, message)
 
-    def _spend(self, node: str) -> None:
-        """The node's evidence is spent: after its quarantine, the node starts with a clean slate."""
-        for key in [k for k, e in self.evidence.items() if e.node == node]:
+    def _spend(self, node: str, until: datetime | None = None) -> None:
+        """The node's evidence (up to ``until``, the quarantine's creation) is spent: after its
+        quarantine, the node starts with a clean slate."""
+        for key in [k for k, e in self.evidence.items() if e.node == node and (until is None or e.time <= until)]:
             del self.evidence[key]
+
+    def _spent(self, found: Evidence) -> bool:
+        """Whether a quarantine of the node, created after the failure, took it already (a replica
+        that starts may see the quarantine before the job statuses behind it)."""
+        return any(q.node == found.node and q.created_at is not None and found.time <= q.created_at
+                   for q in self.quarantines.values())
 
     def _released(self, node: str, why: str) -> None:
         if self.leader is not None and not self.leader.leading():

@@ -85,6 +85,7 @@ class Quarantine:
     # The version the operator decided on: its delete of an expired quarantine carries it as a
     # precondition, so an admin's change since (a later expiresAt) is not deleted with it.
     resource_version: str = field(default="", compare=False)
+    created_at: datetime | None = field(default=None, compare=False)  # the failures before it are spent
 
     def active(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -95,7 +96,8 @@ class Quarantine:
         meta = obj.get("metadata") or {}
         name = meta.get("name") or spec.get("node", "")
         return cls(node=spec.get("node") or name, reason=spec.get("reason", QuarantineReason.MANUAL),
-                   expires_at=parse_time(spec.get("expiresAt")), resource_version=str(meta.get("resourceVersion") or ""))
+                   expires_at=parse_time(spec.get("expiresAt")), resource_version=str(meta.get("resourceVersion") or ""),
+                   created_at=parse_time(meta.get("creationTimestamp")))
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,8 @@ def in_place_backoff(view: StatusView, policy: FailurePolicy) -> int:
     """The backoff the launchers wait after a restart in place (runtime inplace.wait_backoff),
     while no step has come since every pod ran again: the hang clock allows it on top."""
     restarting = get_condition(view.status.conditions, ConditionType.RESTARTING)
-    if view.status.last_restart_mode != RestartMode.IN_PLACE or restarting is None or restarting.status != "False" \
+    if view.status.last_restart_mode not in (RestartMode.IN_PLACE, RestartMode.REPLACE_NODE) \
+            or restarting is None or restarting.status != "False" \
             or restarting.reason != Reason.RUNNING or restarting.last_transition_time != view.status.last_progress_time:
         return 0
     return backoff_seconds(view.status.in_place_restarts, policy)

@@ -38,6 +38,9 @@ from phalanx.lifecycle.pods import alive_names, is_alive, pod_phase
 from phalanx.render.pod import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
 from phalanx_common.restarts import restart_count
 
+# The Restarting reasons of a gang whose pods stay (a replaced node's pod aside) and restart in place.
+IN_PLACE_REASONS = (Reason.RESTARTED_IN_PLACE, Reason.RESTART_REQUESTED, Reason.NODE_REPLACED)
+
 # The reason the kubelet gives a container it removed to restart every container of the pod.
 KUBELET_REMOVED = "RestartingAllContainers"
 
@@ -194,7 +197,7 @@ def in_place_possible(ctx: Pass) -> bool:
 def under_way(ctx: Pass) -> bool:
     """Whether a restart in place is under way: its Restarting condition has not ended."""
     cond = next((c for c in ctx.view.status.conditions if c.type == ConditionType.RESTARTING), None)
-    return cond is not None and cond.status == "True" and cond.reason in (Reason.RESTARTED_IN_PLACE, Reason.RESTART_REQUESTED)
+    return cond is not None and cond.status == "True" and cond.reason in IN_PLACE_REASONS
 
 
 def _caught_up(ctx: Pass) -> None:

@@ -213,3 +213,30 @@ def test_an_expired_quarantine_is_deleted_at_the_version_seen(events):
                                          "spec": {"node": "n2", "reason": "Manual", "expiresAt": past}})
     asyncio.run(_pass(health, kube))
     assert kube.versions == ["41"]  # an admin's later change (409) is not deleted with it
+
+
+def test_failures_older_than_a_quarantine_seen_first_are_spent(events):
+    """A replica that starts sees the quarantine before the job statuses behind it: those failures
+    were spent on it; a later one counts."""
+    health = NodeHealth()
+    created = datetime.now(UTC).replace(microsecond=0)
+    health.quarantine_event("ADDED", "n1", {"metadata": {"name": "n1", "creationTimestamp": created.isoformat()},
+                                            "spec": {"node": "n1", "reason": "JobEvidence"}})
+    health.job_event(None, failing_job("a", (created - timedelta(minutes=1)).isoformat()))
+    assert health.evidence == {}
+    health.job_event(None, failing_job("b", (created + timedelta(minutes=1)).isoformat(), namespace="lab"))
+    assert [e.job for e in health.evidence.values()] == ["lab/b"]
+
+
+def test_a_quarantine_an_admin_extended_since_the_decision_is_not_deleted(events):
+    health, kube = NodeHealth(), FakeKube()
+    past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
+    obj = {"metadata": {"name": "n2", "resourceVersion": "41"}, "spec": {"node": "n2", "reason": "Manual", "expiresAt": past}}
+    health.quarantine_event(None, "n2", obj)
+    actions = health.decide(CONFIG)
+    assert actions.release == ["n2"]
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    health.quarantine_event("MODIFIED", "n2", {"metadata": {"name": "n2", "resourceVersion": "42"},
+                                               "spec": {"node": "n2", "reason": "Manual", "expiresAt": later}})
+    asyncio.run(health.act(kube, actions, CONFIG))
+    assert kube.deleted == []

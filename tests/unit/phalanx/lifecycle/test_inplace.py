@@ -89,6 +89,20 @@ def test_the_restarting_condition_ends_once_the_gang_caught_up(pods, ends):
     assert (ctx.view.status.last_progress_time == ctx.view.now) == ends
 
 
+def test_a_node_replacement_ends_restarting_once_the_new_pod_and_the_others_run():
+    """The replacement pod counts from the gang's restarts (PHALANX_RESTART_BASE), the others
+    restarted in place on request: Restarting=NodeReplaced ends, the hang clock starts afresh."""
+    restarting = {"type": "Restarting", "status": "True", "reason": "NodeReplaced", "message": "",
+                  "lastTransitionTime": ago(10)}
+    replacement = trainer(1)
+    replacement["spec"]["containers"][0]["env"] = [{"name": "PHALANX_RESTART_BASE", "value": "1"}]
+    ctx = prepared(job(POLICY, {**RUNNING, "restarts": 1, "inPlaceRestarts": 1, "lastRestartMode": "ReplaceNode",
+                                "conditions": [restarting]}), [trainer(0, 1), replacement], config=IN_PLACE)
+    assert inplace.restarted_in_place(ctx) is None
+    assert conditions(ctx)["Restarting"] == ("False", "Running") and ctx.view.status.last_progress_time == ctx.view.now
+    assert ctx.view.status.restarts == 1  # caught up: nothing counted again
+
+
 @pytest.mark.parametrize(("config", "rules", "mode"), [
     pytest.param(IN_PLACE, True, "InPlace", id="in-place"),
     pytest.param(OperatorConfig(restart_in_place=False).with_restart_all_containers(True), True, "Recreate",
@@ -133,6 +147,7 @@ def test_a_hang_during_a_restart_in_place_recreates_the_gang(reason, mode):
 @pytest.mark.parametrize(("since_caught_up", "mode", "hang"), [
     pytest.param(True, "InPlace", False, id="no-step-since-the-restart-the-launchers-backoff-is-allowed"),
     pytest.param(False, "InPlace", True, id="a-step-came-after-it-the-plain-timeout"),
+    pytest.param(True, "ReplaceNode", False, id="after-a-node-replacement-too"),
     pytest.param(True, "Recreate", True, id="a-recreated-gang-waited-its-backoff-before-creation"),
 ])
 def test_the_hang_clock_allows_the_backoff_launchers_wait_after_a_restart_in_place(since_caught_up, mode, hang):
