@@ -21,10 +21,6 @@ Three parts, each selectable (``--parts kwok,kind,checkpoint``):
     lost rank's pod Running again on another node, reported with how many of the other pods kept
     their UID (all of them: a single-node replacement; none: a gang recreate) and the job's
     status.nodeReplacement (the spare, its domain);
-  - ``node-notready``: as ``replace-node``, but the node stays and goes NotReady: kwok stops playing
-    it (its ``kwok.x-k8s.io/node`` annotation removed: no heartbeats), so the controller-manager's
-    node lifecycle controller marks it Ready=Unknown after its ``--node-monitor-grace-period``
-    (detection includes that wait); the node is played again after;
   - ``hang`` (hangTimeoutSeconds ``--hang-timeout``): kwok pods report no step progress, so the
     gang hangs from the moment it runs → the operator's restart; reported as the timeout and the
     overshoot past it.
@@ -84,23 +80,13 @@ from bench.operator_scale import (  # noqa: E402
     trainingjob,
     wait_for,
 )
-from localcluster import (  # noqa: E402
-    KWOK_ANNOTATION,
-    KWOK_NODE_SELECTOR,
-    LocalCluster,
-    api_client,
-    create_nodes,
-    node_manifests,
-    parse_topology,
-)
+from localcluster import LocalCluster, api_client, create_nodes, node_manifests, parse_topology  # noqa: E402
 from phalanx import constants  # noqa: E402
 from phalanx_common.contract import StartupPhase  # noqa: E402
 
 EXIT_KILLED = 137
-KWOK_TRIALS = ("recreate", "in-place", "node-loss", "replace-node", "node-notready", "hang")
-# a lost node is replaced alone only in a gang that restarts in place
-IN_PLACE_TRIALS = ("in-place", "replace-node", "node-notready")
-NODE_TRIALS = ("node-loss", "replace-node", "node-notready")  # the victim's node fails
+KWOK_TRIALS = ("recreate", "in-place", "node-loss", "replace-node", "hang")
+IN_PLACE_TRIALS = ("in-place", "replace-node")  # a lost node is replaced alone only in a gang that restarts in place
 
 
 # ---- what the watches saw (pure) ------------------------------------------------------------
@@ -305,20 +291,9 @@ def restore_node(run: KwokRun, name: str) -> None:
              120, f"node {name} Ready", 0.5)
 
 
-def ready_again(run: KwokRun, name: str) -> None:
-    """kwok plays the node again (its annotation back): heartbeats, Ready."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(run.api)
-    key, value = KWOK_NODE_SELECTOR.split("=")
-    core.patch_node(name, {"metadata": {"annotations": {key: value}}})
-    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in core.read_node(name).status.conditions or []),
-             180, f"node {name} Ready", 0.5)
-
-
 def trial_config(trial: str, run: KwokRun) -> dict[str, Any]:
     config: dict[str, Any] = {"restartInPlace": trial in IN_PLACE_TRIALS}
-    if trial in ("replace-node", "node-notready"):
+    if trial == "replace-node":
         config.update(run.replace_config)
     return config
 
@@ -400,8 +375,6 @@ def measure(trial: str, pods: int, run: KwokRun, core, ns: str, pod_watch: PodHi
         play_in_place_restart(core, ns, victim.name)
     elif trial in ("node-loss", "replace-node"):
         core.delete_node(victim.node)
-    elif trial == "node-notready":  # kwok stops its heartbeats: the node controller marks it NotReady
-        core.patch_node(victim.node, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
     else:  # hang: no failure to inject; the clock is the gang's own start
         t_fail = t_running
         res["hang_timeout_s"] = run.hang_timeout
@@ -417,22 +390,20 @@ def measure(trial: str, pods: int, run: KwokRun, core, ns: str, pod_watch: PodHi
                    f"{trial} recovery")
     t_done = first_time(pod_watch.history, t_fail, recovered)
     after = replay(pod_watch.history, t_done)
-    lost = {victim.uid} if trial in NODE_TRIALS else set()  # its pod may linger until deleted
+    lost = {victim.uid} if trial in ("node-loss", "replace-node") else set()  # its pod may linger until deleted
     res.update(recover_s=round(t_done - t_fail, 3), pods_kept=len((old - lost) & set(after)),
                victim_node=victim.node, new_nodes=sorted({p.node for p in after.values() if p.uid not in old})[:4])
-    if trial in ("replace-node", "node-notready"):
+    if trial == "replace-node":
         res["node_replacement"] = last_replacement(job_watch.history)
     if trial in ("node-loss", "replace-node"):
         restore_node(run, victim.node)
-    elif trial == "node-notready":
-        ready_again(run, victim.node)
     return res
 
 
 def recovery_predicate(trial: str, pods: int, old: set[str], victim: PodEvent):
     if trial == "in-place":
         return all_asked(pods, 1, old)
-    if trial in ("replace-node", "node-notready"):
+    if trial == "replace-node":
         return replaced(pods, old)
     return new_gang_running(pods, old)
 
@@ -498,8 +469,7 @@ def kwok_tables(results: list[dict[str, Any]]) -> str:
 
 
 FAILURE_OF = {"recreate": "process exit (137)", "in-place": "process exit (75), restarted in place",
-              "node-loss": "node deleted", "replace-node": "node deleted",
-              "node-notready": "node NotReady (heartbeats stop)", "hang": "hang (no progress)"}
+              "node-loss": "node deleted", "replace-node": "node deleted", "hang": "hang (no progress)"}
 
 
 # ---- checkpoint: save/restore vs the disk ---------------------------------------------------
