@@ -11,9 +11,9 @@ committed checkpoint, as every start does.
   while this pod's workers did not notice) by setting the pod annotation
   ``phalanx.dev/restart-request`` to the container restart count the pod should reach; the
   downward-API file ``$PHALANX_RESTART_REQUEST_FILE`` shows it (the kubelet rewrites it when it
-  syncs the pod, seconds after the annotation changes). The launcher counts its own starts in the pod (a file on the
-  scratch emptyDir, which an in-place restart keeps), so a request it already honoured — the file
-  may still show it after the restart — is not taken twice.
+  syncs the pod, seconds after the annotation changes). The launcher counts its own starts in the
+  pod (a file on the scratch emptyDir, which an in-place restart keeps), so a request it already
+  honoured — the file may still show it after the restart — is not taken twice.
 * :func:`wait_backoff` — the kubelet restarts at once; the launcher waits the job's backoff.
 """
 
