@@ -68,6 +68,9 @@ def create_nodes(
     return names
 
 
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def wait_nodes_ready(
     kubeconfig: str | Path, names: set[str], *, timeout: float = 300.0, api=None
 ) -> None:
@@ -80,7 +83,10 @@ def wait_nodes_ready(
         nodes = core.list_node(label_selector="type=kwok").items
         for n in nodes:
             conds = {c.type: c.status for c in (n.status.conditions or [])}
-            if conds.get("Ready") == "True":
+            # Ready, and the node lifecycle controller has lifted the not-ready taint it put on the
+            # new node: until then a planner counts the node as tainted
+            tainted = any(t.key in NOT_READY_TAINTS for t in n.spec.taints or [])
+            if conds.get("Ready") == "True" and not tainted:
                 pending.discard(n.metadata.name)
         if not pending:
             return
