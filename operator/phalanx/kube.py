@@ -349,8 +349,7 @@ class Kube:
 
     async def force_delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod with grace period 0; one gone already is deleted."""
-        await self._call_expecting((Outcome.GONE,), "delete", self.core.delete_namespaced_pod, name, namespace,
-                                   grace_period_seconds=0)
+        await self.delete_pod(namespace, name, grace=0)
 
     async def _dry_run(self, plan: Plan) -> list[Refusal]:
         """Every new kind of object once (the first pod stands for its gang) with dryRun=All:

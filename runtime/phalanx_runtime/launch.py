@@ -313,8 +313,9 @@ def _run(args: argparse.Namespace, timeline: StartupTimeline) -> int:
     log.info("launching %d workers on node %d/%d (%s): torchrun %s", le.nproc_per_node, le.node_rank, le.nnodes,
              le.source, " ".join(targs))
     # the start count lives on the scratch emptyDir, not in HOME: a job may point HOME at a shared volume
-    watcher = inplace.watch_requests(dict(os.environ), SCRATCH_MOUNT_PATH, _restart_now)
-    inplace.wait_backoff(dict(os.environ), watcher)
+    env = dict(os.environ)
+    watcher = inplace.watch_requests(env, SCRATCH_MOUNT_PATH, _restart_now)
+    inplace.wait_backoff(env, watcher)
     return _torchrun(targs)
 
 
