@@ -32,7 +32,7 @@ from phalanx.decision import Observed
 from phalanx.lifecycle.reconcile import decide
 from phalanx.pending import as_sendable
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 
 
 def vm(key: str) -> float:

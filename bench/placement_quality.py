@@ -29,7 +29,7 @@ from phalanx.gang.planner import GangRequest, node_rejection, plan_gang
 from phalanx.gang.topology import Topology
 
 CFG = TopologyConfig()
-LEVELS = CFG.levels
+LEVELS = CFG.resolved_levels
 GPU = "nvidia.com/gpu"
 
 

@@ -26,7 +26,7 @@ from phalanx.gang.inventory import NodeInfo, PodUsage, free_capacity
 from phalanx.gang.planner import GangRequest, Placement, plan_gang, plan_queue, queue_order
 from phalanx.gang.topology import Topology
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 GPU = "nvidia.com/gpu"
 
 

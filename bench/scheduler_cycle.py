@@ -36,7 +36,7 @@ from phalanx.scheduler import Scheduler
 
 GPU = "nvidia.com/gpu"
 CONFIG = OperatorConfig()
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 HEADING = "### Scheduling cycle per node event (`bench/scheduler_cycle.py`)"
 
 

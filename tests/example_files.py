@@ -154,6 +154,7 @@ def chart_operator_config() -> dict[str, Any]:
     return {
         "networkProfiles": copy.deepcopy(values["networkProfiles"]),
         "topology": copy.deepcopy(values["topology"]),
+        "jobTolerations": copy.deepcopy(values["jobTolerations"]),
         "podCreateConcurrency": values["podCreateConcurrency"],
         "createPinned": values["createPinned"],
         "restartInPlace": values["restartInPlace"],

@@ -112,6 +112,7 @@ async def node_changed(type: str | None, name: str, memo: kopf.Memo, cluster_nod
     A node gone wakes the jobs that had a pod on it."""
     memo.scheduler.attach(cluster_nodes, memo.pod_reflector)
     memo.scheduler.changed()
+    memo.topology_watch.changed()
     if type == "DELETED":
         memo.gangs.wake_on_node(memo.pod_reflector.get(None, []), name)
 

@@ -175,6 +175,11 @@ class Kube:
                                                   group, version, namespace, plural, name)
         return None if outcome is Outcome.GONE else safejson.loads(raw)
 
+    async def list_cluster_custom(self, group: str, version: str, plural: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Up to ``limit`` cluster-scoped custom objects (e.g. Kueue Topologies)."""
+        raw = await self._call("list", self.custom.list_cluster_custom_object, group, version, plural, limit=limit)
+        return list((safejson.loads(raw) or {}).get("items") or [])[:limit]
+
     async def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels as the API server has them now (a list by name: the operator's
         role may list and watch namespaces, not get them); None when it cannot be read."""

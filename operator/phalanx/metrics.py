@@ -25,6 +25,10 @@ NODE_QUARANTINED = Gauge("phalanx_node_quarantined", "1 while a NodeQuarantine k
 QUARANTINES = Counter("phalanx_node_quarantines_total", "Nodes quarantined by the operator", ["reason"])
 RESTART_IN_PLACE = Gauge("phalanx_restart_in_place", "1: gangs restart in place (found at start-up: the API server keeps "
                          "RestartAllContainers rules and every node declares the feature); 0: by recreating their pods")
+TOPOLOGY_PRESET = Gauge("phalanx_topology_preset", "1 for the topology the nodes were found to carry (topology.preset; "
+                        "auto: detected from their labels) and its levels, coarse to fine", ["preset", "levels"])
+TOPOLOGY_UNLABELLED_NODES = Gauge("phalanx_topology_unlabelled_nodes", "Accelerator nodes without the detected "
+                                  "topology's labels (placement treats each as an unknown domain)")
 LEADER = Gauge("phalanx_leader", "1 while this operator process reconciles (holds the leader lease, or runs without leader election)")
 
 # Every known label value exists from the start at 0, so rate()/increase() see the first error

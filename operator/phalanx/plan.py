@@ -18,11 +18,14 @@ from phalanx.api.config import OperatorConfig
 from phalanx.api.manifests import parse_documents
 from phalanx.api.types import TrainingJob
 from phalanx.constants import QUARANTINE_KIND
+from phalanx.gang.admission import gang_request
 from phalanx.gang.costmodel import cost_report, levels_config
 from phalanx.gang.inventory import nodes_from_list, pods_from_list, reservations_from_pods
 from phalanx.gang.nodehealth import Quarantine, mark_quarantined
 from phalanx.gang.planner import GangRequest, Placement, plan_gang
+from phalanx.gang.tolerations import SourcedToleration, job_tolerations
 from phalanx.gang.topology import Topology, topology_levels
+from phalanx.gang.topology_presets import Detection, detect
 
 EXIT_PLACED = 0
 EXIT_UNSCHEDULABLE = 1
@@ -78,30 +81,38 @@ def run_plan(
         return EXIT_INPUT_ERROR, "error: no Node objects in the nodes file"
     nodes = mark_quarantined(nodes, [q.node for q in quarantined])
 
-    topo_cfg = (config or OperatorConfig()).topology
+    config = config or OperatorConfig()
+    topo_cfg = config.topology.with_kueue_topologies(kueue_topologies(_load(nodes_yaml)))
+    detection = detect(topo_cfg, nodes, topo_cfg.kueue_topologies)
     names = levels.split(",") if isinstance(levels, str) else levels
-    lvls = topology_levels(topo_cfg, names)
+    lvls = topology_levels(list(detection.levels), names)
     topo_cfg = levels_config(lvls, topo_cfg)
     key = f"{job.metadata.namespace}/{job.metadata.name}"
     hostmap = {n.labels.get("kubernetes.io/hostname", n.name): n.name for n in nodes}
     reservations = reservations_from_pods(pod_items, hostname_to_node=hostmap)
-    request = GangRequest.from_spec(job.spec, key)
+    if job.spec.network.profile not in config.network_profiles:
+        return EXIT_INPUT_ERROR, (f"error: spec.network.profile: unknown network profile {job.spec.network.profile!r}; "
+                                  f"known: {', '.join(sorted(config.network_profiles))}")
+    request = gang_request(job, config)
     topo = Topology.build(nodes, lvls)
     result = plan_gang(request, nodes, usage, lvls, reservations, topology=topo)
+    context = _context_notes(job, request, config, detection, names)
 
     held = [{"node": q.node, "reason": q.reason, "expiresAt": q.expires_at.isoformat() if q.expires_at else None}
             for q in quarantined]
     note = [f"quarantined: {', '.join(f'{q.node} ({q.reason})' for q in quarantined)}"] if quarantined else []
+    note += context
     if not isinstance(result, Placement):
         if json_out:
             return EXIT_UNSCHEDULABLE, json.dumps({"job": key, "schedulable": False, "reason": result.reason,
                                                    "message": result.message, "fit": result.fit,
-                                                   "excluded": result.excluded, "quarantined": held}, indent=2)
+                                                   "excluded": result.excluded, "quarantined": held,
+                                                   **_json_context(request, job, config, detection)}, indent=2)
         return EXIT_UNSCHEDULABLE, "\n".join([f"{key}: unschedulable: {result.message}", *note])
 
     report = cost_report(job.spec, result.nodes, nodes, topo, topo_cfg, requests=dict(request.requests))
     if json_out:
-        return EXIT_PLACED, _json_report(key, result, report, held)
+        return EXIT_PLACED, _json_report(key, result, report, held, _json_context(request, job, config, detection))
     return EXIT_PLACED, "\n".join([_text_report(key, job, request, result, report), *note])
 
 
@@ -114,9 +125,39 @@ def active_quarantines(obj: Any, now: datetime | None = None) -> list[Quarantine
     return sorted((q for q in found if q.active(now)), key=lambda q: q.node)
 
 
-def _json_report(key: str, result: Placement, report: Any, quarantined: list[dict[str, Any]]) -> str:
+def kueue_topologies(obj: Any) -> list[dict[str, Any]]:
+    """Kueue Topology objects (kueue.x-k8s.io) in a List next to the nodes: auto's candidates."""
+    items = obj.get("items", [obj]) if isinstance(obj, dict) else list(obj)
+    return [item for item in items if isinstance(item, dict) and item.get("kind") == "Topology"
+            and str(item.get("apiVersion", "")).startswith("kueue.x-k8s.io/")]
+
+
+def _sourced(job: TrainingJob, request: GangRequest, config: OperatorConfig) -> list[SourcedToleration]:
+    return job_tolerations([t.to_kube() for t in job.spec.tolerations], request.requests, config.job_tolerations)
+
+
+def _context_notes(job: TrainingJob, request: GangRequest, config: OperatorConfig, detection: Detection,
+                   names: Sequence[str] | None) -> list[str]:
+    """What the verdict rests on: the topology detected (or --levels), the nodes it knows nothing
+    of, and each toleration with where it came from."""
+    lines = [f"topology: --levels {','.join(names)}" if names else f"topology: {detection.describe()}"]
+    warning = detection.warning()
+    if warning and not names:
+        lines.append(f"note: {warning}")
+    lines += [f"toleration: {t.describe()}" for t in _sourced(job, request, config)]
+    return lines
+
+
+def _json_context(request: GangRequest, job: TrainingJob, config: OperatorConfig, detection: Detection) -> dict[str, Any]:
+    return {"topology": {"preset": detection.preset, "levels": detection.level_names,
+                         "unlabelledNodes": list(detection.unlabelled)},
+            "tolerations": [{"toleration": dict(t.toleration), "source": t.source} for t in _sourced(job, request, config)]}
+
+
+def _json_report(key: str, result: Placement, report: Any, quarantined: list[dict[str, Any]],
+                 context: dict[str, Any]) -> str:
     out: dict[str, Any] = {
-        "job": key, "schedulable": True, "quarantined": quarantined,
+        "job": key, "schedulable": True, "quarantined": quarantined, **context,
         "placement": [{"rank": i, "node": n, "domain": d}
                       for i, (n, d) in enumerate(zip(result.nodes, result.domains, strict=True))],
         "roles": result.role_nodes, "span": result.span, "notes": result.notes,
@@ -126,7 +167,7 @@ def _json_report(key: str, result: Placement, report: Any, quarantined: list[dic
     for name, est in (("allreduce", report.estimate), ("lowerBound", report.lower_bound)):
         if est is not None:
             out[name] = {"ringSeconds": est.ring_seconds, "hierarchicalSeconds": est.hierarchical_seconds,
-                         "bottleneck": est.bottleneck.level, "bandwidthGBps": est.bottleneck.bandwidth_gbps,
+                         "bottleneck": est.bottleneck.level, "bandwidthGbps": est.bottleneck.bandwidth_gbps,
                          "latencyUs": est.bottleneck.latency_us, "ranks": est.ranks, "nodes": est.nodes}
     return json.dumps(out, indent=2)
 
@@ -153,7 +194,7 @@ def _text_report(key: str, job: TrainingJob, request: GangRequest, result: Place
         f"gradient allreduce: {report.params / 1e9:.2f}B params, {_gb(report.gradient_bytes)} fp32 grads "
         f"per DP group of {est.ranks} ranks on {est.nodes} nodes"
     )
-    lines.append(f"  bottleneck: {est.bottleneck.level} {est.bottleneck.bandwidth_gbps:g} GB/s, "
+    lines.append(f"  bottleneck: {est.bottleneck.level} {est.bottleneck.bandwidth_gbps:g} Gb/s, "
                  f"{est.bottleneck.latency_us:g} us")
     lines.append(f"  ring:         {_secs(est.ring_seconds)}"
                  + (f"   (lower bound {_secs(lb.ring_seconds)})" if lb else ""))

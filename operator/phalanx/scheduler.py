@@ -228,6 +228,10 @@ class Scheduler:
         return _Inputs(list(self.waiting.values()), self._nodes(), self._usage(),
                        [r for rs, _ in self.pending.values() for r in rs])
 
+    def current_nodes(self) -> list[Any]:
+        """The nodes a cycle plans against now (quarantined ones marked)."""
+        return self._nodes()
+
     def _nodes(self) -> list[Any]:
         if self.nodes is None:
             return []

@@ -33,6 +33,7 @@ from phalanx.metrics import RESTART_IN_PLACE
 from phalanx.nodehealth import NodeHealth
 from phalanx.offloop import decide_started, new_decider
 from phalanx.podreflector import PodReflector
+from phalanx.topologywatch import TopologyWatch, read_kueue_topologies
 
 log = logging.getLogger("phalanx.operator")
 
@@ -43,7 +44,7 @@ def new_memo(config: OperatorConfig | None = None, kubeconfig: str | None = None
     return kopf.Memo(config=config or OperatorConfig(), kubeconfig=kubeconfig, kube=None, leader=leader,
                      namespaces=None, pod_reflector=None, gangs=gangs, scheduler=gangs.scheduler, scheduler_task=None,
                      node_health=NodeHealth(changed=gangs.scheduler.changed),
-                     sweep_wakeups=Wakeups(), decider=new_decider())
+                     sweep_wakeups=Wakeups(), decider=new_decider(), topology_watch=TopologyWatch(), topology_task=None)
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -85,8 +86,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, defaults: 
     if memo.pod_reflector is None:
         memo.pod_reflector = await _start_pod_reflector(memo)
     memo.scheduler.quarantined = memo.node_health.quarantined
+    memo.config = memo.config.model_copy(update={"topology": await read_kueue_topologies(memo.kube, memo.config.topology)})
     if memo.scheduler_task is None:
         memo.scheduler_task = asyncio.create_task(memo.scheduler.run(memo.decider, memo.config), name="phalanx-scheduler")
+    if memo.topology_task is None:
+        memo.topology_task = asyncio.create_task(
+            memo.topology_watch.run(memo.decider, memo.config.topology, memo.scheduler.current_nodes), name="phalanx-topology")
 
 
 def start_node_health(memo: kopf.Memo) -> None:
@@ -167,8 +172,9 @@ def problems(memo: kopf.Memo) -> list[str]:
 def shutdown(memo: kopf.Memo) -> None:
     """The scheduler stops; the API and decide pools stop taking work (a busy thread must not
     hold the exit)."""
-    if memo.get("scheduler_task") is not None:
-        memo.scheduler_task.cancel()
+    for task in ("scheduler_task", "topology_task"):
+        if memo.get(task) is not None:
+            memo[task].cancel()
     if memo.get("node_health") is not None:
         memo.node_health.stop()
     if memo.get("kube") is not None:

@@ -25,6 +25,8 @@ from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import backend_for
+from phalanx.gang.topology import current_levels
+from phalanx.gang.topology_presets import known_level_names
 from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem
@@ -249,14 +251,16 @@ def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Pro
             message += f"; known: {', '.join(sorted(config.network_profiles))}"
         out.append(Problem(f"spec.{field}", message, "operator"))
     stub = TrainingJob(metadata={"name": "validate"}, spec=spec)
-    for error in backend_for(spec).validate(stub, levels=config.topology.levels,
+    for error in backend_for(spec).validate(stub, levels=current_levels(config.topology),
                                             workload_api_versions=config.workload_api_versions):
         out.append(Problem("spec.scheduling", error, "operator"))
-    levels = {lvl.name for lvl in config.topology.levels} | {lvl.label for lvl in config.topology.levels}
+    known = known_level_names(config.topology)
     for key in ("required", "preferred"):
         level = getattr(spec.scheduling.topology, key)
-        if level is not None and level not in levels:
-            out.append(Problem(f"spec.scheduling.topology.{key}", f"unknown topology level {level!r}; known: {', '.join(lvl.name for lvl in config.topology.levels)}", "operator"))
+        if level is not None and level not in known:
+            names = sorted({n for n in known if "/" not in n})
+            out.append(Problem(f"spec.scheduling.topology.{key}",
+                               f"unknown topology level {level!r}; known: {', '.join(names)}", "operator"))
     topo = profile.topo_file if profile else None
     if topo is not None and any(m.mount_path == topo.path for m in spec.volume_mounts):
         out.append(Problem("spec.volumeMounts", f"{topo.path} is where network profile {spec.network.profile!r} mounts NCCL_TOPO_FILE", "operator"))

@@ -105,7 +105,21 @@ def test_operator_config_parses():
     cm = by_kind(template(), "ConfigMap")[0]
     config = OperatorConfig.model_validate(yaml.safe_load(cm["data"]["config.yaml"]))
     assert list(config.network_profiles) == ["default"]
-    assert [lvl.name for lvl in config.topology.levels] == ["block", "subblock", "hostname"]
+    assert config.topology.preset == "auto" and config.topology.levels == [] and config.job_tolerations == []
+
+
+@pytest.mark.parametrize(("values", "namespaces", "pods"), [
+    ((), {}, {"app.kubernetes.io/name": "prometheus"}),  # the defaults: Prometheus pods, any namespace
+    (("networkPolicy.scraperNamespaceLabels.kubernetes\\.io/metadata\\.name=monitoring",),
+     {"kubernetes.io/metadata.name": "monitoring"}, {"app.kubernetes.io/name": "prometheus"}),
+    (("networkPolicy.scraperPodLabels=null",), {}, None),  # every pod of every namespace
+    (("networkPolicy.scraperNamespaceLabels=null", "networkPolicy.scraperPodLabels=null"), None, None),  # no scraper
+])
+def test_scraper_values_reach_the_operator_as_given(values, namespaces, pods):
+    """{} passes on as "every", null (Helm drops the key) as the operator's null, not its default."""
+    cm = by_kind(template(*values), "ConfigMap")[0]
+    netpol = OperatorConfig.model_validate(yaml.safe_load(cm["data"]["config.yaml"])).network_policy
+    assert (netpol.scraper_namespace_labels, netpol.scraper_pod_labels) == (namespaces, pods)
 
 
 def test_namespaced_mode_uses_roles_per_namespace():

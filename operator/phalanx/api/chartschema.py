@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from phalanx.api.config import (
     HealthConfig,
+    JobToleration,
     Limits,
     NetworkPolicyConfig,
     NetworkProfile,
@@ -69,7 +70,8 @@ MONITOR = _obj({"enabled": BOOL, "interval": STR, "labels": MAP})
 def values_schema() -> dict[str, Any]:
     policy = _obj({"default": _model(PolicyRules), "namespaces": {"type": "array", "items": _model(NamespacePolicy)}})
     netpol = _model(NetworkPolicyConfig)
-    netpol_values = _obj({"enabled": BOOL, "scraperNamespaceLabels": MAP, "scraperPodLabels": MAP})
+    # The scraper's selectors as the operator takes them (string maps; null allowed, it means something).
+    netpol_values = _obj({"enabled": BOOL, **{k: netpol["properties"][k] for k in ("scraperNamespaceLabels", "scraperPodLabels")}})
     assert set(netpol_values["properties"]) <= set(netpol["properties"]) | {"enabled"}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
@@ -101,6 +103,7 @@ def values_schema() -> dict[str, Any]:
             "networkPolicy": netpol_values,
             "networkProfiles": {"type": "object", "additionalProperties": _model(NetworkProfile)},
             "topology": _model(TopologyConfig),
+            "jobTolerations": {"type": "array", "items": _model(JobToleration)},
             "defaultShmSize": {"type": ["string", "integer"]},
             "serviceAccount": _obj({"create": BOOL, "name": STR}),
             "nodeSelector": MAP,

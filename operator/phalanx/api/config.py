@@ -7,9 +7,10 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
 from phalanx import constants
+from phalanx.api.kubetypes import Toleration
 from phalanx.api.policy import ClusterPolicy
 from phalanx.api.types import Model, Quantity
 
@@ -71,47 +72,127 @@ class NetworkProfile(Model):
 class TopologyLevel(Model):
     name: str = Field(..., description="Level name used by jobs (e.g. block, subblock, hostname).")
     label: str = Field(..., description="Node label key holding the domain of this level.")
-    bandwidth_gbps: float = Field(100.0, gt=0, description="Per-node bandwidth (GB/s) across this level.")
+    bandwidth_gbps: float = Field(
+        800.0, gt=0, description="Per-node bandwidth in Gb/s (gigabits per second, as NICs are rated: a 400 Gb/s "
+        "NDR link is 400) between two nodes whose domains first differ at this level.")
     latency_us: float = Field(5.0, ge=0, description="Per-hop latency (µs) across this level.")
     oversubscription: float = Field(1.0, ge=1.0, description="Oversubscription above this level.")
 
 
+class TopologyPreset(StrEnum):
+    """Where the topology levels come from (gang/topology_presets.py holds each preset's levels)."""
+
+    AUTO = "auto"  # detected from the nodes' labels (gang/topology_presets.detect)
+    GKE = "gke"  # cloud.google.com/gce-topology-block / -subblock
+    AWS = "aws"  # EC2 instance topology: topology.k8s.aws/network-node-layer-1..3
+    KUEUE = "kueue"  # the levels of a Kueue Topology object (topology.kueueTopology)
+    PHALANX = "phalanx"  # phalanx.dev/topology-block / -subblock, labels an admin sets
+    CUSTOM = "custom"  # the admin's own topology.levels
+    NONE = "none"  # no topology: every node its own domain
+
+
 def default_levels() -> list[TopologyLevel]:
+    """The phalanx preset: labels an admin puts on the nodes (docs/placement.md)."""
     return [
-        TopologyLevel(name="block", label="phalanx.dev/topology-block", bandwidth_gbps=25, latency_us=10, oversubscription=2),
-        TopologyLevel(name="subblock", label="phalanx.dev/topology-subblock", bandwidth_gbps=50, latency_us=5),
-        TopologyLevel(name="hostname", label="kubernetes.io/hostname", bandwidth_gbps=50, latency_us=2),
+        TopologyLevel(name="block", label="phalanx.dev/topology-block", bandwidth_gbps=200, latency_us=10, oversubscription=2),
+        TopologyLevel(name="subblock", label="phalanx.dev/topology-subblock", bandwidth_gbps=400, latency_us=5),
+        TopologyLevel(name="hostname", label="kubernetes.io/hostname", bandwidth_gbps=400, latency_us=2),
     ]
 
 
 class TopologyConfig(Model):
-    levels: list[TopologyLevel] = Field(default_factory=default_levels, description="Coarse → fine; hostname last.")
-    nvlink_label: str = Field("nvidia.com/gpu.clique", description="NVLink-domain label (GFD).")
-    intra_node_bandwidth_gbps: float = Field(450.0, gt=0, description="NVLink per-GPU bandwidth (GB/s).")
+    preset: TopologyPreset = Field(
+        TopologyPreset.AUTO, description="Which node labels describe the network: auto (detected from the nodes at "
+        "start-up and on every node change: the preset whose labels most nodes carry, with NVLink cliques inside), "
+        "gke, aws, kueue, phalanx, custom (levels below) or none. Left out with levels given: custom.")
+    levels: list[TopologyLevel] = Field(
+        default_factory=list, max_length=16, description="The admin's own levels, coarse → fine, hostname last "
+        "(preset custom; with auto, one more candidate). Empty: the phalanx preset's for custom.")
+    kueue_topology: str | None = Field(
+        None, description="Preset kueue (or a candidate of auto): the Kueue Topology object (kueue.x-k8s.io) whose "
+        "spec.levels[].nodeLabel are the levels; the operator reads it at start-up. Unset with auto: every "
+        "Topology object the operator can list is a candidate.")
+    nvlink_label: str = Field("nvidia.com/gpu.clique", description="NVLink-domain label (GPU Feature Discovery): "
+                              "where nodes carry it, a clique level sits just above hostname.")
+    nvlink_bandwidth_gbps: float = Field(
+        28800.0, gt=0, description="Per-node bandwidth (Gb/s) between two nodes of one NVLink clique (GB200 NVL72: "
+        "4 GPUs × 900 GB/s × 8).")
+    intra_node_bandwidth_gbps: float = Field(3600.0, gt=0, description="NVLink per-GPU bandwidth inside a node (Gb/s; "
+                                             "H100 SXM: 450 GB/s each way = 3600).")
     intra_node_latency_us: float = Field(1.0, ge=0)
+
+    # Kueue Topology objects the operator read at start-up (not configuration; see with_kueue_topologies).
+    _kueue_topologies: tuple[dict, ...] = PrivateAttr(())
+
+    @property
+    def kueue_topologies(self) -> tuple[dict, ...]:
+        return self._kueue_topologies
+
+    def with_kueue_topologies(self, objects: Iterable[dict]) -> TopologyConfig:
+        """This config with the Kueue Topology objects found (the kueue preset's levels, auto's candidates)."""
+        found = self.model_copy()
+        found._kueue_topologies = tuple(objects)
+        return found
+
+    @model_validator(mode="after")
+    def _levels_mean_custom(self) -> TopologyConfig:
+        if self.levels and "preset" not in self.model_fields_set:
+            self.preset = TopologyPreset.CUSTOM
+        return self
+
+    @property
+    def resolved_levels(self) -> list[TopologyLevel]:
+        """The levels without looking at nodes: custom's own, a fixed preset's, or (auto, kueue:
+        nodes decide) the phalanx preset's. ``gang.topology_presets.resolve`` gives them for nodes."""
+        from phalanx.gang.topology_presets import static_levels
+
+        return static_levels(self)
 
 
 def levels_of(topology: TopologyConfig | Sequence[TopologyLevel] | None) -> list[TopologyLevel]:
-    """The levels of a topology given as a config, as a list of levels, or not at all (the
-    defaults, ``default_levels``)."""
+    """The levels of a topology given as a config (its ``resolved_levels``: no nodes looked at),
+    as a list of levels, or not at all (the phalanx preset's, ``default_levels``)."""
     if topology is None:
         return default_levels()
     if isinstance(topology, TopologyConfig):
-        return list(topology.levels)
+        return topology.resolved_levels
     return list(topology)
 
 
+class JobToleration(Toleration):
+    """A toleration every gang pod gets (a node pool's taint no resource names, e.g. AKS's sku=gpu)."""
+
+    when_requesting: list[str] = Field(
+        default_factory=list, max_length=16, description="Only pods requesting one of these resources get it "
+        "(e.g. [nvidia.com/gpu]); empty: every pod.")
+
+    def to_kube(self) -> dict:
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"when_requesting"})
+
+
+# The label prometheus-operator puts on every Prometheus pod it runs (kube-prometheus-stack's too).
+DEFAULT_SCRAPER_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+
+
 class NetworkPolicyConfig(Model):
-    """The per-job NetworkPolicy: who may reach a job's pods besides its own gang. A selector left
-    out matches everything on that side (both out: from anywhere)."""
+    """The per-job NetworkPolicy: who may reach a job's pods besides its own gang. As in a
+    NetworkPolicy peer: namespace labels null = the job's own namespace, {} = every namespace; pod
+    labels null or {} = every pod of those namespaces. The operator's both null: from anywhere;
+    the scraper's both null: no scraper rule. The chart's values.yaml carries the same defaults."""
 
     enabled: bool = True
     operator_namespace_labels: dict[str, str] | None = Field(
         None, description="The operator's namespace, e.g. {kubernetes.io/metadata.name: phalanx-system}.")
     operator_pod_labels: dict[str, str] | None = Field(
         default_factory=lambda: {"app.kubernetes.io/name": "phalanx-operator"}, description="The operator's pods.")
-    scraper_namespace_labels: dict[str, str] | None = Field(None, description="Prometheus' namespace (metrics port).")
-    scraper_pod_labels: dict[str, str] | None = Field(None, description="Prometheus' pods (metrics port).")
+    # Default: what the Prometheus Operator (kube-prometheus-stack) runs, wherever it runs, so the
+    # chart's PodMonitor gets the runtime series where NetworkPolicies are enforced.
+    scraper_namespace_labels: dict[str, str] | None = Field(
+        default_factory=dict, description="Prometheus' namespaces (metrics port only): {} every namespace, "
+        "e.g. {kubernetes.io/metadata.name: monitoring} one.")
+    scraper_pod_labels: dict[str, str] | None = Field(
+        default_factory=lambda: dict(DEFAULT_SCRAPER_POD_LABELS),
+        description="Prometheus' pods (metrics port only); the label the Prometheus Operator gives them.")
 
 
 class Limits(Model):
@@ -175,6 +256,10 @@ class OperatorConfig(Model):
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
     limits: Limits = Field(default_factory=Limits, description="Bounds on the work one object may cost the operator.")
     health: HealthConfig = Field(default_factory=HealthConfig, description="Node health and quarantine.")
+    job_tolerations: list[JobToleration] = Field(
+        default_factory=list, max_length=64, description="Tolerations every gang pod gets besides its own and the "
+        "ones its extended resources bring (gang/tolerations.py); each must pass the policy's toleration rules "
+        "for every namespace.")
     force_delete_after_seconds: int = Field(
         60, ge=0, description="A pod still terminating this long after its grace period, on a node that is "
         "gone or NotReady, is deleted with grace period 0 (its kubelet can no longer confirm).")
@@ -187,6 +272,20 @@ class OperatorConfig(Model):
         True, description="When one node of a running gang that restarts in place is lost (gone, NotReady) or "
         "quarantined, recreate only its pod on a free node of the gang's topology domain and restart the other "
         "pods in place; without such a node the gang restarts as a whole (lost) or keeps running (quarantined).")
+    @model_validator(mode="after")
+    def _job_tolerations_within_policy(self) -> OperatorConfig:
+        rules = [("policy.default", self.policy.default)] + [
+            (f"policy.namespaces[{i}].rules", entry.rules) for i, entry in enumerate(self.policy.namespaces)]
+        for index, tol in enumerate(self.job_tolerations):
+            for where, rule in rules:
+                if not tol.key and not rule.allow_keyless_tolerations:
+                    raise ValueError(f"jobTolerations[{index}]: a toleration without a key tolerates every taint; "
+                                     f"{where}.allowKeylessTolerations is false")
+                if tol.key in rule.forbidden_toleration_keys:
+                    raise ValueError(f"jobTolerations[{index}].key: tolerating {tol.key} is not allowed by "
+                                     f"{where}.forbiddenTolerationKeys")
+        return self
+
     # What the API server serves, found at start-up (not configuration; see with_workload_api).
     _workload_api_versions: tuple[str, ...] | None = PrivateAttr(None)
     _restart_all_containers: bool | None = PrivateAttr(None)

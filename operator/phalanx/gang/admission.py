@@ -34,6 +34,7 @@ def gang_request(job: TrainingJob, config: OperatorConfig, priority: int = 0) ->
         priority=priority,
         creation=str(job.metadata.model_extra.get("creationTimestamp", "")) if job.metadata.model_extra else "",
         extra_requests=config.network_profiles[job.spec.network.profile].extra_resources(),
+        default_tolerations=config.job_tolerations,
     )
 
 
@@ -72,7 +73,7 @@ def decision_for(
         pins |= {by_slot[Slot(role, i)]: node for i, node in enumerate(role_nodes)}
     placement = result.to_status()
     nodes = nodes_from_list(list(node_objs))
-    report = cost_report(job.spec, result.nodes, nodes, topology_for(nodes, config.topology.levels), config.topology,
+    report = cost_report(job.spec, result.nodes, nodes, topology_for(nodes, config.topology), config.topology,
                          requests=dict(result.requests))
     if report.estimate is not None:
         est = report.estimate

@@ -3,7 +3,8 @@
 Link figures come from the topology levels (``OperatorConfig.topology.levels``):
 
 - two nodes whose paths first differ at level i talk across level i: bandwidth
-  ``bandwidth_gbps[i] / oversubscription[i]`` (GB/s per node), latency ``latency_us[i]``; a node
+  ``bandwidth_gbps[i] / oversubscription[i]`` (Gb/s per node, bits: 8 Gb/s move 1 GB/s), latency
+  ``latency_us[i]``; a node
   in an ``unknown`` domain is assumed to cross that level;
 - GPUs of one node talk over NVLink (``intra_node_bandwidth_gbps`` per GPU).
 
@@ -32,14 +33,14 @@ from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import UNKNOWN, Topology
 from phalanx_common.presets import resolve_shape
 
-GB = 1e9
+GBIT = 1e9 / 8  # bytes per second in one Gb/s: every bandwidth figure is in Gb/s, as links are rated
 US = 1e-6
 
 
 @dataclass(frozen=True)
 class Link:
     level: str  # level name crossed, or "nvlink" inside one node
-    bandwidth_gbps: float  # effective, after oversubscription
+    bandwidth_gbps: float  # Gb/s, effective, after oversubscription
     latency_us: float
 
 
@@ -103,7 +104,7 @@ def ring_seconds(size: float, ranks: int, link: Link) -> float:
     """The flat ring over ``ranks`` (n in the module's formula)."""
     if ranks <= 1:
         return 0.0
-    return 2 * (ranks - 1) / ranks * size / (link.bandwidth_gbps * GB) + 2 * (ranks - 1) * link.latency_us * US
+    return 2 * (ranks - 1) / ranks * size / (link.bandwidth_gbps * GBIT) + 2 * (ranks - 1) * link.latency_us * US
 
 
 def hierarchical_seconds(size: float, nodes: int, per_node: int, net: Link, nvlink: Link) -> float:
@@ -111,10 +112,10 @@ def hierarchical_seconds(size: float, nodes: int, per_node: int, net: Link, nvli
     ranks of the group on each node (g)."""
     seconds = 0.0
     if per_node > 1:
-        seconds += 2 * ((per_node - 1) / per_node * size / (nvlink.bandwidth_gbps * GB)
+        seconds += 2 * ((per_node - 1) / per_node * size / (nvlink.bandwidth_gbps * GBIT)
                         + (per_node - 1) * nvlink.latency_us * US)
     if nodes > 1:
-        seconds += (2 * (nodes - 1) / nodes * (size / per_node) / (net.bandwidth_gbps * GB / per_node)
+        seconds += (2 * (nodes - 1) / nodes * (size / per_node) / (net.bandwidth_gbps * GBIT / per_node)
                     + 2 * (nodes - 1) * net.latency_us * US)
     return seconds
 

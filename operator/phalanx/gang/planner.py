@@ -46,6 +46,7 @@ from phalanx.gang.inventory import (
     format_amount,
     free_capacity,
 )
+from phalanx.gang.tolerations import job_tolerations
 from phalanx.gang.topology import Path, Topology, topology_for
 
 # ---------------------------------------------------------------------------------------------
@@ -75,15 +76,23 @@ class GangRequest:
         priority: int = 0,
         creation: str = "",
         extra_requests: Mapping[str, Any] | None = None,
+        default_tolerations: Sequence[Any] = (),
     ) -> GangRequest:
         """From a TrainingJobSpec. ``extra_requests`` adds e.g. the network profile's RDMA resource
-        (``NetworkWiring.resources``). Each of ``spec.roles`` becomes a sub-request: GPU roles keep
-        the job's topology constraints (compact among themselves); CPU roles go wherever they fit."""
+        (``NetworkWiring.resources``); ``default_tolerations`` the config's ``jobTolerations``. Each
+        pod tolerates what the cluster lets it (gang/tolerations.py). Each of ``spec.roles`` becomes a
+        sub-request: GPU roles keep the job's topology constraints (compact among themselves); CPU
+        roles go wherever they fit."""
         topo = spec.scheduling.topology
+        own = [tol.to_kube() for tol in spec.tolerations]
+
+        def tolerations(requests: Mapping[str, int]) -> tuple[Mapping[str, Any], ...]:
+            return tuple(t.toleration for t in job_tolerations(own, requests, default_tolerations))
+
         req = pod_requests(spec.resources, extra_requests)
         roles = tuple(
-            cls(key=key, count=role.replicas, requests=pod_requests(role.resources, extra_requests), role=role.name,
-                tolerations=tuple(tol.to_kube() for tol in spec.tolerations), node_selector=dict(spec.node_selector or {}),
+            cls(key=key, count=role.replicas, requests=(role_req := pod_requests(role.resources, extra_requests)),
+                role=role.name, tolerations=tolerations(role_req), node_selector=dict(spec.node_selector or {}),
                 required=topo.required if role.resources.gpus else None,
                 preferred=topo.preferred if role.resources.gpus else None)
             for role in spec.roles)
@@ -91,7 +100,7 @@ class GangRequest:
             key=key,
             count=spec.nodes,
             requests=req,
-            tolerations=tuple(tol.to_kube() for tol in spec.tolerations),
+            tolerations=tolerations(req),
             node_selector=dict(spec.node_selector or {}),
             required=topo.required,
             preferred=topo.preferred,
@@ -445,6 +454,9 @@ def _place(request: GangRequest, topo: Topology, fit_of: Callable[[], _Fit]) -> 
         chosen = walk.materialise((), wanted)
 
     ranked = topo.order(chosen)
+    notes += [f"{count} of {len(ranked)} nodes carry no {name} label ({topo.levels[topo.level_index(name)].label}): "
+              f"their {name} is unknown, so the span leaves it out"
+              for name, count in topo.unlabelled_levels(ranked).items()]
     return Placement(
         key=request.key,
         nodes=ranked,

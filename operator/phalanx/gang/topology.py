@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from phalanx.api.config import TopologyConfig, TopologyLevel, levels_of
+from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset, levels_of
 from phalanx.constants import TOPOLOGY_UNKNOWN_DOMAIN
 from phalanx.gang.inventory import NodeInfo
+from phalanx.gang.topology_presets import Detection, all_preset_levels, detect
 
 Path = tuple[str, ...]
 UNKNOWN = TOPOLOGY_UNKNOWN_DOMAIN
@@ -113,11 +114,20 @@ class Topology:
         return sorted(nodes, key=lambda node: tuple(_sort_key(domain) for domain in self.paths[node]) + (_sort_key(node),))
 
     def span(self, nodes: Iterable[str]) -> dict[str, int]:
-        """Number of distinct domains used at each level."""
+        """Number of distinct domains used at each level. A level where one of the nodes has no
+        label is left out: nodes without the label are not known to share a domain, so no count
+        would be true (``unlabelled_levels`` names them)."""
         nodes = list(nodes)
         return {
             lvl.name: len({self.paths[node][: index + 1] for node in nodes}) for index, lvl in enumerate(self.levels)
+            if not any(self.paths[node][index] == UNKNOWN for node in nodes)
         }
+
+    def unlabelled_levels(self, nodes: Iterable[str]) -> dict[str, int]:
+        """Per level, how many of ``nodes`` carry no label for it (levels where all do: absent)."""
+        nodes = list(nodes)
+        out = {lvl.name: sum(self.paths[node][index] == UNKNOWN for node in nodes) for index, lvl in enumerate(self.levels)}
+        return {name: count for name, count in out.items() if count}
 
     def counts(self, nodes: Iterable[str]) -> dict[Path, int]:
         """How many of ``nodes`` each domain (and the root ``()``) holds."""
@@ -135,18 +145,17 @@ class Topology:
 
 
 def topology_levels(
-    config: TopologyConfig | None = None, names: Sequence[str] | None = None
+    levels: Sequence[TopologyLevel] | TopologyConfig | None = None, names: Sequence[str] | None = None
 ) -> list[TopologyLevel]:
-    """The configured levels, optionally narrowed/re-ordered by name or label key (``--levels``).
-
-    A name that is not configured is taken as a bare label key with default link figures.
-    """
-    config = config or TopologyConfig()
+    """``levels`` (a config: its levels without nodes), optionally narrowed/re-ordered by name or
+    label key (``--levels``). A name found in no preset is taken as a bare label key with default
+    link figures."""
+    base = levels_of(levels)
     if not names:
-        return list(config.levels)
-    by_key: Mapping[str, TopologyLevel] = {}
-    for lvl in config.levels:
-        by_key = {**by_key, lvl.name: lvl, lvl.label: lvl}
+        return base
+    by_key: dict[str, TopologyLevel] = {}
+    for lvl in [*all_preset_levels(), *base]:  # the given levels win a shared name
+        by_key |= {lvl.name: lvl, lvl.label: lvl}
     out = []
     for given in names:
         name = given.strip()
@@ -156,16 +165,55 @@ def topology_levels(
     return out
 
 
+def current_levels(config: TopologyConfig) -> list[TopologyLevel]:
+    """The levels where no nodes are at hand (rendering, validation): with a preset the nodes
+    decide (auto, kueue), the last detection's in this process, else ``levels_of``."""
+    found = last_detection()
+    if config.preset in (TopologyPreset.AUTO, TopologyPreset.KUEUE) and found is not None:
+        return list(found.levels)
+    return levels_of(config)
+
+
 _last_built: tuple[tuple[NodeInfo, ...], list[TopologyLevel], Topology] | None = None
+_last_detection: tuple[tuple[NodeInfo, ...], TopologyConfig, tuple, Detection] | None = None
+
+
+def detection_for(nodes: Sequence[NodeInfo], config: TopologyConfig,
+                  kueue_topologies: Sequence[Mapping] = ()) -> Detection:
+    """``topology_presets.detect``, reused while the same node objects come back (as
+    ``topology_for``); the last one is what ``last_detection`` reports."""
+    global _last_detection
+    last = _last_detection
+    kueue = tuple(kueue_topologies)
+    if (last is not None and last[1] is config and last[2] == kueue and len(last[0]) == len(nodes)
+            and all(kept is given for kept, given in zip(last[0], nodes, strict=True))):
+        return last[3]
+    found = detect(config, nodes, kueue)
+    _last_detection = (tuple(nodes), config, kueue, found)
+    return found
+
+
+def last_detection() -> Detection | None:
+    """The detection of the last plan in this process (None before any)."""
+    return _last_detection[3] if _last_detection else None
+
+
+def levels_for(nodes: Sequence[NodeInfo], topology: Sequence[TopologyLevel] | TopologyConfig | None) -> list[TopologyLevel]:
+    """The levels a plan over ``nodes`` uses: a config's detected for these nodes (its preset),
+    a list of levels as given."""
+    if isinstance(topology, TopologyConfig):
+        return list(detection_for(nodes, topology, topology.kueue_topologies).levels)
+    return levels_of(topology)
 
 
 def topology_for(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel] | TopologyConfig | None = None) -> Topology:
-    """``Topology.build``, reused while the same node objects and levels come back: the
-    operator's node index keeps an unchanged node's NodeInfo, so a pass after no node event
-    (nearly every pass) skips the rebuild. Compared by identity, not value: NodeInfo is frozen,
-    and a changed node is a new object. Callers must not mutate the result (no planner does)."""
+    """``Topology.build`` over the levels ``levels_for`` gives, reused while the same node objects
+    and levels come back: the operator's node index keeps an unchanged node's NodeInfo, so a pass
+    after no node event (nearly every pass) skips the rebuild. Compared by identity, not value:
+    NodeInfo is frozen, and a changed node is a new object. Callers must not mutate the result
+    (no planner does)."""
     global _last_built
-    levels = levels_of(levels)
+    levels = levels_for(nodes, levels)
     last = _last_built
     if (last is not None and last[1] == levels and len(last[0]) == len(nodes)
             and all(kept is given for kept, given in zip(last[0], nodes, strict=True))):
@@ -173,4 +221,3 @@ def topology_for(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel] | To
     topo = Topology.build(nodes, levels)
     _last_built = (tuple(nodes), levels, topo)
     return topo
-

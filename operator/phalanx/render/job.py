@@ -10,6 +10,8 @@ from phalanx.api.config import OperatorConfig
 from phalanx.api.slots import Slot, slots
 from phalanx.api.types import TrainingJob
 from phalanx.backends import merge_mutation, render_backend
+from phalanx.gang.tolerations import with_cluster_tolerations
+from phalanx.gang.topology import current_levels
 from phalanx.render.configmap import build_config_map
 from phalanx.render.names import spec_hash
 from phalanx.render.network import NetworkWiring, render_network
@@ -33,11 +35,12 @@ def render_children(
     child carries the spec hash. (The executor creates every other kind before the pods.)"""
     config = config or OperatorConfig()
     wiring = job_wiring(job, config)
-    backend = render_backend(job, levels=config.topology.levels, extra_requests=wiring.resources,
+    backend = render_backend(job, levels=current_levels(config.topology), extra_requests=wiring.resources,
                              workload_api_versions=config.workload_api_versions)
     pods = [
-        merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size),
-                                 in_place=config.in_place_restarts), backend.pod)
+        with_cluster_tolerations(merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size),
+                                                          in_place=config.in_place_restarts), backend.pod),
+                                 config.job_tolerations)
         for slot in (slots(job.spec) if only is None else only)
     ]
     policy = [build_network_policy(job, config.network_policy)] if config.network_policy.enabled else []

@@ -28,7 +28,7 @@ from phalanx.scheduler import (
 
 GPU = "nvidia.com/gpu"
 CONFIG = OperatorConfig()
-B, S, H = (level.label for level in TopologyConfig().levels)
+B, S, H = (level.label for level in TopologyConfig().resolved_levels)
 
 
 def nodes(count=8):

@@ -40,7 +40,7 @@ def test_default_levels_are_coarse_to_fine_with_hostname_last():
     levels = default_levels()
     assert [level.name for level in levels] == ["block", "subblock", "hostname"]
     assert levels[-1].label == "kubernetes.io/hostname"
-    assert [level.name for level in TopologyConfig().levels] == ["block", "subblock", "hostname"]
+    assert [level.name for level in TopologyConfig().resolved_levels] == ["block", "subblock", "hostname"]
 
 
 RACK = TopologyLevel(name="rack", label="example.com/rack")

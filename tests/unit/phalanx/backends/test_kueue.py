@@ -12,7 +12,7 @@ from phalanx.lifecycle.reconcile import Observed, decide
 from phalanx.lifecycle.resume import FROM_CHECKPOINT, FROM_STEP_ZERO
 from tests.unit.phalanx.backends.fixtures import job, pod
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 
 
 def test_pod_group_labels_and_tas():

@@ -6,7 +6,7 @@ from phalanx.backends import apply_mutation, render_backend
 from phalanx.backends.volcano import render, tier_of
 from tests.unit.phalanx.backends.fixtures import job, pod, validate
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 
 
 def test_podgroup_matches_crd_and_fields():

@@ -21,7 +21,7 @@ from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import Topology
 
 CFG = TopologyConfig()
-B, S, H = (lvl.label for lvl in CFG.levels)
+B, S, H = (lvl.label for lvl in CFG.resolved_levels)
 
 
 def nodes(blocks=2, subs=2, hosts=2):
@@ -35,15 +35,15 @@ def nodes(blocks=2, subs=2, hosts=2):
 
 
 NODES = nodes()
-TOPO = Topology.build(NODES, CFG.levels)
+TOPO = Topology.build(NODES, CFG.resolved_levels)
 
 
 def test_ring_and_hierarchical_formulas():
-    link = Link("x", 50.0, 5.0)
+    link = Link("x", 400.0, 5.0)  # Gb/s: 50 GB/s
     S_ = 1e9
     assert ring_seconds(S_, 1, link) == 0.0
     assert ring_seconds(S_, 4, link) == pytest.approx(2 * 3 / 4 * 1e9 / 50e9 + 2 * 3 * 5e-6)
-    nv = Link("nvlink", 450.0, 1.0)
+    nv = Link("nvlink", 3600.0, 1.0)  # 450 GB/s
     got = hierarchical_seconds(S_, 4, 8, link, nv)
     want = 2 * (7 / 8 * 1e9 / 450e9 + 7 * 1e-6) + 2 * 3 / 4 * (1e9 / 8) / (50e9 / 8) + 2 * 3 * 5e-6
     assert got == pytest.approx(want)
@@ -52,15 +52,15 @@ def test_ring_and_hierarchical_formulas():
 
 def test_link_between_levels_and_oversubscription():
     assert link_between(TOPO, ["n000"], CFG).level == "nvlink"
-    assert link_between(TOPO, ["n000", "n001"], CFG) == Link("hostname", 50, 2)
-    assert link_between(TOPO, ["n000", "n010"], CFG) == Link("subblock", 50, 5)
-    # Crossing blocks: 25 GB/s / oversubscription 2, worst latency 10 us.
-    assert link_between(TOPO, ["n000", "n100"], CFG) == Link("block", 12.5, 10)
+    assert link_between(TOPO, ["n000", "n001"], CFG) == Link("hostname", 400, 2)
+    assert link_between(TOPO, ["n000", "n010"], CFG) == Link("subblock", 400, 5)
+    # Crossing blocks: 200 Gb/s / oversubscription 2, worst latency 10 us.
+    assert link_between(TOPO, ["n000", "n100"], CFG) == Link("block", 100, 10)
 
 
 def test_unknown_domain_counts_as_crossing():
     ns = [NodeInfo("a", {H: "a"}, {}), NodeInfo("b", {H: "b"}, {})]
-    t = Topology.build(ns, CFG.levels)
+    t = Topology.build(ns, CFG.resolved_levels)
     assert link_between(t, ["a", "b"], CFG).level == "block"
 
 
@@ -74,7 +74,7 @@ def test_dp_groups_mesh_order():
 def test_allreduce_estimate_shares_nics_between_groups():
     est = allreduce_estimate(["n000", "n001"], TOPO, CFG, size_bytes=10**9, procs_per_node=8, tensor=2)
     assert est.ranks == 8 and est.nodes == 2 and est.ranks_per_node == 4
-    assert est.bottleneck.bandwidth_gbps == 25  # 50 GB/s shared by 2 DP groups per node
+    assert est.bottleneck.bandwidth_gbps == 200  # 400 Gb/s shared by 2 DP groups per node
     single = allreduce_estimate(["n000"], TOPO, CFG, size_bytes=10**9, procs_per_node=8)
     assert single.bottleneck.level == "nvlink" and single.nodes == 1
     assert single.ring_seconds == pytest.approx(2 * 7 / 8 * 1e9 / 450e9 + 14e-6)
@@ -139,3 +139,5 @@ def test_custom_level_figures():
     t = Topology.build(ns, levels)
     link = link_between(t, ["a", "b"], TopologyConfig(levels=levels))
     assert link == Link("rack", 2.5, 3) and math.isfinite(ring_seconds(1, 2, link))
+    # Gb/s: a 400 Gb/s link moves 50 GB/s (issue: the figures were once read as GB/s)
+    assert ring_seconds(50e9, 2, Link("x", 400, 0)) == pytest.approx(1.0)

@@ -22,7 +22,7 @@ from phalanx.gang.planner import (
 )
 from phalanx.gang.topology import Topology
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 B, S, H = (lvl.label for lvl in LEVELS)
 GPU = "nvidia.com/gpu"
 
@@ -55,7 +55,11 @@ def test_from_spec():
     r = GangRequest.from_spec(spec, "ns/j", extra_requests={"rdma/rdma_shared_device_a": 1})
     assert r.count == 4 and r.required == "block" and r.preferred == "subblock"
     assert r.requests == {GPU: 8, "cpu": 500, "memory": 64 * 2**30, "rdma/ib": 1, "rdma/rdma_shared_device_a": 1, "pods": 1}
-    assert r.node_selector == {"pool": "gpu"} and r.tolerations == ({"key": "a", "operator": "Exists"},)
+    assert r.node_selector == {"pool": "gpu"}
+    # the job's own, then one per extended resource it requests (as ExtendedResourceToleration adds)
+    assert r.tolerations == ({"key": "a", "operator": "Exists"},
+                             *({"key": k, "operator": "Exists", "effect": "NoSchedule"}
+                               for k in (GPU, "rdma/ib", "rdma/rdma_shared_device_a")))
     assert r.describe() == "4 nodes with 8 free nvidia.com/gpu"
     assert GangRequest("k", 1, {"cpu": 1500, "pods": 1}).describe() == "1 node with 1500m free cpu"
     assert GangRequest("k", 2, {"pods": 1}).describe() == "2 nodes"

@@ -4,7 +4,7 @@ from phalanx.api.config import TopologyConfig, TopologyLevel
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.topology import UNKNOWN, Topology, topology_for, topology_levels
 
-LEVELS = TopologyConfig().levels
+LEVELS = TopologyConfig().resolved_levels
 B, S, H = (lvl.label for lvl in LEVELS)
 
 
@@ -55,7 +55,7 @@ def test_topology_levels_override():
     lv = topology_levels(TopologyConfig(), ["subblock", "example.com/rack", H])
     assert [x.name for x in lv] == ["subblock", "rack", "hostname"]
     assert lv[1].label == "example.com/rack"
-    assert topology_levels(TopologyConfig(), None) == TopologyConfig().levels
+    assert topology_levels(TopologyConfig(), None) == TopologyConfig().resolved_levels
     with pytest.raises(ValueError):
         Topology.build([], [])
 
