@@ -10,7 +10,8 @@ code; with ``--check`` (``make crds-check``) it changes nothing and fails naming
 block whose body differs. The blocks (``BLOCKS``): reasons and sweep-reasons (phalanx/reasons.py),
 node-exclusions, conditions and sweep-conditions (the same), cli (the argparse parser of phalanx/cli.py, passed
 in: this module imports no command), rbac (the rules of the chart's rbac.yaml with the ``# why:``
-comment above each), printer-columns (the CRDs' additionalPrinterColumns), modules (every
+comment above each), printer-columns and sweep-printer-columns (the CRDs' additionalPrinterColumns), defaults (the spec
+defaults of DEFAULT_SECTIONS, from the CRD's schema), topology-presets (gang/topology_presets.py), modules (every
 module of the Python packages with the first sentence of its docstring: the code map).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -128,21 +130,43 @@ def _column_meaning(column: dict[str, Any], schema: dict[str, Any]) -> str:
     return column.get("description") or _field_description(schema, column["jsonPath"])
 
 
-def printer_columns_block() -> str:
+def printer_columns_block(sweep: bool = False) -> str:
+    """``kubectl get tj``'s columns (``sweep``: ``kubectl get tsw``'s)."""
     from phalanx.api.crd import build_crd
     from phalanx.api.sweep import build_sweep_crd
 
-    lines: list[str] = []
-    for crd in (build_crd(), build_sweep_crd()):
-        spec = crd["spec"]
-        version = spec["versions"][0]
-        schema = version["schema"]["openAPIV3Schema"]
-        rows = [[c["name"], " — ".join(x for x in (f"`{c['jsonPath']}`", _column_meaning(c, schema)) if x),
-                 "yes" if c.get("priority", 0) > 0 else ""]
-                for c in version["additionalPrinterColumns"]]
-        lines += [f"`kubectl get {spec['names']['shortNames'][0]}` ({spec['names']['kind']}; `-o wide` adds the "
-                  "columns marked wide):", "", *_table(["column", "shows", "wide"], rows), ""]
-    return "\n".join(lines).rstrip("\n")
+    spec = (build_sweep_crd() if sweep else build_crd())["spec"]
+    version = spec["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    rows = [[c["name"], " — ".join(x for x in (f"`{c['jsonPath']}`", _column_meaning(c, schema)) if x),
+             "yes" if c.get("priority", 0) > 0 else ""]
+            for c in version["additionalPrinterColumns"]]
+    return "\n".join([f"`kubectl get {spec['names']['shortNames'][0]}` ({spec['names']['kind']}; `-o wide` adds the "
+                      "columns marked wide):", "", *_table(["column", "shows", "wide"], rows)])
+
+
+# --- spec defaults (the CRD's schema, as the API server applies them) ---------------------------
+
+# The spec sections whose defaults decide how a job restarts, hangs, fails and checkpoints: the
+# ones prose gets wrong when it states them from memory.
+DEFAULT_SECTIONS = ("failurePolicy", "checkpoint")
+
+
+def _default_text(value: Any) -> str:
+    return "—" if value is None else f"`{json.dumps(value)}`"
+
+
+def defaults_block() -> str:
+    from phalanx.api.crd import build_crd
+
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rows = []
+    for section in DEFAULT_SECTIONS:
+        node = spec["properties"][section]
+        for name, field in node["properties"].items():
+            value = field.get("default", (node.get("default") or {}).get(name))
+            rows.append([f"`{section}.{name}`", _default_text(value), field.get("description", "")])
+    return "\n".join(_table(["field", "default", "what it does"], rows))
 
 
 # --- the CLI (argparse) -----------------------------------------------------------------------
@@ -288,6 +312,18 @@ def modules_block(repo: Path) -> str:
     return "\n".join(_table(["module", "what it is"], rows))
 
 
+def topology_presets_block() -> str:
+    """Each built-in topology preset's levels (gang/topology_presets.py) with their default figures."""
+    from phalanx.gang.topology_presets import preset_levels
+
+    rows = []
+    for preset in ("gke", "aws", "phalanx", "none"):
+        for lvl in preset_levels(preset):
+            rows.append([f"`{preset}`", lvl.name, f"`{lvl.label}`", f"{lvl.bandwidth_gbps:g}", f"{lvl.latency_us:g}",
+                         f"{lvl.oversubscription:g}"])
+    return "\n".join(_table(["preset", "level", "node label", "Gb/s per node", "latency µs", "oversubscription"], rows))
+
+
 # --- blocks in files ----------------------------------------------------------------------------
 
 BLOCKS: dict[str, Callable[[Sources], str]] = {
@@ -299,7 +335,10 @@ BLOCKS: dict[str, Callable[[Sources], str]] = {
     "cli": lambda s: cli_block(s.parser),
     "rbac": lambda s: rbac_block(s.rbac_template),
     "printer-columns": lambda _: printer_columns_block(),
+    "sweep-printer-columns": lambda _: printer_columns_block(sweep=True),
+    "defaults": lambda _: defaults_block(),
     "modules": lambda s: modules_block(s.repo),
+    "topology-presets": lambda _: topology_presets_block(),
 }
 
 

@@ -411,6 +411,8 @@ def _levels_checked(request: GangRequest, topo: Topology) -> list[tuple[str, int
             try:
                 out.append((which, topo.level_index(lvl)))
             except KeyError as e:
+                if which == "preferred":  # a wish the cluster's topology has no level for: nothing to try
+                    continue
                 return Unschedulable(request.key, f"scheduling.topology.{which}: {e.args[0]}",
                                      reason=UnschedulableReason.INVALID_REQUEST)
     return out

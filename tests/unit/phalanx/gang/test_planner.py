@@ -132,8 +132,10 @@ def test_required_unknown_domain_never_counts():
 
 
 def test_invalid_level():
-    res = plan_gang(req(1, preferred="rack"), cluster(), (), LEVELS)
-    assert res.reason == "InvalidRequest" and "scheduling.topology.preferred: unknown topology level 'rack'" in res.message
+    res = plan_gang(req(1, required="rack"), cluster(), (), LEVELS)
+    assert res.reason == "InvalidRequest" and "scheduling.topology.required: unknown topology level 'rack'" in res.message
+    # a preferred level the cluster's topology lacks (e.g. subblock on AWS) is a wish with nothing to try
+    assert isinstance(plan_gang(req(1, preferred="rack"), cluster(), (), LEVELS), Placement)
     assert plan_gang(req(0), cluster(), (), LEVELS).reason == "InvalidRequest"
 
 
