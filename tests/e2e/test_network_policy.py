@@ -1,6 +1,8 @@
 """The per-job NetworkPolicy, enforced: a job's pods take connections from their own gang on every
 port, from the operator on ``progress`` and ``metrics``, from the metrics scraper on ``metrics`` —
-and from no one else.
+and from no one else. Two tests: the rendered policy with every peer pinned by namespace (pods
+serving each port), and the chart as installed (its default scraper, any namespace) in front of
+a real training pod whose ``phalanx_runtime_*`` series a Prometheus-labelled pod must read.
 
 Needs a cluster whose network plugin enforces NetworkPolicies: on kind, ``hack/kind/netpol.sh``
 installs kube-network-policies (or ``PHALANX_KIND_NETPOL=1 hack/kind-e2e.sh up``); the stock kind
@@ -25,11 +27,13 @@ import uuid
 from functools import partial
 
 import pytest
+import yaml
 from kubernetes import client
 
 from phalanx import __version__, constants
 from phalanx.api.config import NetworkPolicyConfig
 from phalanx.api.types import TrainingJob
+from phalanx.render.names import network_policy_name
 from phalanx.render.networkpolicy import build_network_policy
 from tests.integration.harness import wait_for
 
@@ -215,3 +219,108 @@ def test_job_network_policy_admits_only_gang_operator_and_scraper(e2e_api, two_n
     print("\n".join(f"{k}: {' '.join(v)}" for k, v in observed.items()))  # shown with -s and on failure
     assert not failures, "NetworkPolicy not enforced as rendered:\n" + "\n".join(failures) + \
         f"\npolicy: {json.dumps(policy['spec'])}"
+
+
+# A scrape as Prometheus makes it: GET /metrics; a try counts when the runtime's series are in it.
+SCRAPE = textwrap.dedent("""
+    import json, sys, time, urllib.request
+    url, window = sys.argv[1], float(sys.argv[2])
+    tries, sample = [], ""
+    end = time.monotonic() + window
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=1.5) as r:
+                lines = [l for l in r.read().decode().splitlines() if l.startswith("phalanx_runtime_step")]
+            tries.append(bool(lines))
+            sample = sample or (lines[0] if lines else "")
+        except Exception:  # refused, dropped (timeout), reset: not scraped
+            tries.append(False)
+        time.sleep(0.5)
+    print(json.dumps({"tries": tries, "sample": sample}))
+""")
+
+
+def installed_network_policy_config(core, operator_deployment) -> dict:
+    """The networkPolicy section of the operator config the chart installed (its ConfigMap)."""
+    volumes = operator_deployment.spec.template.spec.volumes or []
+    name = next(v.config_map.name for v in volumes if v.config_map is not None)
+    cm = core.read_namespaced_config_map(name, operator_deployment.metadata.namespace)
+    return yaml.safe_load(cm.data["config.yaml"]).get("networkPolicy") or {}
+
+
+@pytest.fixture
+def monitoring_namespace(e2e_api, enforced):
+    """A namespace of its own for the scrapers: neither the jobs' nor the operator's."""
+    core = client.CoreV1Api(e2e_api)
+    ns = f"netpol-monitoring-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "phalanx.dev/e2e": "network-policy"}}})
+    yield ns
+    try:
+        core.delete_namespace(ns, grace_period_seconds=0)
+    except client.ApiException:
+        pass
+
+
+@pytest.mark.timeout(900)
+def test_chart_defaults_let_prometheus_scrape_a_training_pod(e2e_api, monitoring_namespace, operator_deployment, jobs,
+                                                             runtime_image):
+    """The chart's default networkPolicy values, as installed: the operator's policy for a real
+    training job lets a pod with the default scraper labels, in another namespace, read the
+    runtime's series from the metrics port; the same pod without those labels is refused."""
+    core, net = client.CoreV1Api(e2e_api), client.NetworkingV1Api(e2e_api)
+    defaults = NetworkPolicyConfig()
+    installed = installed_network_policy_config(core, operator_deployment)
+    if (installed.get("scraperNamespaceLabels"), installed.get("scraperPodLabels")) != \
+            (defaults.scraper_namespace_labels, defaults.scraper_pod_labels):
+        pytest.skip(f"the chart is installed with other scraper values: {installed}")
+
+    name = f"netpol-scrape-{uuid.uuid4().hex[:5]}"
+    jobs.create({
+        "apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {"image": runtime_image, "nodes": 1, "procsPerNode": 1, "resources": {"cpu": "500m", "memory": "2Gi"},
+                 "model": {"preset": "debug"}, "data": {"source": "synthetic", "seqLen": 64},
+                 # runs until the test deletes it: the scrapes need it serving for their whole window
+                 "training": {"steps": 1000000, "globalBatchSize": 2, "precision": "fp32"}},
+    })
+
+    def serving():
+        status = jobs.status(name)
+        assert status.get("phase") != "Failed", f"{name} failed: {status.get('message')}"
+        pods = jobs.pods(name)
+        for pod in pods:
+            for cs in pod.status.container_statuses or []:
+                waiting = cs.state.waiting
+                if waiting and waiting.reason in ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"):
+                    pytest.fail(f"{pod.metadata.name}: {waiting.reason} for {runtime_image}: the runtime image is "
+                                "not on the workers (hack/kind-e2e.sh up loads it unless PHALANX_KIND_IMAGES=operator)")
+        # the metrics endpoint serves from setup on; the first step puts values in the series
+        ip = pods[0].status.pod_ip if pods else None
+        return ip if ip and (status.get("step") or 0) >= 1 else None
+
+    pod_ip = wait_for(serving, 420, f"{name} to run its first step", interval=2)
+    policy = net.read_namespaced_network_policy(network_policy_name(name), jobs.ns).to_dict()
+
+    url = f"http://{pod_ip}:{constants.METRICS_PORT}/metrics"
+    clients = {"prometheus": (dict(defaults.scraper_pod_labels), True), "unlabelled": ({}, False)}
+    for pod_name, (labels, _) in clients.items():
+        core.create_namespaced_pod(monitoring_namespace, restricted_pod(
+            pod_name, monitoring_namespace, labels, [SCRAPE, url, str(WINDOW_S)]))
+
+    def finished(pod_name):
+        check_image(core, monitoring_namespace, pod_name)
+        return core.read_namespaced_pod(pod_name, monitoring_namespace).status.phase in ("Succeeded", "Failed")
+
+    deadline = time.monotonic() + 180 + WINDOW_S
+    failures, seen = [], {}
+    for pod_name, (labels, want) in clients.items():
+        wait_for(partial(finished, pod_name), max(deadline - time.monotonic(), 1), f"scraper {pod_name} to finish")
+        result = json.loads(core.read_namespaced_pod_log(pod_name, monitoring_namespace).strip().splitlines()[-1])
+        last = result["tries"][-VERDICT_TRIES:]
+        seen[pod_name] = " ".join("scraped" if t else "refused" for t in result["tries"]) + f" | {result['sample']}"
+        if (all(last) if want else any(last)) != want:
+            failures.append(f"{monitoring_namespace}/{pod_name} {labels} -> {url}: expected "
+                            f"{'scraped' if want else 'refused'}, tries: {seen[pod_name]}")
+    print("\n".join(f"{k}: {v}" for k, v in seen.items()))  # shown with -s and on failure
+    assert not failures, "the chart's default scraper rule is not enforced as expected:\n" + "\n".join(failures) + \
+        f"\npolicy: {json.dumps(policy['spec'], default=str)}"
