@@ -148,7 +148,8 @@ PRINTER_COLUMNS = [
     {"name": "EvalLoss", "type": "number", "jsonPath": ".status.metrics.eval_loss", "priority": 1,
      "description": "the last eval_loss (training.eval)"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
-    {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.status==\"True\")].reason", "priority": 1},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1,
+     "description": "why the job is in its phase: the reason of the condition that decides it"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

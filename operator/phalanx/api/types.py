@@ -275,10 +275,12 @@ class CheckpointSpec(Model):
         None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}. "
                           "Without it the job saves no checkpoints, and the other fields must keep their defaults."
     )
-    mount_path: str = bounded_str(patterns.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"])
+    mount_path: str = bounded_str(patterns.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"],
+                                  description="Where every pod mounts the volume; a job's checkpoints go to "
+                                              "<mountPath>/<namespace>/<job>.")
     interval_steps: int = Field(_CKPT_DEFAULT["interval_steps"], ge=0, le=1 << 31,
                                 description="Save every N steps; 0 saves only at the end.")
-    keep_last: int = Field(_CKPT_DEFAULT["keep_last"], ge=1, le=1000)
+    keep_last: int = Field(_CKPT_DEFAULT["keep_last"], ge=1, le=1000, description="Committed checkpoints kept; older ones are deleted.")
     async_save: bool = Field(_CKPT_DEFAULT["async_save"], alias="async", description="Stage, then write in the background.")
     resume: bool = Field(_CKPT_DEFAULT["resume"], description="Resume from the last committed checkpoint.")
     export_consolidated: bool = Field(_CKPT_DEFAULT["export_consolidated"],
@@ -341,7 +343,7 @@ class FailurePolicy(Model):
         default_factory=list, max_length=256, description="Exit codes that fail the job at once, even if 128-255."
     )
     backoff_seconds: int = Field(10, ge=0, le=86400, description="First restart delay; doubles each restart.")
-    max_backoff_seconds: int = Field(300, ge=0, le=86400)
+    max_backoff_seconds: int = Field(300, ge=0, le=86400, description="The longest restart delay (the doubling stops there).")
     hang_timeout_seconds: int = Field(0, ge=0, le=1 << 31, description="Restart when no step progress for this long; 0 = off.")
     preflight: bool = Field(False, description="Built-in trainer: before training, every rank checks its device (CUDA "
                             "and a small matmul, with GPUs) and the gang all-reduces once; a node that fails is named "
@@ -712,6 +714,9 @@ class TrainingJobStatus(Model):
         None, description="Why the gang last failed (kept through restarts; the Restarting or Failed condition says it too).")
     node_replacement: NodeReplacementStatus | None = Field(
         None, description="The last lost or quarantined node of the running gang: replaced alone, or why not.")
+    reason: str | None = Field(
+        None, description="Why the job is in its phase: the reason of the condition that decides it (the wait's, "
+        "e.g. Insufficient or CreateRefused; AllNodesRunning; the restart's or the failure's cause; Succeeded).")
     message: str | None = None
 
 

@@ -69,7 +69,7 @@ def refused_status(obj: dict[str, Any], refusals: list[Refusal], now: datetime) 
         message = _summary(refusals)
         view.cond(ConditionType.CREATED, False, Reason.CREATE_REFUSED, message)
         view.status.message = message
-    return view.status.model_dump(by_alias=True, mode="json", exclude_none=True), bool(permanent)
+    return view.body(), bool(permanent)
 
 
 def error_status(obj: dict[str, Any], error: str, now: datetime, final: bool) -> dict[str, Any]:
@@ -86,4 +86,4 @@ def error_status(obj: dict[str, Any], error: str, now: datetime, final: bool) ->
         view.finish(Phase.FAILED, Reason.RECONCILE_ERROR, message)
     else:
         view.status.message = message
-    return view.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return view.body()

@@ -1,6 +1,7 @@
 """A job's status while it is being decided, and the phase machine: the pydantic status plus
 helpers that record transitions (conditions with lastTransitionTime/observedGeneration, phase
-Events), and the phase the current gang's pods put the job in (Pending → Scheduling → Running)."""
+Events), the phase the current gang's pods put the job in (Pending → Scheduling → Running), and
+the reason every write carries (status.reason: the condition that decides the phase)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,41 @@ def parse_iso(ts: str | None) -> datetime | None:
         return None
     parsed = datetime.fromisoformat(ts)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# Why a job is in its phase (status.reason, the Reason printer column): per phase, the conditions
+# that can decide it, most telling first, each with the states in which it does; the first that
+# holds gives the reason. Asking per phase keeps a condition that is true but beside the point (a
+# job is Valid for life; Created stays True from the last attempt) from standing in for the state.
+TRUE, FALSE, NOT_TRUE = frozenset({"True"}), frozenset({"False"}), frozenset({"False", "Unknown"})
+_NOT_DECIDED = (ConditionType.RECONCILED, FALSE)  # a ReconcileError the operator has not given up on
+_WAITING = (
+    _NOT_DECIDED,
+    (ConditionType.CREATED, FALSE),  # pods being created, old ones terminating, a refusal
+    (ConditionType.SCHEDULABLE, NOT_TRUE),  # the gang's wait: Insufficient, Kueue's reason, ...
+    (ConditionType.SUSPENDED, TRUE),  # the admitter took the gang away and has not readmitted it
+    (ConditionType.SCHEDULABLE, TRUE),  # placed or released; the pods are starting
+)
+DECIDING: dict[Phase, tuple[tuple[ConditionType, frozenset[str]], ...]] = {
+    Phase.PENDING: _WAITING,
+    Phase.SCHEDULING: _WAITING,
+    Phase.RUNNING: (_NOT_DECIDED, (ConditionType.RESTARTING, TRUE), (ConditionType.RUNNING, TRUE)),
+    Phase.RESTARTING: (_NOT_DECIDED, (ConditionType.RESTARTING, TRUE)),
+    Phase.SUSPENDED: ((ConditionType.SUSPENDED, TRUE),),
+    Phase.SUCCEEDED: ((ConditionType.SUCCEEDED, TRUE),),
+    Phase.FAILED: ((ConditionType.FAILED, TRUE),),
+}
+
+
+def current_reason(status: TrainingJobStatus) -> str:
+    """The reason of the condition that decides ``status.phase`` (``DECIDING``); the phase itself
+    when none does (a job that has not got that far, e.g. one waiting for an earlier job's pods)."""
+    conditions = {cond.type: cond for cond in status.conditions}
+    for type_, states in DECIDING.get(status.phase, ()):
+        cond = conditions.get(type_)
+        if cond is not None and cond.status in states and cond.reason:
+            return cond.reason
+    return str(status.phase)
 
 
 class StatusView:
@@ -56,9 +92,14 @@ class StatusView:
         self.cond(ConditionType.RESTARTING, False, reason, "")
         self.status.completion_time = self.status.completion_time or self.now
 
+    def body(self) -> dict[str, Any]:
+        """The status as it is written; every write sets its reason from its conditions."""
+        self.status.reason = current_reason(self.status)
+        return self.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
     def dump(self) -> dict[str, Any] | None:
         self.status.observed_generation = self.generation
-        after = self.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        after = self.body()
         return after if after != self.before else None
 
 

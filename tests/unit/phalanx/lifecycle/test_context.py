@@ -44,7 +44,7 @@ def test_done_hands_back_the_status_and_the_events():
 
 
 def test_done_writes_no_status_when_nothing_changed():
-    assert make_pass({"phase": "Running", "observedGeneration": 1}).done().status is None
+    assert make_pass({"phase": "Running", "reason": "Running", "observedGeneration": 1}).done().status is None
 
 
 def test_rank0_progress_is_applied_last_and_in_order():

@@ -1,6 +1,7 @@
 """lifecycle.status: timestamps, the StatusView that records transitions (conditions, phase
 Events, the final phase), ready counts, the success message of spec.successPolicy's roles, and the
-phase the current gang's pods put the job in (Pending → Scheduling → Running)."""
+phase the current gang's pods put the job in (Pending → Scheduling → Running), and the reason
+every status write carries (the condition that decides the phase)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from phalanx.api.types import Phase, TrainingJobSpec
+from phalanx.api.crd import PRINTER_COLUMNS, build_crd
+from phalanx.api.types import Phase, TrainingJobSpec, TrainingJobStatus
 from phalanx.constants import LABEL_NODE_RANK, LABEL_ROLE, LABEL_ROLE_INDEX, ConditionType
 from phalanx.lifecycle.conditions import get_condition
 from phalanx.lifecycle.status import (
+    DECIDING,
     StatusView,
     count_ready,
+    current_reason,
     iso,
     parse_iso,
     phase_from_pods,
@@ -80,7 +84,7 @@ def test_finish_keeps_the_first_completion_time():
 
 
 def test_dump_is_none_when_nothing_changed():
-    raw = {"phase": "Running", "observedGeneration": 3, "restarts": 1}
+    raw = {"phase": "Running", "reason": "Running", "observedGeneration": 3, "restarts": 1}
     assert StatusView(raw, 3, NOW).dump() is None
     assert StatusView(raw, 4, NOW).dump()["observedGeneration"] == 4  # a new generation is a change
     view = StatusView(raw, 3, NOW)
@@ -164,3 +168,65 @@ def test_restarting_stays_restarting_until_the_new_gang_runs(pods):
     view = StatusView({"phase": "Restarting", "message": "backing off"}, 1, NOW)
     phase_from_pods(view, pods, 2)
     assert view.status.phase == Phase.RESTARTING and view.events == []
+
+
+def c(type_, status, reason):
+    return {"type": type_, "status": status, "reason": reason}
+
+
+VALID = c("Valid", "True", "Validated")  # true for a job's whole life: never its reason
+
+
+@pytest.mark.parametrize("phase,conditions,reason", [
+    ("Pending", [], "Pending"),
+    ("Pending", [VALID], "Pending"),  # e.g. waiting for an earlier job's pods
+    ("Pending", [VALID, c("Created", "False", "CreatingPods"), c("Schedulable", "Unknown", "GangIncomplete")], "CreatingPods"),
+    ("Pending", [VALID, c("Created", "False", "WaitingForOldPods"), c("Schedulable", "True", "Placed")], "WaitingForOldPods"),
+    ("Pending", [VALID, c("Created", "False", "CreateRefused")], "CreateRefused"),
+    ("Pending", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "False", "Insufficient")], "Insufficient"),
+    ("Pending", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "False", "Inadmissible")], "Inadmissible"),
+    ("Pending", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "Unknown", "WaitingForKueue")], "WaitingForKueue"),
+    ("Pending", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "True", "Admitted"),
+                 c("Suspended", "True", "Evicted")], "Evicted"),
+    ("Pending", [VALID, c("Reconciled", "False", "ReconcileError"), c("Created", "False", "CreatingPods")], "ReconcileError"),
+    ("Pending", [VALID, c("Reconciled", "True", "Reconciled"), c("Created", "False", "CreatingPods")], "CreatingPods"),
+    ("Scheduling", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "True", "Placed")], "Placed"),
+    ("Scheduling", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "True", "GatesLifted")], "GatesLifted"),
+    ("Running", [VALID, c("Created", "True", "PodsCreated"), c("Schedulable", "True", "Placed"),
+                 c("Restarting", "False", "Running"), c("Running", "True", "AllNodesRunning")], "AllNodesRunning"),
+    ("Running", [VALID, c("Running", "True", "AllNodesRunning"), c("Restarting", "True", "RestartedInPlace")], "RestartedInPlace"),
+    ("Running", [VALID, c("Running", "True", "AllNodesRunning"), c("Restarting", "True", "NodeReplaced")], "NodeReplaced"),
+    ("Running", [VALID, c("Running", "True", "AllNodesRunning"), c("LossNotFinite", "True", "LossNotFinite")], "AllNodesRunning"),
+    ("Restarting", [VALID, c("Running", "False", "Restarting"), c("Restarting", "True", "NodeLost")], "NodeLost"),
+    ("Restarting", [VALID, c("Running", "False", "Restarting"), c("Restarting", "True", "exited")], "exited"),
+    ("Suspended", [VALID, c("Running", "False", "Suspended"), c("Suspended", "True", "Suspended")], "Suspended"),
+    ("Succeeded", [VALID, c("Running", "False", "Succeeded"), c("Succeeded", "True", "Succeeded"), c("Failed", "False", "Succeeded")],
+     "Succeeded"),
+    ("Failed", [VALID, c("Succeeded", "False", "PermanentFailure"), c("Failed", "True", "PermanentFailure")], "PermanentFailure"),
+    ("Failed", [c("Valid", "False", "InvalidSpec"), c("Failed", "True", "InvalidSpec")], "InvalidSpec"),
+    ("Failed", [VALID, c("Reconciled", "False", "ReconcileError"), c("Failed", "True", "ReconcileError")], "ReconcileError"),
+    ("Failed", [VALID, c("Created", "False", "CreateRejected"), c("Failed", "True", "CreateRejected")], "CreateRejected"),
+])
+def test_current_reason_is_the_condition_that_decides_the_phase(phase, conditions, reason):
+    status = TrainingJobStatus.model_validate({"phase": phase, "conditions": conditions})
+    assert current_reason(status) == reason
+
+
+def test_every_phase_has_its_deciding_conditions():
+    assert set(DECIDING) == set(Phase)
+
+
+def test_every_status_write_carries_the_reason():
+    view = StatusView({"phase": "Pending"}, 1, NOW)
+    view.cond(ConditionType.CREATED, True, "PodsCreated")
+    view.cond(ConditionType.SCHEDULABLE, False, "Insufficient", "needs 2 nodes; 1 fits")
+    assert view.dump()["reason"] == "Insufficient"
+    view.finish(Phase.FAILED, "GangTimeout", "gang not placed within 60s")
+    assert view.body()["reason"] == "GangTimeout"
+
+
+def test_the_reason_column_shows_status_reason():
+    (column,) = [col for col in PRINTER_COLUMNS if col["name"] == "Reason"]
+    assert column["jsonPath"] == ".status.reason"
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status["properties"]["reason"]["type"] == "string"
