@@ -1,6 +1,6 @@
-"""The cluster policy as ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, Kubernetes
->= 1.30): the API server refuses a TrainingJob or TrainingSweep at `kubectl apply` with the rule's
-words. One policy + binding per policy entry, its values inlined as CEL `variables` (the chart
+"""The cluster policy as ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1: needs
+Kubernetes >= 1.30, tested on v1.36.3): the API server refuses a TrainingJob or TrainingSweep at
+`kubectl apply` with the rule's words. One policy + binding per policy entry, its values inlined as CEL `variables` (the chart
 renders them from the same values the operator reads, a missing value taking the operator's
 default). Not a params ConfigMap: with a core-type paramKind the API server loses param
 resolution for good once no binding names it for a moment (an uninstall, a toggled value) —

@@ -18,7 +18,7 @@ HEADER = """\
 # Policy and limits reference
 
 Generated from `operator/phalanx/api/policy.py` and `api/config.py` (policy/reference.py) by `make crds`. Do not edit.
-The defaults are for tenants who do not trust each other; README "Security model" says why.
+The defaults are for tenants who do not trust each other; [security.md](security.md) says why.
 
 """
 

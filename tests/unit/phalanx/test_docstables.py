@@ -115,9 +115,8 @@ def test_the_node_exclusions_table_has_every_exclusion_with_its_fix():
 # --- printer columns, CLI, RBAC ------------------------------------------------------------------
 
 def test_printer_columns_come_from_both_crds():
-    block = docstables.printer_columns_block()
-    tj, tsw = block.split("`kubectl get tsw`")
-    assert "`kubectl get tj`" in tj
+    tj, tsw = docstables.printer_columns_block(), docstables.printer_columns_block(sweep=True)
+    assert tj.startswith("`kubectl get tj`") and tsw.startswith("`kubectl get tsw`")
     for columns, part in ((PRINTER_COLUMNS, tj), (SWEEP_PRINTER_COLUMNS, tsw)):
         rows = _rows(part)
         for column in columns:
