@@ -8,7 +8,7 @@ A doc marks a block with two lines of their own::
 and ``phalanx crd --docs-tables FILE...`` (``make crds``) rewrites what is between them from the
 code; with ``--check`` (``make crds-check``) it changes nothing and fails naming each file and
 block whose body differs. The blocks (``BLOCKS``): reasons and sweep-reasons (phalanx/reasons.py),
-node-exclusions, conditions and sweep-conditions (the same), cli (the argparse parser of phalanx/cli.py, passed
+node-exclusions, conditions and sweep-conditions (the same), phase-reasons (lifecycle/status.py), cli (the argparse parser of phalanx/cli.py, passed
 in: this module imports no command), rbac (the rules of the chart's rbac.yaml with the ``# why:``
 comment above each), printer-columns and sweep-printer-columns (the CRDs' additionalPrinterColumns), defaults (the spec
 defaults of DEFAULT_SECTIONS, from the CRD's schema), topology-presets (gang/topology_presets.py), modules (every
@@ -115,6 +115,18 @@ def _on_condition(tables: Sequence[tuple[type, dict, str]], cond: str) -> list[s
 def conditions_block(conditions: dict[str, reasons.ConditionDoc], tables: Sequence[tuple[type, dict, str]]) -> str:
     rows = [[f"`{t}`", d.true, d.false, d.unknown or "—", _code(_on_condition(tables, t))] for t, d in conditions.items()]
     return "\n".join(_table(["condition", "True", "False", "Unknown", "reasons"], rows))
+
+
+def phase_reasons_block() -> str:
+    """Which condition gives a job's status.reason in each phase (lifecycle/status.py DECIDING)."""
+    from phalanx.lifecycle.status import DECIDING
+
+    def state(cond: str, states: frozenset[str]) -> str:
+        return f"`{cond}={'/'.join(sorted(states, key=('True', 'False', 'Unknown').index))}`"
+
+    rows = [[f"{phase}", ", else ".join(state(c, st) for c, st in deciding) + f"; else `{phase}`"]
+            for phase, deciding in DECIDING.items()]
+    return "\n".join(_table(["phase", "status.reason is the reason of the first that holds"], rows))
 
 
 # --- printer columns (the CRDs) ---------------------------------------------------------------
@@ -331,6 +343,7 @@ BLOCKS: dict[str, Callable[[Sources], str]] = {
     "sweep-reasons": lambda _: reasons_block(reasons.SWEEP_TABLES, "sweep"),
     "node-exclusions": lambda _: node_exclusions_block(),
     "conditions": lambda _: conditions_block(reasons.CONDITIONS, reasons.TABLES),
+    "phase-reasons": lambda _: phase_reasons_block(),
     "sweep-conditions": lambda _: conditions_block(reasons.SWEEP_CONDITIONS, reasons.SWEEP_TABLES),
     "cli": lambda s: cli_block(s.parser),
     "rbac": lambda s: rbac_block(s.rbac_template),

@@ -192,3 +192,9 @@ def test_the_code_map_lists_every_module_by_its_docstring(tmp_path):
         docstables.modules_block(tmp_path)
     (package / "bare.py").unlink()
     assert "| `operator/phalanx/ok.py` | Does one thing, e.g. this. |" in docstables.modules_block(tmp_path)
+
+
+def test_phase_reasons_follow_the_deciding_conditions():
+    rows = _rows(docstables.phase_reasons_block())
+    assert rows["Pending"][1].startswith("`Reconciled=False`, else `Created=False`, else `Schedulable=False/Unknown`")
+    assert rows["Failed"][1] == "`Failed=True`; else `Failed`"
