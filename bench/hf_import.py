@@ -4,8 +4,12 @@ allocating and reading only its shards) at world 1 and 2 (FSDP2, zero 3) vs
 ``transformers.AutoModelForCausalLM.from_pretrained`` on one rank. Both in float32, each in a fresh
 process; the model is made here (Llama shape, random weights, bf16 safetensors), nothing downloaded.
 
+Then the parity of the imported model with transformers' on ``--device`` (default: the GPU when
+there is one): the logits of a fixed batch in float32, max |Δ| / max |reference|.
+
     python bench/hf_import.py                       # dim 1024, 8 layers, vocab 32000 (~320 MB)
     python bench/hf_import.py --dim 512 --layers 4  # quicker
+    python bench/hf_import.py --json $OUT/hf_import.json   # what bench/gpu.sh's table reads
 
 Prints one JSON object per measurement and a markdown table (docs/benchmarks.md is not written).
 """
@@ -96,6 +100,36 @@ def from_pretrained_row(path: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+PARITY_BATCH, PARITY_SEQ = 2, 32
+
+
+def parity(path: Path, device: str) -> dict:
+    """Phalanx's import and transformers' model of the same directory on ``device``: load times
+    and the logits of one fixed batch (float32), max |Δ| / max |reference|."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from phalanx_runtime.models.huggingface.load import from_pretrained
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    t0 = time.perf_counter()
+    ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    sync()
+    t1 = time.perf_counter()
+    ours_model = from_pretrained(path, device=device).eval()
+    sync()
+    t2 = time.perf_counter()
+    vocab = ref_model.config.vocab_size
+    x = torch.randint(0, vocab, (PARITY_BATCH, PARITY_SEQ), generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad():
+        ref = ref_model(x).logits.float()
+        ours = ours_model(x).float()
+    rel = float((ours - ref).abs().max() / ref.abs().max())
+    return {"device": device if device == "cpu" else torch.cuda.get_device_name(torch.device(device)), "dtype": "float32",
+            "batch": PARITY_BATCH, "seq": PARITY_SEQ, "rel_diff": rel,
+            "transformers_load_s": t1 - t0, "phalanx_load_s": t2 - t1}
+
+
 def job(path: Path, world: int) -> dict:
     return {"metadata": {"name": "hf-import"},
             "spec": {"image": "x", "procsPerNode": world, "parallelism": {"zero": 3} if world > 1 else {},
@@ -119,7 +153,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--device", default="auto", help="where the parity runs: auto (cuda when there is one), cpu, cuda")
+    ap.add_argument("--json", type=Path, help="write the rows, the model and the parity here")
     args = ap.parse_args()
+    import torch
+
     from phalanx_common.hf_config import read_hf_config, shape_from_hf_config
     from phalanx_runtime.spawn import run_ranks
 
@@ -136,7 +174,19 @@ def main() -> None:
             rows.append({"loader": "phalanx import (DCP, sharded)" + (" zero 3" if world > 1 else ""),
                          "world": world, **worst, "per_rank": out["ranks"]})
             print(json.dumps(rows[-1]), flush=True)
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        try:
+            check = parity(path, device)
+        except Exception as e:  # noqa: BLE001 — a device the import cannot load onto: check on the CPU
+            if device == "cpu":
+                raise
+            check = {**parity(path, "cpu"), "error": f"on {device}: {type(e).__name__}: {e}"[:300]}
+        print(json.dumps(check), flush=True)
     print(table(rows, size, params))
+    print(f"\nParity ({check['device']}, float32): logits max |Δ| / max |reference| = {check['rel_diff']:.2e}")
+    if args.json:
+        model = {"dim": args.dim, "layers": args.layers, "vocab": args.vocab, "params": params, "size_mib": size}
+        args.json.write_text(json.dumps({"model": model, "rows": rows, "parity": check}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

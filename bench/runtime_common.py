@@ -16,7 +16,7 @@ SECTIONS = {
     "zero3": "### Runtime (b): ZeRO-3 model-state bytes per rank vs 16Ψ/N",
     "bubble": "### Runtime (c): pipeline bubble, measured vs (p−1)/(m+p−1)",
     "cpu": "### Runtime (d): tokens/s on CPU",
-    "gpu": "### Runtime (e): single GPU (MFU, bf16)",
+    "gpu": "### Runtime (e): a GPU machine (NCCL all-reduce, MFU in bf16, Hugging Face import)",
 }
 RUNTIME_HEADING = "## Runtime"
 # A run of ranks (spawn.run_ranks) that takes longer is hung: its ranks are killed, the bench fails.

@@ -1,8 +1,10 @@
 """(e) Single-GPU run of the Phalanx runtime: bf16 (autocast), selective activation
 checkpointing, fused AdamW; reports tokens/s, MFU (torchtitan formula, peak from the device
-table), peak memory. Picks the largest preset whose estimated footprint fits the GPU (an H200:
-``1b``; ``8b`` needs 16Ψ ≈ 128 GB of fp32 model state alone) and falls back to smaller
-presets / batches on out-of-memory.
+table), peak memory, and beside them a bf16 GEMM measured on the same GPU (what the chip reaches
+on a plain matmul: the achievable side of the MFU's denominator). With ``--preset auto`` it picks
+the largest preset whose estimated footprint fits the GPU (an H200: ``1b``; ``8b`` needs 16Ψ ≈
+128 GB of fp32 model state alone); on out-of-memory it falls back to smaller presets / batches.
+bench/gpu.sh runs it once per preset (125m, 1b).
 
     python bench/runtime_gpu.py --out $OUT/runtime_gpu.json [--budget-s 420] [--preset auto]
     python bench/runtime_gpu.py --cpu --preset debug --steps 3 --out /tmp/gpu.json   # CPU fallback
@@ -57,6 +59,24 @@ def plan(total_bytes: float, seq: int, preset: str | None) -> list[tuple[str, in
     return out[:6]
 
 
+def gemm_flops(device, n: int, dtype, iters: int = 20, trials: int = 3) -> float:
+    """Best FLOP/s of an n×n×n matmul over ``trials`` runs of ``iters`` (a busy GPU only slows one)."""
+    import torch
+
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a @ b
+    sync()
+    best = 0.0
+    for _ in range(trials):
+        t = time.perf_counter()
+        for _ in range(iters):
+            a @ b
+        sync()
+        best = max(best, 2 * n**3 * iters / (time.perf_counter() - t))
+    return best
+
+
 def run_one(preset: str, batch: int, seq: int, steps: int, cpu: bool, ac: str = "selective") -> dict:
     import torch
 
@@ -106,7 +126,8 @@ def main() -> int:
     t_start = time.time()
     cpu = args.cpu or not torch.cuda.is_available()
     report = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "torch": torch.__version__,
-              "python": platform.python_version(), "cpu_fallback": cpu, "attempts": [], "best": None}
+              "python": platform.python_version(), "cpu_fallback": cpu, "preset_asked": args.preset,
+              "attempts": [], "best": None}
     if cpu:
         report["device"] = "cpu"
         preset = "debug" if args.preset == "auto" else args.preset
@@ -121,6 +142,15 @@ def main() -> int:
         attempts = plan(props.total_memory, args.seq, args.preset)
         seq = args.seq
     report["plan"] = attempts
+    from phalanx_runtime.components.metrics import device_peak_flops
+
+    device = torch.device("cpu" if cpu else "cuda")
+    report["peak_flops"], report["peak_source"] = device_peak_flops(device, "fp32" if cpu else "bf16")
+    n, dtype = (256, torch.float32) if cpu else (8192, torch.bfloat16)
+    report["gemm"] = {"n": n, "dtype": str(dtype).removeprefix("torch.")}
+    report["gemm_flops"] = gemm_flops(device, n, dtype)
+    if not cpu:
+        torch.cuda.empty_cache()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
