@@ -1,7 +1,7 @@
 """Predicted gradient allreduce of four placements on three fragmented clusters.
 
 Cluster: 4 blocks × 8 subblocks × 16 hosts = 512 nodes of 8 GPUs, default link figures
-(block 25 GB/s with 2:1 oversubscription, subblock 50 GB/s, host 50 GB/s). Job: 64 nodes × 8 GPUs,
+(block 200 Gb/s with 2:1 oversubscription, subblock 400 Gb/s, host 400 Gb/s). Job: 64 nodes × 8 GPUs,
 8B model, ZeRO-1 (pure DP, 32 GB fp32 gradients). Placements compared:
 
 - phalanx: ``plan_gang`` (span-minimising, best fit, DFS ranks)

@@ -167,5 +167,7 @@ def chart_operator_config() -> dict[str, Any]:
             "enabled": values["networkPolicy"]["enabled"],
             "operatorNamespaceLabels": {"kubernetes.io/metadata.name": "phalanx-system"},
             "operatorPodLabels": {"app.kubernetes.io/name": "phalanx-operator", "app.kubernetes.io/instance": "phalanx"},
+            "scraperNamespaceLabels": copy.deepcopy(values["networkPolicy"]["scraperNamespaceLabels"]),
+            "scraperPodLabels": copy.deepcopy(values["networkPolicy"]["scraperPodLabels"]),
         },
     }

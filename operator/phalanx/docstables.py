@@ -326,7 +326,7 @@ def modules_block(repo: Path) -> str:
 
 def topology_presets_block() -> str:
     """Each built-in topology preset's levels (gang/topology_presets.py) with their default figures."""
-    from phalanx.gang.topology_presets import preset_levels
+    from phalanx.api.topology_levels import preset_levels
 
     rows = []
     for preset in ("gke", "aws", "phalanx", "none"):

@@ -23,10 +23,10 @@ from phalanx.api import patterns
 from phalanx.api.config import NetworkProfile, OperatorConfig
 from phalanx.api.manifests import document_name
 from phalanx.api.rules import broken_rules
+from phalanx.api.topology_levels import known_level_names
 from phalanx.api.types import MAX_JOB_NAME, TrainingJob, TrainingJobSpec
 from phalanx.backends import backend_for
 from phalanx.gang.topology import current_levels
-from phalanx.gang.topology_presets import known_level_names
 from phalanx.policy import pod_security_problems, policy_problems
 from phalanx.policy.limits import spec_size_problems
 from phalanx.problems import Problem

@@ -143,8 +143,8 @@ class TopologyConfig(Model):
     @property
     def resolved_levels(self) -> list[TopologyLevel]:
         """The levels without looking at nodes: custom's own, a fixed preset's, or (auto, kueue:
-        nodes decide) the phalanx preset's. ``gang.topology_presets.resolve`` gives them for nodes."""
-        from phalanx.gang.topology_presets import static_levels
+        nodes decide) the phalanx preset's. ``gang.topology_presets.detect`` gives them for nodes."""
+        from phalanx.api.topology_levels import static_levels
 
         return static_levels(self)
 

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset, levels_of
+from phalanx.api.topology_levels import all_preset_levels
 from phalanx.constants import TOPOLOGY_UNKNOWN_DOMAIN
 from phalanx.gang.inventory import NodeInfo
-from phalanx.gang.topology_presets import Detection, all_preset_levels, detect
+from phalanx.gang.topology_presets import Detection, detect
 
 Path = tuple[str, ...]
 UNKNOWN = TOPOLOGY_UNKNOWN_DOMAIN

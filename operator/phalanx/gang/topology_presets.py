@@ -23,56 +23,25 @@ overrides with ``custom`` levels.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from phalanx import constants
 from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset, default_levels
+from phalanx.api.topology_levels import (
+    CLIQUE_LEVEL,
+    HOSTNAME_LABEL,
+    preset_levels,
+    preset_table,
+)
 from phalanx.gang.inventory import NodeInfo
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-CLIQUE_LEVEL = "clique"
 NVLINK = "nvlink"  # what a detection is called when cliques are its only levels
 # Extended resources that make a node an accelerator node: only those are expected to carry the
 # network's topology labels (a cluster's CPU pools carry none and are not reported).
 ACCELERATOR_RESOURCES = frozenset({constants.RESOURCE_GPU, "amd.com/gpu", "google.com/tpu", "aws.amazon.com/neuron",
                                    "aws.amazon.com/neuroncore", "habana.ai/gaudi", "gpu.intel.com/i915"})
-
-
-def _level(name: str, label: str, gbps: float, latency: float, oversubscription: float = 1.0) -> TopologyLevel:
-    return TopologyLevel(name=name, label=label, bandwidth_gbps=gbps, latency_us=latency,
-                         oversubscription=oversubscription)
-
-
-@functools.cache
-def _preset_levels() -> dict[str, tuple[TopologyLevel, ...]]:
-    return {
-        TopologyPreset.GKE: (
-            _level("block", "cloud.google.com/gce-topology-block", 1600, 10, 2),
-            _level("subblock", "cloud.google.com/gce-topology-subblock", 1600, 5),
-            _level("hostname", HOSTNAME_LABEL, 1600, 2),
-        ),
-        TopologyPreset.AWS: (
-            _level("layer-1", "topology.k8s.aws/network-node-layer-1", 3200, 20, 4),
-            _level("layer-2", "topology.k8s.aws/network-node-layer-2", 3200, 10, 2),
-            _level("layer-3", "topology.k8s.aws/network-node-layer-3", 3200, 5),
-            _level("hostname", HOSTNAME_LABEL, 3200, 2),
-        ),
-        TopologyPreset.PHALANX: tuple(default_levels()),
-        TopologyPreset.NONE: (_level("hostname", HOSTNAME_LABEL, 400, 2),),
-    }
-
-
-def preset_levels(preset: str) -> list[TopologyLevel]:
-    """A built-in preset's levels (gke, aws, phalanx, none)."""
-    return list(_preset_levels()[preset])
-
-
-def all_preset_levels() -> list[TopologyLevel]:
-    """Every built-in preset's levels (a name's first preset wins in a lookup by name)."""
-    return [lvl for levels in reversed(list(_preset_levels().values())) for lvl in levels]
 
 
 # Auto's candidates in order of preference when as many nodes carry two of them.
@@ -82,7 +51,7 @@ AUTO_ORDER = (TopologyPreset.GKE, TopologyPreset.AWS, TopologyPreset.PHALANX)
 def kueue_levels(topology: Mapping[str, Any]) -> list[TopologyLevel]:
     """The levels of a Kueue Topology object: each ``spec.levels[].nodeLabel``, named and priced
     as a built-in preset names that label (else after the label's last segment), hostname last."""
-    known = {lvl.label: lvl for levels in _preset_levels().values() for lvl in levels}
+    known = {lvl.label: lvl for levels in preset_table().values() for lvl in levels}
     out: list[TopologyLevel] = []
     for entry in ((topology.get("spec") or {}).get("levels") or [])[:16]:
         label = str((entry or {}).get("nodeLabel") or "") if isinstance(entry, Mapping) else ""
@@ -202,22 +171,3 @@ def detect(config: TopologyConfig, nodes: Sequence[NodeInfo],
     return Detection(preset=name, levels=tuple(levels), considered=len(considered), unlabelled=missing)
 
 
-def static_levels(config: TopologyConfig) -> list[TopologyLevel]:
-    """The levels when no node is looked at (offline validation): custom's own, a fixed preset's,
-    else (auto, kueue) the phalanx preset's."""
-    if config.preset == TopologyPreset.CUSTOM:
-        return list(config.levels or default_levels())
-    if config.preset in (TopologyPreset.GKE, TopologyPreset.AWS, TopologyPreset.NONE):
-        return preset_levels(config.preset)
-    return default_levels()
-
-
-def known_level_names(config: TopologyConfig) -> set[str]:
-    """Every level name or label a job may name in ``scheduling.topology`` before the nodes are
-    known: with auto or kueue, any preset's (the planner then says when the detected one lacks it)."""
-    if config.preset in (TopologyPreset.AUTO, TopologyPreset.KUEUE):
-        pools = [*_preset_levels().values(), config.levels,
-                 [TopologyLevel(name=CLIQUE_LEVEL, label=config.nvlink_label)]]
-    else:
-        pools = [static_levels(config), [TopologyLevel(name=CLIQUE_LEVEL, label=config.nvlink_label)]]
-    return {key for levels in pools for lvl in levels for key in (lvl.name, lvl.label)}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from phalanx.api.config import TopologyConfig
+from phalanx.api.topology_levels import known_level_names
 from phalanx.gang.inventory import NodeInfo
 from phalanx.gang.planner import GangRequest, Placement, plan_gang
 from phalanx.gang.topology import Topology
-from phalanx.gang.topology_presets import detect, known_level_names, kueue_levels
+from phalanx.gang.topology_presets import detect, kueue_levels
 
 GPU = {"nvidia.com/gpu": 8, "pods": 110}
 H = "kubernetes.io/hostname"
