@@ -303,13 +303,15 @@ def _offline_commands(sub: Any) -> None:
     p = sub.add_parser("plan", help="plan a gang placement offline from `kubectl get nodes -o yaml`",
                        description="Offline placement on `kubectl get nodes -o yaml` output, after the operator's "
                        "verdict on the job: rank → node, span per topology level, the predicted ring and "
-                       "hierarchical allreduce against the most compact placement, ZeRO model-state memory per GPU; "
+                       "hierarchical allreduce against the most compact placement, ZeRO model-state memory per GPU, "
+                       "the topology detected from the nodes' labels and each toleration with its source; "
                        "exit 0 placed, 1 unschedulable, 2 bad input.")
     p.add_argument("job", metavar=JOB_FILE, help="TrainingJob YAML file (one job)")
     p.add_argument("--nodes", required=True, metavar="NODES.yaml", help="nodes YAML (a List, as kubectl prints it)")
     p.add_argument("--pods", metavar="PODS.yaml", help="running pods YAML (their requests are taken as used)")
     p.add_argument("--quarantine", metavar="NQ.yaml", help="`kubectl get nq -o yaml`: quarantined nodes are left out")
-    p.add_argument("--levels", metavar="KEY,…", help="comma-separated topology label keys, coarse to fine")
+    p.add_argument("--levels", metavar="KEY,…", help="comma-separated topology level names or label keys, coarse to fine "
+                   "(instead of the detected topology)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, topology, policy) for the checks and levels")
     p.set_defaults(fn=cmd_plan)

@@ -133,6 +133,7 @@ def test_namespaced_mode_uses_roles_per_namespace():
                              {"apiGroups": ["phalanx.dev"], "resources": ["nodequarantines"],
                               "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
                              {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
+                             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["topologies"], "verbs": ["list"]},
                              {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
                              {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -153,6 +154,7 @@ def test_rbac_is_least_privilege():
     assert flat[("", "configmaps")] == {"get", "list", "watch", "create", "patch"}
     assert flat[("phalanx.dev", "trainingjobs/status")] == {"get", "patch"}
     assert flat[("", "nodes")] == {"list", "watch"}
+    assert flat[("kueue.x-k8s.io", "topologies")] == {"list"}  # topology preset auto/kueue, at start-up
     assert flat[("", "namespaces")] == {"list", "watch"}
     assert flat[("", "resourcequotas")] == {"list", "watch"}  # read only: is there room for a whole gang
     assert flat[("networking.k8s.io", "networkpolicies")] == {"get", "list", "watch", "create"}
