@@ -155,7 +155,8 @@ def detect(config: TopologyConfig, nodes: Sequence[NodeInfo],
     considered = _considered(nodes)
     chosen = _chosen(config, considered, kueue_topologies)
     levels, name = list(chosen.levels), chosen.name
-    cliques = (config.preset != TopologyPreset.CUSTOM and all(lvl.label != config.nvlink_label for lvl in levels)
+    cliques = (config.preset not in (TopologyPreset.CUSTOM, TopologyPreset.NONE)
+               and all(lvl.label != config.nvlink_label for lvl in levels)
                and any(n.labels.get(config.nvlink_label) for n in considered))
     if cliques:
         levels = with_cliques(levels, config)

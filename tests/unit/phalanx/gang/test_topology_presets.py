@@ -53,6 +53,8 @@ PHX = {"phalanx.dev/topology-block": "b0", "phalanx.dev/topology-subblock": "s0"
      {}, "gke", ["block", "subblock", "hostname"], ("u",)),
     # a named preset is used whatever the nodes carry
     ([gke("g1", "b", "s")], {"preset": "aws"}, "aws", ["layer-1", "layer-2", "layer-3", "hostname"], ("g1",)),
+    # preset none means none: no cliques either
+    ([gb200("t1", "uuid.1")], {"preset": "none"}, "none", ["hostname"], ("t1",)),
     # the admin's own levels: custom, no cliques added
     ([NodeInfo("r", {H: "r", "example.com/rack": "r1", CLIQUE: "c"}, GPU)],
      {"levels": [{"name": "rack", "label": "example.com/rack"}, {"name": "hostname", "label": H}]},
