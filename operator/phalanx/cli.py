@@ -142,8 +142,11 @@ def cmd_local(args: argparse.Namespace) -> int:
         return code
     from phalanx.local.run import LayoutError, run_local
 
-    if args.job != "-" and _checked(read_jobs(args.job)[0], load_operator_config(args.config), args.job) is None:
+    job = read_jobs(args.job)[0] if args.job != "-" else None
+    if job is not None and _checked(job, load_operator_config(args.config), args.job) is None:
         return 1  # the same verdict as the operator's, before any process starts
+    if job is not None and not (job.get("spec") or {}).get("command") and _lacks_extra("local"):
+        return 1  # the built-in runtime trains with torch
     try:
         run_local(args.job, json=args.json, timeout=args.timeout, checkpoint_dir=args.checkpoint_dir)
     except LayoutError as exc:
@@ -176,21 +179,21 @@ def export_argv(args: argparse.Namespace) -> list[str]:
     return [*argv, "--", args.ckpt]
 
 
-def _runtime_missing(command: str) -> bool:
-    """Whether the runtime package is absent here (then says what to install)."""
-    import importlib.util
+def _lacks_extra(command: str, needs: Any = None) -> bool:
+    """Whether ``command`` misses an extra here (then it says which, phalanx.extras)."""
+    from phalanx.extras import extra_problem
 
-    if importlib.util.find_spec("phalanx_runtime") is not None:
-        return False
-    print(f"error: phalanx {command} needs the runtime package: pip install 'phalanx[runtime,hf]'", file=sys.stderr)
-    return True
+    problem = extra_problem(command, needs)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     import subprocess
 
-    if _runtime_missing("export"):
-        return 2
+    if _lacks_extra("export"):
+        return 1
     try:
         return subprocess.call(export_argv(args))
     except KeyboardInterrupt:
@@ -202,8 +205,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     a separate process: this package never imports the runtime) with the same flags."""
     import subprocess
 
-    if _runtime_missing("data prepare"):
-        return 2
+    if _lacks_extra("data prepare"):
+        return 1
     argv = [sys.executable, "-m", "phalanx_runtime.data.prepare", f"--out={args.out}", f"--tokenizer={args.tokenizer}",
             f"--text-field={args.text_field}", f"--eval-fraction={args.eval_fraction}"]
     argv += [f"--input={path}" for path in args.inputs] + [f"--eval-input={path}" for path in args.eval_inputs]
@@ -228,6 +231,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from phalanx.plot import log_path, read_curves, summary, write_png
 
+    if _lacks_extra("plot"):
+        return 1
     curves = read_curves(args.path)
     if not curves.records:
         print(f"error: {log_path(args.path)}: no steps logged", file=sys.stderr)
@@ -236,12 +241,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for name in metrics:
         if not curves.series(name)[0]:
             print(f"warning: {log_path(args.path)}: no values of {name} logged", file=sys.stderr)
-    try:
-        out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name,
-                        metrics=metrics)
-    except ImportError:
-        print("error: phalanx plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
-        return 2
+    out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name,
+                    metrics=metrics)
     print(f"wrote {out}: {summary(curves)}")
     return 0
 
@@ -444,6 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - the kubernetes client's "no kubeconfig" and its kin: one line
+        if type(exc).__module__.startswith("kubernetes.config"):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

@@ -128,9 +128,9 @@ def test_export_without_the_runtime_says_what_to_install(monkeypatch, capsys):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "phalanx_runtime" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "safetensors" else real(name, *a))
     monkeypatch.setattr("subprocess.call", lambda argv: pytest.fail("ran the exporter"))
-    assert main(["export", "/ckpt", "--out", "/out"]) == 2
+    assert main(["export", "/ckpt", "--out", "/out"]) == 1
     assert "pip install 'phalanx[runtime,hf]'" in capsys.readouterr().err
 
 
