@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,12 +37,21 @@ async def read_kueue_topologies(kube: Any, config: TopologyConfig) -> TopologyCo
         versions = [v for v, plurals in served.items() if KUEUE_TOPOLOGIES in plurals]
         if not versions:
             return config
-        found = await kube.list_cluster_custom(KUEUE_GROUP, sorted(versions)[-1], KUEUE_TOPOLOGIES)
+        found = await kube.list_cluster_custom(KUEUE_GROUP, max(versions, key=api_version_rank), KUEUE_TOPOLOGIES)
     except Exception as exc:  # noqa: BLE001 - Kueue absent or RBAC refused: the built-in presets decide
         log.info("Kueue Topology objects not read (%s); topology presets from node labels only", exc)
         return config
     log.info("Kueue Topology objects: %s", ", ".join((t.get("metadata") or {}).get("name", "?") for t in found) or "none")
     return config.with_kueue_topologies(found)
+
+
+def api_version_rank(version: str) -> tuple[int, int, int]:
+    """Kubernetes' version priority: GA above beta above alpha, then the higher number (v1 > v1beta2)."""
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if not match:
+        return (-1, 0, 0)
+    major, stage, minor = match.groups()
+    return ({"alpha": 0, "beta": 1, None: 2}[stage], int(major), int(minor or 0))
 
 
 def _key(found: Detection) -> tuple:
