@@ -114,7 +114,7 @@ kind-images: ## build or reuse the kind node image and Phalanx's images
 kind-down: ## delete the kind cluster
 	hack/kind-e2e.sh down
 
-images: ## Phalanx's two images; REGISTRY=reg/path builds them from the Dockerfiles and pushes (PUSH=0: no push); without, offline
+images: ## the operator, runtime and runtime-deepspeed images; REGISTRY=reg/path builds them from the Dockerfiles and pushes (PUSH=0: no push); without, offline (operator, runtime)
 	REGISTRY="$(REGISTRY)" PUSH="$(or $(PUSH),1)" hack/images.sh
 
 bench: ## list the benchmarks (results go to docs/benchmarks.md by hand)

@@ -29,7 +29,7 @@ for step in range(1, steps + 1):
 
 job = training_job(
     "notebook-demo",
-    image="phalanx/runtime:0.1.0",
+    # no image: the operator's runtimeImage (chart value runtime.image)
     command=["python3", "-c", SCRIPT],
     nodes=2,
     env=[{"name": "STEPS", "value": "20"}],
@@ -40,7 +40,7 @@ print(manifest(job))  # what is sent: the fields set, camelCase; the API server 
 
 # %% The verdict of `phalanx validate`, before anything is sent: each problem names its field
 try:
-    validate(training_job("wrong", image="phalanx/runtime:0.1.0", model={"preset": "debug"}, nodes=2,
+    validate(training_job("wrong", model={"preset": "debug"}, nodes=2,
                           procs_per_node=4, parallelism={"data": 3}))
 except InvalidJob as refused:
     for problem in refused.problems:

@@ -98,7 +98,7 @@ def kind_blockers(doc: Any) -> list[str]:
         return ["not a TrainingJob or TrainingSweep"]
     spec = job_spec(doc)
     out = []
-    if spec.get("image") != KIND_IMAGE:
+    if spec.get("image", chart_operator_config().get("runtimeImage")) != KIND_IMAGE:  # none: the chart's
         out.append(f"image {spec.get('image')!r} is not loaded on kind (only {KIND_IMAGE})")
     if spec.get("nodes", 1) > KIND_WORKERS:
         out.append(f"{spec['nodes']} nodes; kind has {KIND_WORKERS} workers")
@@ -147,6 +147,19 @@ def doc_snippets() -> list[tuple[str, dict[str, Any]]]:
     return [s for path in DOCS for s in snippets(path.read_text(), str(path.relative_to(ROOT)))]
 
 
+def runtime_repository(values: dict[str, Any]) -> str:
+    """templates/configmap.yaml's runtimeImage repository: runtime.image.repository, else the
+    operator's repository with its last segment operator → runtime (make images pushes both)."""
+    given, operator = values["runtime"]["image"]["repository"], values["image"]["repository"]
+    if given or not (operator == "operator" or operator.endswith("/operator")):
+        return given
+    return operator[: -len("operator")] + "runtime"
+
+
+def chart_version() -> str:
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+
+
 def chart_operator_config() -> dict[str, Any]:
     """The operator config the chart installs with its default values (templates/configmap.yaml,
     release ``phalanx`` in ``phalanx-system``)."""
@@ -160,6 +173,8 @@ def chart_operator_config() -> dict[str, Any]:
         "restartInPlace": values["restartInPlace"],
         "replaceLostNodes": values["replaceLostNodes"],
         "defaultShmSize": values["defaultShmSize"],
+        **({"runtimeImage": f"{runtime_repository(values)}:{values['runtime']['image']['tag'] or chart_version()}"}
+           if runtime_repository(values) else {}),
         "policy": copy.deepcopy(values["policy"]),
         "limits": copy.deepcopy(values["limits"]),
         "health": copy.deepcopy(values["health"]),

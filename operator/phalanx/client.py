@@ -103,14 +103,14 @@ def api_error(exc: Any, what: str) -> ApiError:
 # --- Building and checking a job (pure) ---------------------------------------------------------
 
 
-def training_job(name: str, *, image: str, command: list[str] | None = None, nodes: int | None = None,
+def training_job(name: str, *, image: str | None = None, command: list[str] | None = None, nodes: int | None = None,
                  namespace: str | None = None, labels: dict[str, str] | None = None,
                  annotations: dict[str, str] | None = None, **spec: Any) -> TrainingJob:
     """A TrainingJob named ``name``; ``spec`` takes any TrainingJobSpec field by its Python or
     wire name (``procs_per_node=8`` or ``procsPerNode=8``), as a value, a dict or a model
     (``resources={"gpus": 8}``). Raises InvalidJob naming each field pydantic refuses; the
     cross-field rules are checked by :func:`validate` (and ``Client.submit``)."""
-    fields = {"image": image, **spec}
+    fields = {**({"image": image} if image else {}), **spec}
     if command is not None:
         fields["command"] = list(command)
     if nodes is not None:

@@ -69,7 +69,7 @@ def run_operator(args: argparse.Namespace) -> int:
     from phalanx.sweep import handlers as _sweep_handlers  # noqa: F401 - registers the TrainingSweep handlers
 
     configure_logging(args.verbose)
-    memo = startup.new_memo(config=load_operator_config(args.config), kubeconfig=args.kubeconfig)
+    memo = startup.new_memo(config=load_operator_config(args.config).as_installed(), kubeconfig=args.kubeconfig)
     if getattr(args, "leader_elect", False):
         try:
             memo.leader = elector_from_args(args, load_client(args.kubeconfig))

@@ -244,6 +244,9 @@ def validate_network(spec: Any, profile: NetworkProfile | None, profile_name: st
 
 def _cluster_problems(spec: TrainingJobSpec, config: OperatorConfig) -> list[Problem]:
     out: list[Problem] = []
+    if not spec.image and not config.runtime_image and config.installed:
+        out.append(Problem("spec.image", "no image: name one, or install the operator with a default "
+                           "(chart value runtime.image.repository, operator config runtimeImage)", "operator"))
     profile = config.network_profiles.get(spec.network.profile)
     for error in validate_network(spec, profile):
         field, _, message = error.partition(": ")

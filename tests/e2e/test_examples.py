@@ -37,7 +37,8 @@ def applied(jobs, e2e_api, namespace, runtime_image, shared_dir):
         for doc in documents(path):
             doc = copy.deepcopy(doc)
             spec = doc["spec"]["template"]["spec"] if doc["kind"] == constants.SWEEP_KIND else doc["spec"]
-            spec["image"] = runtime_image
+            if "image" in spec:  # the examples that name none run on the chart's runtime image (runtimeImage)
+                spec["image"] = runtime_image
             name = doc["metadata"]["name"]
             if shared_dir:  # a rerun must not resume the last run's checkpoints (trials: <sweep>-<i>)
                 for d in (shared_dir / namespace).glob(f"{name}*"):

@@ -260,3 +260,20 @@ def test_notes_say_what_jobs_may_ask_for(cluster):
     res = subprocess.run([helm(), "install", "--dry-run=client", "rel", str(CHART), "-n", "phalanx-system"],
                          capture_output=True, text=True, env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"})
     assert "What a TrainingJob may ask for" in res.stdout and "Secrets: refused" in res.stdout, res.stdout + res.stderr
+
+
+def _runtime_image(*sets: str) -> str | None:
+    cm = by_kind(template(*sets), "ConfigMap")[0]
+    return yaml.safe_load(cm["data"]["config.yaml"]).get("runtimeImage")
+
+
+def test_runtime_image_sits_beside_the_operator_image_unless_named():
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert _runtime_image() == f"phalanx/runtime:{version}"
+    assert _runtime_image("image.repository=reg.example.com/ml/phalanx/operator") == \
+        f"reg.example.com/ml/phalanx/runtime:{version}"
+    assert _runtime_image("image.repository=reg.example.com/ml/phalanx/operator",
+                          "runtime.image.repository=reg.example.com/ml/phalanx/runtime-deepspeed",
+                          "runtime.image.tag=v2") == "reg.example.com/ml/phalanx/runtime-deepspeed:v2"
+    # an operator image named otherwise: no guess, every job names its image
+    assert _runtime_image("image.repository=reg.example.com/ml/my-operator-build") is None

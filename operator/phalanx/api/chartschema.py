@@ -105,6 +105,7 @@ def values_schema() -> dict[str, Any]:
             "topology": _model(TopologyConfig),
             "jobTolerations": {"type": "array", "items": _model(JobToleration)},
             "defaultShmSize": {"type": ["string", "integer"]},
+            "runtime": _obj({"image": _obj({"repository": STR, "tag": STR})}),
             "serviceAccount": _obj({"create": BOOL, "name": STR}),
             "nodeSelector": MAP,
             "tolerations": {"type": "array"},

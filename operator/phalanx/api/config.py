@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from phalanx import constants
+from phalanx.api import patterns
 from phalanx.api.kubetypes import Toleration
 from phalanx.api.policy import ClusterPolicy
 from phalanx.api.types import Model, Quantity
@@ -252,6 +253,9 @@ class OperatorConfig(Model):
         120, ge=1, description="A released gang whose pinned pods are not all bound by then is re-planned."
     )
     default_shm_size: Quantity = "2Gi"
+    runtime_image: str | None = Field(
+        None, pattern=patterns.IMAGE, max_length=512, description="The image of a job that names none (spec.image): "
+        "the runtime image `make images` builds and the chart's runtime.image names. None: every job must name one.")
     network_policy: NetworkPolicyConfig = Field(default_factory=NetworkPolicyConfig)
     policy: ClusterPolicy = Field(default_factory=ClusterPolicy, description="What TrainingJobs may ask for, per namespace.")
     limits: Limits = Field(default_factory=Limits, description="Bounds on the work one object may cost the operator.")
@@ -288,6 +292,20 @@ class OperatorConfig(Model):
 
     # What the API server serves, found at start-up (not configuration; see with_workload_api).
     _workload_api_versions: tuple[str, ...] | None = PrivateAttr(None)
+    _installed: bool = PrivateAttr(False)
+
+    @property
+    def installed(self) -> bool:
+        """Whether this is the config of an installed operator (the operator's own, or a file
+        `--config` names), not the built-in defaults an offline command falls back to: only then
+        is a job without spec.image and no runtimeImage known to be refused."""
+        return self._installed
+
+    def as_installed(self) -> OperatorConfig:
+        found = self.model_copy()
+        found._installed = True
+        return found
+
     _restart_all_containers: bool | None = PrivateAttr(None)
 
     @property

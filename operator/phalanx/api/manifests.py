@@ -86,10 +86,11 @@ def read_jobs(path: str) -> list[dict[str, Any]]:
 
 
 def load_operator_config(path: str | None) -> OperatorConfig:
-    """The operator config file (Helm values' ``config``); the defaults without one."""
+    """The operator config file (Helm values' ``config``), as installed; the defaults without one
+    (then what the installed operator holds, such as its runtimeImage, is not known)."""
     if not path:
         return OperatorConfig()
-    return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+    return OperatorConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {}).as_installed()
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -496,7 +496,9 @@ PARAMETER_SERVER_RULES = (
 
 
 class TrainingJobSpec(Model):
-    image: str = bounded_str(patterns.IMAGE, 512, description="Runtime image (an OCI reference, no spaces).")
+    image: str | None = bounded_str(
+        patterns.IMAGE, 512, default=None, description="The pods' image (an OCI reference, no spaces); left out: the "
+        "operator config's runtimeImage (chart value runtime.image), the built-in runtime's image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, min_length=1, max_length=64, description="User entrypoint mode: replaces the runtime's command.")

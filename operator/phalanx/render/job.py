@@ -39,7 +39,8 @@ def render_children(
                              workload_api_versions=config.workload_api_versions)
     pods = [
         with_cluster_tolerations(merge_mutation(build_pod(job, slot, attempt, wiring, default_shm_size=str(config.default_shm_size),
-                                                          in_place=config.in_place_restarts), backend.pod),
+                                                          in_place=config.in_place_restarts,
+                                                          default_image=config.runtime_image), backend.pod),
                                  config.job_tolerations)
         for slot in (slots(job.spec) if only is None else only)
     ]

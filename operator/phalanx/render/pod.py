@@ -239,10 +239,11 @@ def build_pod(
     default_shm_size: str = constants.DEFAULT_SHM_SIZE,
     gated: bool = True,
     in_place: bool = False,
+    default_image: str | None = None,
 ) -> dict[str, Any]:
     """The pod of slot ``rank`` (a node-rank, or a role's pod). ``wiring`` is the job's network
     wiring (render.job.job_wiring), computed once per job; ``in_place``: its trainer restarts in
-    place (restart_in_place)."""
+    place (restart_in_place); ``default_image``: the config's runtimeImage, for a job that names none."""
     spec, name = job.spec, job.metadata.name
     slot = worker(rank) if isinstance(rank, int) else rank
     role = role_of(spec, slot.role)
@@ -252,7 +253,7 @@ def build_pod(
     volumes, mounts = _volumes(job, shm_size)
     container: dict[str, Any] = {
         "name": constants.CONTAINER_NAME,
-        "image": spec.image,
+        "image": spec.image or default_image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": command,
         "env": rendezvous_env(job, slot, attempt, master_port) + scratch_env() + gpu_visibility_env(job, slot)

@@ -80,7 +80,7 @@ def test_entrypoint_job_has_no_prediction():
 
 
 def test_input_errors():
-    assert run_plan("kind: TrainingJob\nmetadata: {name: x}\nspec: {}\n", NODES)[0] == EXIT_INPUT_ERROR
+    assert run_plan("kind: TrainingJob\nmetadata: {name: x}\nspec: {nodes: 0}\n", NODES)[0] == EXIT_INPUT_ERROR
     assert run_plan(JOB, "kind: List\nitems: []\n") == (EXIT_INPUT_ERROR, "error: no Node objects in the nodes file")
     multi = "\n---\n".join(yaml.safe_dump(n) for n in yaml.safe_load(Path(NODES).read_text())["items"][:4])
     assert run_plan(JOB, multi)[0] == EXIT_PLACED

@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phalanx.api.config import NetworkProfile, OperatorConfig
-from phalanx.validate import validate_job
+from phalanx.api.types import TrainingJob
+from phalanx.render import render_children
+from phalanx.validate import check_document, validate_job
 from tests.conftest import MINIMAL, example_jobs
 
 
@@ -145,3 +147,30 @@ def test_network_against_the_profile():
     assert validate_network(spec(), None) == ["network.profile: unknown network profile 'default'"]
     assert validate_network(spec(ncclEnv={"BAD-NAME": "1"}), NetworkProfile())[0].startswith("network.ncclEnv")
 
+
+# --- spec.image: the installed operator's runtimeImage, or a refusal naming the field
+
+NO_IMAGE_JOB = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "no-image"},
+       "spec": {"nodes": 1, "procsPerNode": 1, "model": {"preset": "debug"}}}
+
+
+def image_problems(config):
+    return [line.split(": ", 3)[-1] for line in check_document(copy.deepcopy(NO_IMAGE_JOB), config, "job.yaml")[1]]
+
+
+def test_installed_operator_without_a_default_refuses_naming_the_field():
+    assert any(p.startswith("spec.image: no image") for p in image_problems(OperatorConfig().as_installed()))
+
+
+def test_default_image_fills_in_and_a_named_one_wins():
+    config = OperatorConfig(runtime_image="reg.example.com/ml/phalanx/runtime:0.1.0").as_installed()
+    assert not any(p.startswith("spec.image") for p in image_problems(config))
+    pods = [c for c in render_children(TrainingJob.model_validate(NO_IMAGE_JOB), config) if c["kind"] == "Pod"]
+    assert pods[0]["spec"]["containers"][0]["image"] == "reg.example.com/ml/phalanx/runtime:0.1.0"
+    own = {**NO_IMAGE_JOB, "spec": {**NO_IMAGE_JOB["spec"], "image": "mine:1"}}
+    pods = [c for c in render_children(TrainingJob.model_validate(own), config) if c["kind"] == "Pod"]
+    assert pods[0]["spec"]["containers"][0]["image"] == "mine:1"
+
+
+def test_offline_without_the_installed_config_does_not_guess():
+    assert not any(p.startswith("spec.image") for p in image_problems(OperatorConfig()))
