@@ -179,9 +179,10 @@ UNSCHEDULABLE: dict[UnschedulableReason, ReasonDoc] = {
     UnschedulableReason.TOPOLOGY_REQUIRED: _doc(PENDING, "no domain of the `scheduling.topology.required` level holds "
                                                 "the whole gang; the message gives the largest", "free capacity inside "
                                                 "one domain, or use `preferred` instead of `required`", SCHED_F),
-    UnschedulableReason.INVALID_REQUEST: _doc(PENDING, "the request cannot be planned: a topology level the operator "
-                                              "config does not define, or a request for no nodes", "name a level of the operator "
-                                              "config's `topology.levels`", SCHED_F),
+    UnschedulableReason.INVALID_REQUEST: _doc(PENDING, "the request cannot be planned: a `required` topology level the "
+                                              "cluster's topology does not have (the preset detected from the nodes, or the "
+                                              "configured one), or a request for no nodes", "name a level the message lists "
+                                              "(`phalanx plan` prints the detected topology)", SCHED_F),
     UnschedulableReason.QUEUED: _doc(PENDING, "strict queue order only (the planner without backfill; the operator "
                                      "plans with backfill and does not set it): a gang ahead in the queue (priority, "
                                      "then age) cannot be placed, so none is placed past it", "wait, or give the job "
