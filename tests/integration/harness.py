@@ -49,6 +49,9 @@ def http_ready(proc: subprocess.Popen | None, url: str, exited: Any) -> bool:
         return False
 
 
+RUNTIME_IMAGE = "phalanx/runtime:test"
+
+
 class OperatorProcess:
     """`phalanx operator` exactly as the chart's Deployment runs it, but as a local process."""
 
@@ -64,7 +67,8 @@ class OperatorProcess:
         self.namespaces = list(namespaces or [])
         self.extra_args = list(extra_args or [])
         self.config_path = log_dir / f"{name}-config.yaml"
-        self.config_path.write_text(yaml.safe_dump(config or {}))
+        # as the chart installs it: with a runtime image for the jobs that name none (examples/)
+        self.config_path.write_text(yaml.safe_dump({"runtimeImage": RUNTIME_IMAGE, **(config or {})}))
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -218,7 +222,7 @@ class Jobs:
 
 def job_manifest(name: str, nodes: int = 2, procs: int = 4, gpus: int = 8, **spec: Any) -> dict[str, Any]:
     base = {
-        "image": "phalanx/runtime:test",
+        "image": RUNTIME_IMAGE,
         "nodes": nodes,
         "procsPerNode": procs,
         "resources": {"gpus": gpus, "cpu": "1", "memory": "1Gi"},
