@@ -17,7 +17,7 @@ from phalanx.lifecycle.refusals import is_permanent
 from phalanx.render.job import render_children
 from phalanx.validate import validate_job
 from tests.corpus import corpus
-from tests.integration.harness import GROUP, PLURAL, VERSION
+from tests.integration.harness import GROUP, PLURAL, RUNTIME_IMAGE, VERSION
 
 CORPUS = corpus()
 
@@ -62,7 +62,7 @@ def test_every_accepted_job_renders_children_the_api_server_accepts(cluster, api
     core = client.CoreV1Api(api)
     create = {"Pod": core.create_namespaced_pod, "Service": core.create_namespaced_service,
               "ConfigMap": core.create_namespaced_config_map}
-    config, refused, checked = OperatorConfig(), [], 0
+    config, refused, checked = OperatorConfig(runtime_image=RUNTIME_IMAGE), [], 0
     for name, obj in CORPUS:
         obj = copy.deepcopy(obj)
         obj["metadata"]["namespace"] = namespace

@@ -20,13 +20,14 @@ from phalanx.api.config import OperatorConfig
 from phalanx.render.job import render_children
 from phalanx.validate import validate_job
 from tests.corpus import examples
-from tests.integration.harness import GROUP, PLURAL, VERSION, Jobs, wait_for
+from tests.integration.harness import GROUP, PLURAL, RUNTIME_IMAGE, VERSION, Jobs, wait_for
 from tests.integration.test_chart import CHART, helm
 from tests.policy_cases import ENTRIES, HARMLESS, HOSTILE, Case, manifest
 
 SWEEPS = "trainingsweeps"
 KEY = "phalanx.dev/policy-test"
 BY_NAME = {c.name: c for c in HOSTILE}
+CONFIG = OperatorConfig(runtime_image=RUNTIME_IMAGE)  # as the chart installs it
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +109,10 @@ def test_examples_accepted_and_pods_admitted_under_restricted(api, crd, namespac
     obj["metadata"]["namespace"] = namespace
     _create(client.CustomObjectsApi(api), namespace, obj, dry_run=True)
     labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    job, problems = validate_job(obj, OperatorConfig(), labels)
+    job, problems = validate_job(obj, CONFIG, labels)
     assert problems == []
     job.metadata.uid = "00000000-0000-0000-0000-000000000002"
-    pod = next(c for c in render_children(job, OperatorConfig(), attempt=0) if c["kind"] == "Pod")
+    pod = next(c for c in render_children(job, CONFIG, attempt=0) if c["kind"] == "Pod")
     prio = job.spec.scheduling.priority_class_name
     if prio:
         try:
