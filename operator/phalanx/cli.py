@@ -179,11 +179,11 @@ def export_argv(args: argparse.Namespace) -> list[str]:
     return [*argv, "--", args.ckpt]
 
 
-def _lacks_extra(command: str, needs: Any = None) -> bool:
+def _lacks_extra(command: str) -> bool:
     """Whether ``command`` misses an extra here (then it says which, phalanx.extras)."""
     from phalanx.extras import extra_problem
 
-    problem = extra_problem(command, needs)
+    problem = extra_problem(command)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
     return problem is not None

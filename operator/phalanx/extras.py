@@ -41,10 +41,10 @@ def missing_modules(modules: Iterable[str]) -> list[str]:
     return out
 
 
-def extra_problem(command: str, needs: Needs | None = None) -> str | None:
+def extra_problem(command: str) -> str | None:
     """'phalanx data prepare needs the runtime and hf extras: pip install 'phalanx[runtime,hf]'
     (missing: tokenizers)', or None when everything it needs is here."""
-    needs = needs or COMMAND_NEEDS[command]
+    needs = COMMAND_NEEDS[command]
     missing = missing_modules(needs.modules)
     if not missing:
         return None

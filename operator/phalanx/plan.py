@@ -70,7 +70,8 @@ def run_plan(
     """(exit code, text): 0 placed, 1 unschedulable, 2 bad input."""
     try:
         job = TrainingJob.model_validate(_load(job_yaml))
-        nodes = nodes_from_list(_load(nodes_yaml))
+        node_objs = _load(nodes_yaml)
+        nodes = nodes_from_list(node_objs)
         raw_pods = _load(pods_yaml) if pods_yaml is not None else {"items": []}
         pod_items = raw_pods.get("items", []) if isinstance(raw_pods, dict) else raw_pods
         usage = pods_from_list(pod_items)
@@ -82,8 +83,8 @@ def run_plan(
     nodes = mark_quarantined(nodes, [q.node for q in quarantined])
 
     config = config or OperatorConfig()
-    topo_cfg = config.topology.with_kueue_topologies(kueue_topologies(_load(nodes_yaml)))
-    detection = detect(topo_cfg, nodes, topo_cfg.kueue_topologies)
+    topo_cfg = config.topology.with_kueue_topologies(kueue_topologies(node_objs))
+    detection = detect(topo_cfg, nodes)
     names = levels.split(",") if isinstance(levels, str) else levels
     lvls = topology_levels(list(detection.levels), names)
     topo_cfg = levels_config(lvls, topo_cfg)
@@ -96,7 +97,8 @@ def run_plan(
     request = gang_request(job, config)
     topo = Topology.build(nodes, lvls)
     result = plan_gang(request, nodes, usage, lvls, reservations, topology=topo)
-    context = _context_notes(job, request, config, detection, names)
+    sourced = job_tolerations([t.to_kube() for t in job.spec.tolerations], request.requests, config.job_tolerations)
+    context = _context_notes(sourced, detection, names)
 
     held = [{"node": q.node, "reason": q.reason, "expiresAt": q.expires_at.isoformat() if q.expires_at else None}
             for q in quarantined]
@@ -107,12 +109,12 @@ def run_plan(
             return EXIT_UNSCHEDULABLE, json.dumps({"job": key, "schedulable": False, "reason": result.reason,
                                                    "message": result.message, "fit": result.fit,
                                                    "excluded": result.excluded, "quarantined": held,
-                                                   **_json_context(request, job, config, detection)}, indent=2)
+                                                   **_json_context(sourced, detection)}, indent=2)
         return EXIT_UNSCHEDULABLE, "\n".join([f"{key}: unschedulable: {result.message}", *note])
 
     report = cost_report(job.spec, result.nodes, nodes, topo, topo_cfg, requests=dict(request.requests))
     if json_out:
-        return EXIT_PLACED, _json_report(key, result, report, held, _json_context(request, job, config, detection))
+        return EXIT_PLACED, _json_report(key, result, report, held, _json_context(sourced, detection))
     return EXIT_PLACED, "\n".join([_text_report(key, job, request, result, report), *note])
 
 
@@ -132,11 +134,7 @@ def kueue_topologies(obj: Any) -> list[dict[str, Any]]:
             and str(item.get("apiVersion", "")).startswith("kueue.x-k8s.io/")]
 
 
-def _sourced(job: TrainingJob, request: GangRequest, config: OperatorConfig) -> list[SourcedToleration]:
-    return job_tolerations([t.to_kube() for t in job.spec.tolerations], request.requests, config.job_tolerations)
-
-
-def _context_notes(job: TrainingJob, request: GangRequest, config: OperatorConfig, detection: Detection,
+def _context_notes(sourced: Sequence[SourcedToleration], detection: Detection,
                    names: Sequence[str] | None) -> list[str]:
     """What the verdict rests on: the topology detected (or --levels), the nodes it knows nothing
     of, and each toleration with where it came from."""
@@ -144,14 +142,14 @@ def _context_notes(job: TrainingJob, request: GangRequest, config: OperatorConfi
     warning = detection.warning()
     if warning and not names:
         lines.append(f"note: {warning}")
-    lines += [f"toleration: {t.describe()}" for t in _sourced(job, request, config)]
+    lines += [f"toleration: {t.describe()}" for t in sourced]
     return lines
 
 
-def _json_context(request: GangRequest, job: TrainingJob, config: OperatorConfig, detection: Detection) -> dict[str, Any]:
+def _json_context(sourced: Sequence[SourcedToleration], detection: Detection) -> dict[str, Any]:
     return {"topology": {"preset": detection.preset, "levels": detection.level_names,
                          "unlabelledNodes": list(detection.unlabelled)},
-            "tolerations": [{"toleration": dict(t.toleration), "source": t.source} for t in _sourced(job, request, config)]}
+            "tolerations": [{"toleration": dict(t.toleration), "source": t.source} for t in sourced]}
 
 
 def _json_report(key: str, result: Placement, report: Any, quarantined: list[dict[str, Any]],

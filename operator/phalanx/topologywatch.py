@@ -98,7 +98,7 @@ class TopologyWatch:
             if not current:  # the node index not filled yet: its events come
                 continue
             try:
-                found = await loop.run_in_executor(executor, detection_for, current, config, config.kueue_topologies)
+                found = await loop.run_in_executor(executor, detection_for, current, config)
                 self.report(found)
             except Exception:  # noqa: BLE001 - a report must not stop the watch
                 log.exception("topology detection failed")

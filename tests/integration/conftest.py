@@ -17,6 +17,7 @@ skipped, or fail when ``PHALANX_REQUIRE_CLUSTER`` is set (CI sets it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -152,13 +153,22 @@ def cluster(tmp_path_factory) -> ClusterHandle:
                      "PHALANX_CLUSTER_DISPOSABLE=1)")
 
     work = tmp_path_factory.mktemp("local-cluster")
-    local = LocalCluster(work_dir=work, bin_dir=bin_dir)
     t0 = time.monotonic()
+    with started_cluster(work, "local", topology=topology or "small-4") as handle:
+        print(f"\nlocal cluster up in {time.monotonic() - t0:.1f}s at {handle.local.server} ({work})")
+        yield handle
+
+
+@contextlib.contextmanager
+def started_cluster(work: Path, source: str, *, features: tuple[str, ...] = (), topology: str | None = None):
+    """A fresh LocalCluster in ``work`` (alpha ``features``, ``topology``'s kwok nodes), its
+    handle, and the cluster stopped on exit: the session's and the modules' own control planes."""
+    local = LocalCluster(work_dir=work, bin_dir=default_bin_dir(), features=list(features))
     local.start()
     try:
-        create_nodes(local.kubeconfig, topology or "small-4")
-        print(f"\nlocal cluster up in {time.monotonic() - t0:.1f}s at {local.server} ({work})")
-        yield ClusterHandle(local.kubeconfig, local.kubectl, "local", local)
+        if topology:
+            create_nodes(local.kubeconfig, topology)
+        yield ClusterHandle(local.kubeconfig, local.kubectl, source, local)
     finally:
         local.stop()
 

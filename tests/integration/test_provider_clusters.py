@@ -22,11 +22,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from localcluster import LocalCluster, default_bin_dir
+from localcluster import default_bin_dir
 from phalanx.plan import EXIT_PLACED, EXIT_UNSCHEDULABLE, run_plan
 from tests import provider_nodes
 from tests.example_files import chart_operator_config
-from tests.integration.conftest import ClusterHandle, require_binaries
+from tests.integration.conftest import require_binaries, started_cluster
 from tests.integration.harness import Jobs, OperatorProcess, install_crd, job_manifest, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +46,9 @@ def readme_first_job() -> dict:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A control plane with no nodes (overrides the session cluster for this module)."""
-    bin_dir = default_bin_dir()
-    require_binaries(bin_dir, "no control plane for the provider-shaped clusters")
-    local = LocalCluster(work_dir=tmp_path_factory.mktemp("provider-cluster"), bin_dir=bin_dir)
-    local.start()
-    try:
-        yield ClusterHandle(local.kubeconfig, local.kubectl, "local-provider", local)
-    finally:
-        local.stop()
+    require_binaries(default_bin_dir(), "no control plane for the provider-shaped clusters")
+    with started_cluster(tmp_path_factory.mktemp("provider-cluster"), "local-provider") as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from localcluster import LocalCluster, create_nodes, default_bin_dir, finish_pod
+from localcluster import LocalCluster, default_bin_dir, finish_pod
 from localcluster.nodes import api_client
 from tests.integration.conftest import (
     ClusterHandle,
     _kubectl_for,
     foreign_cluster_refusal,
     require_binaries,
+    started_cluster,
 )
 from tests.integration.harness import Jobs, OperatorProcess, install_crd, pooled, wait_for
 
@@ -63,15 +64,10 @@ def cluster(tmp_path_factory):
         yield ClusterHandle(attached.kubeconfig, _kubectl_for(attached.bin_dir), "cluster-up")
         return
     require_binaries(bin_dir, "no cluster serving scheduling.k8s.io/v1alpha2")
-    work = tmp_path_factory.mktemp("workload-cluster")
-    local = LocalCluster(work_dir=work, bin_dir=bin_dir, features=["workload"])
-    local.start()
-    try:
-        create_nodes(local.kubeconfig, "small-4")
-        assert serves_workload_api(local.kubeconfig), "feature-gated cluster does not serve scheduling.k8s.io/v1alpha2"
-        yield ClusterHandle(local.kubeconfig, local.kubectl, "local-workload", local)
-    finally:
-        local.stop()
+    with started_cluster(tmp_path_factory.mktemp("workload-cluster"), "local-workload", features=("workload",),
+                         topology="small-4") as handle:
+        assert serves_workload_api(handle.kubeconfig), "feature-gated cluster does not serve scheduling.k8s.io/v1alpha2"
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -182,7 +182,7 @@ def test_kueue_topology():
     aws = pn.kueue_topology("aws", pn.AWS_KUEUE_LEVELS, api_version="kueue.x-k8s.io/v1beta1")
     assert aws["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     infos = nodes_from_list(pn.eks_p5_nodes())
-    assert detect(TopologyConfig(preset="kueue"), infos, [aws]).preset == "kueue:aws"
+    assert detect(TopologyConfig(preset="kueue").with_kueue_topologies([aws]), infos).preset == "kueue:aws"
     for bad in ([], ["kubernetes.io/hostname", "a/b"], ["a/b", "a/b"], [f"l/{i}" for i in range(17)]):
         with pytest.raises(ValueError):
             pn.kueue_topology("bad", bad)

@@ -90,12 +90,13 @@ class GangRequest:
             return tuple(t.toleration for t in job_tolerations(own, requests, default_tolerations))
 
         req = pod_requests(spec.resources, extra_requests)
+        role_requests = [(role, pod_requests(role.resources, extra_requests)) for role in spec.roles]
         roles = tuple(
-            cls(key=key, count=role.replicas, requests=(role_req := pod_requests(role.resources, extra_requests)),
-                role=role.name, tolerations=tolerations(role_req), node_selector=dict(spec.node_selector or {}),
+            cls(key=key, count=role.replicas, requests=role_req, role=role.name, tolerations=tolerations(role_req),
+                node_selector=dict(spec.node_selector or {}),
                 required=topo.required if role.resources.gpus else None,
                 preferred=topo.preferred if role.resources.gpus else None)
-            for role in spec.roles)
+            for role, role_req in role_requests)
         return cls(
             key=key,
             count=spec.nodes,

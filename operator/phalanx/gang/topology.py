@@ -10,7 +10,7 @@ crossing the level). The finest level falls back to the node name: a host is its
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset, levels_of
@@ -176,48 +176,49 @@ def current_levels(config: TopologyConfig) -> list[TopologyLevel]:
 
 
 _last_built: tuple[tuple[NodeInfo, ...], list[TopologyLevel], Topology] | None = None
-_last_detection: tuple[tuple[NodeInfo, ...], TopologyConfig, tuple, Detection] | None = None
+_last_detection: tuple[tuple[NodeInfo, ...], TopologyConfig, Detection] | None = None
 
 
-def detection_for(nodes: Sequence[NodeInfo], config: TopologyConfig,
-                  kueue_topologies: Sequence[Mapping] = ()) -> Detection:
-    """``topology_presets.detect``, reused while the same node objects come back (as
+def _same_nodes(kept: tuple[NodeInfo, ...], nodes: Sequence[NodeInfo]) -> bool:
+    """The same node objects in the same order: by identity, not value (NodeInfo is frozen, and
+    the operator's node index makes a changed node a new object)."""
+    return len(kept) == len(nodes) and all(a is b for a, b in zip(kept, nodes, strict=True))
+
+
+def detection_for(nodes: Sequence[NodeInfo], config: TopologyConfig) -> Detection:
+    """``topology_presets.detect``, reused while the same node objects and config come back (as
     ``topology_for``); the last one is what ``last_detection`` reports."""
     global _last_detection
     last = _last_detection
-    kueue = tuple(kueue_topologies)
-    if (last is not None and last[1] is config and last[2] == kueue and len(last[0]) == len(nodes)
-            and all(kept is given for kept, given in zip(last[0], nodes, strict=True))):
-        return last[3]
-    found = detect(config, nodes, kueue)
-    _last_detection = (tuple(nodes), config, kueue, found)
+    if last is not None and last[1] is config and _same_nodes(last[0], nodes):
+        return last[2]
+    found = detect(config, nodes)
+    _last_detection = (tuple(nodes), config, found)
     return found
 
 
 def last_detection() -> Detection | None:
     """The detection of the last plan in this process (None before any)."""
-    return _last_detection[3] if _last_detection else None
+    return _last_detection[2] if _last_detection else None
 
 
 def levels_for(nodes: Sequence[NodeInfo], topology: Sequence[TopologyLevel] | TopologyConfig | None) -> list[TopologyLevel]:
     """The levels a plan over ``nodes`` uses: a config's detected for these nodes (its preset),
     a list of levels as given."""
     if isinstance(topology, TopologyConfig):
-        return list(detection_for(nodes, topology, topology.kueue_topologies).levels)
+        return list(detection_for(nodes, topology).levels)
     return levels_of(topology)
 
 
 def topology_for(nodes: Sequence[NodeInfo], levels: Sequence[TopologyLevel] | TopologyConfig | None = None) -> Topology:
     """``Topology.build`` over the levels ``levels_for`` gives, reused while the same node objects
     and levels come back: the operator's node index keeps an unchanged node's NodeInfo, so a pass
-    after no node event (nearly every pass) skips the rebuild. Compared by identity, not value:
-    NodeInfo is frozen, and a changed node is a new object. Callers must not mutate the result
-    (no planner does)."""
+    after no node event (nearly every pass) skips the rebuild (``_same_nodes``). Callers must not
+    mutate the result (no planner does)."""
     global _last_built
     levels = levels_for(nodes, levels)
     last = _last_built
-    if (last is not None and last[1] == levels and len(last[0]) == len(nodes)
-            and all(kept is given for kept, given in zip(last[0], nodes, strict=True))):
+    if last is not None and last[1] == levels and _same_nodes(last[0], nodes):
         return last[2]
     topo = Topology.build(nodes, levels)
     _last_built = (tuple(nodes), levels, topo)

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx import constants
-from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset, default_levels
+from phalanx.api.config import TopologyConfig, TopologyLevel, TopologyPreset
 from phalanx.api.topology_levels import (
     CLIQUE_LEVEL,
     HOSTNAME_LABEL,
     preset_levels,
     preset_table,
+    static_levels,
 )
 from phalanx.gang.inventory import NodeInfo
 
@@ -109,25 +110,22 @@ def _carries(node: NodeInfo, levels: Iterable[TopologyLevel]) -> bool:
     return all(node.labels.get(lvl.label) for lvl in levels if lvl.label != HOSTNAME_LABEL)
 
 
-def candidates(config: TopologyConfig, kueue_topologies: Sequence[Mapping[str, Any]] = ()) -> list[Candidate]:
-    """What ``auto`` chooses among (in order of preference): the admin's own levels, Kueue
-    Topology objects, then the built-in presets."""
+def candidates(config: TopologyConfig) -> list[Candidate]:
+    """What ``auto`` chooses among (in order of preference): the admin's own levels, the Kueue
+    Topology objects the config holds, then the built-in presets."""
     out = [Candidate(TopologyPreset.CUSTOM, tuple(config.levels))] if config.levels else []
-    for obj in kueue_topologies:
+    for obj in config.kueue_topologies:
         name = str((obj.get("metadata") or {}).get("name") or "")
         if config.kueue_topology in (None, name):
             out.append(Candidate(f"{TopologyPreset.KUEUE}:{name}", tuple(kueue_levels(obj))))
     return out + [Candidate(p, tuple(preset_levels(p))) for p in AUTO_ORDER]
 
 
-def _chosen(config: TopologyConfig, considered: Sequence[NodeInfo],
-            kueue_topologies: Sequence[Mapping[str, Any]]) -> Candidate:
+def _chosen(config: TopologyConfig, considered: Sequence[NodeInfo]) -> Candidate:
     preset = config.preset
-    if preset == TopologyPreset.CUSTOM:
-        return Candidate(preset, tuple(config.levels or default_levels()))
-    if preset in (TopologyPreset.GKE, TopologyPreset.AWS, TopologyPreset.PHALANX, TopologyPreset.NONE):
-        return Candidate(preset, tuple(preset_levels(preset)))
-    pool = candidates(config, kueue_topologies)
+    if preset not in (TopologyPreset.AUTO, TopologyPreset.KUEUE):  # a fixed preset: no node decides
+        return Candidate(preset, tuple(static_levels(config)))
+    pool = candidates(config)
     if preset == TopologyPreset.KUEUE:
         pool = [c for c in pool if c.name.startswith(f"{TopologyPreset.KUEUE}:")]
     scored = [(sum(_carries(n, c.levels) for n in considered), -i, c) for i, c in enumerate(pool)]
@@ -148,12 +146,11 @@ def with_cliques(levels: Sequence[TopologyLevel], config: TopologyConfig) -> lis
     return [*outer, clique, inner]
 
 
-def detect(config: TopologyConfig, nodes: Sequence[NodeInfo],
-           kueue_topologies: Sequence[Mapping[str, Any]] = ()) -> Detection:
-    """The levels for ``nodes`` under ``config`` (pure: the operator and ``phalanx plan`` call it
-    with the same nodes and reach the same verdict)."""
+def detect(config: TopologyConfig, nodes: Sequence[NodeInfo]) -> Detection:
+    """The levels for ``nodes`` under ``config`` and the Kueue Topology objects it holds (pure:
+    the operator and ``phalanx plan`` call it with the same nodes and reach the same verdict)."""
     considered = _considered(nodes)
-    chosen = _chosen(config, considered, kueue_topologies)
+    chosen = _chosen(config, considered)
     levels, name = list(chosen.levels), chosen.name
     cliques = (config.preset not in (TopologyPreset.CUSTOM, TopologyPreset.NONE)
                and all(lvl.label != config.nvlink_label for lvl in levels)

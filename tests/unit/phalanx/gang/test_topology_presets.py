@@ -100,9 +100,9 @@ def test_kueue_topology_levels_and_auto_candidate():
     assert [lvl.name for lvl in levels] == ["block", "subblock", "rack", "hostname"]
     assert levels[0].bandwidth_gbps == 1600  # a label a preset knows keeps its figures
     nodes = [NodeInfo("k", {H: "k", GKE_B: "b", GKE_S: "s", "example.com/rack": "r"}, GPU)]
-    found = detect(TopologyConfig(), nodes, [obj])
+    found = detect(TopologyConfig().with_kueue_topologies([obj]), nodes)
     assert found.preset == "kueue:gke-default" and found.level_names == ["block", "subblock", "rack", "hostname"]
-    assert detect(TopologyConfig(preset="kueue", kueue_topology="other"), nodes, [obj]).preset == "none"
+    assert detect(TopologyConfig(preset="kueue", kueue_topology="other").with_kueue_topologies([obj]), nodes).preset == "none"
 
 
 def test_bandwidths_are_gbps_with_nvlink_inside_a_clique():
