@@ -10,7 +10,15 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.api.policy import SAFE_BACKENDS, SAFE_PROJECTED_SOURCES, SAFE_VOLUME_TYPES, PolicyRules
+from phalanx.api.policy import (
+    SAFE_BACKENDS,
+    SAFE_PROJECTED_SOURCES,
+    SAFE_VOLUME_TYPES,
+    PolicyRules,
+    StorageGrant,
+)
+
+SEAWEED = "http://seaweedfs.storage.svc:8333"
 
 # The policy entries the cases run under (the chart's policy.namespaces, one label value each).
 ENTRIES: dict[str, PolicyRules] = {
@@ -22,7 +30,9 @@ ENTRIES: dict[str, PolicyRules] = {
         allowed_volume_types=[*SAFE_VOLUME_TYPES, "csi", "nfs", "rbd", "azureFile"],
         allowed_projected_sources=[*SAFE_PROJECTED_SOURCES, "serviceAccountToken"],
         allowed_backends=[*SAFE_BACKENDS, "volcano", "coscheduling"], allowed_scheduler_names=["volcano"],
-        allowed_queues=["team-a"], allowed_priority_classes=["high"]),
+        allowed_queues=["team-a"], allowed_priority_classes=["high"],
+        allowed_checkpoint_storage=[StorageGrant(uri="s3://shared/ckpt", endpoint=SEAWEED, credentials_secrets=["ckpt-s3"]),
+                                    StorageGrant(uri="s3://ckpt/{namespace}")]),
     # rules whose field has a default: a job that leaves it out is held to the default
     "defaults": PolicyRules(max_nodes=8, allowed_network_profiles=["ib"], min_restart_backoff_seconds=30),
 }
@@ -176,8 +186,26 @@ HOSTILE = [
          sweep={"parameters": [{"path": "failurePolicy.backoffSeconds", "values": [5, 60]}]}),
     Case("sweepProfile", "defaults", IB, "spec.parameters[0].values[1]", "a value of network.profile",
          sweep={"parameters": [{"path": "network.profile", "values": ["ib", "default"]}]}),
-    Case("sweepVolumeParameter", "strict", {}, "spec.parameters[0].path", "checkpoint.volume.*: volumes are checked in the template",
+    Case("sweepVolumeParameter", "strict", {}, "spec.parameters[0].path", "volumes and storage are checked in the template",
          sweep={"parameters": [{"path": "checkpoint.volume.nfs.server", "values": ["10.0.0.9"]}]}, source="rule"),
+    Case("sweepStorageParameter", "loose", {}, "spec.parameters[0].path", "volumes and storage are checked in the template",
+         sweep={"parameters": [{"path": "checkpoint.storage.uri", "values": ["s3://ckpt/other-team"]}]}, source="rule"),
+    # --- object storage: only what a grant of the namespace admits, URI, endpoint and Secret together ---
+    Case("storageNotGranted", "strict", {"checkpoint": {"storage": {"uri": "s3://ckpt/team"}}},
+         "spec.checkpoint.storage", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("storageOtherNamespace", "loose", {"checkpoint": {"storage": {"uri": "s3://ckpt/team-b/run"}}},
+         "spec.checkpoint.storage.uri", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("storageBesideGrant", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt-other"}}},
+         "spec.checkpoint.storage.uri", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("storageOtherEndpoint", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt/team", "endpoint": "http://evil.example:9000"}}},
+         "spec.checkpoint.storage.endpoint", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("storageNoEndpoint", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt/team"}}},
+         "spec.checkpoint.storage.endpoint", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("storageOtherSecret", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt/team", "endpoint": SEAWEED,
+                                                                    "credentialsSecret": "admin-keys"}}},
+         "spec.checkpoint.storage.credentialsSecret", "spec.checkpoint.storage: not allowed by the cluster policy"),
+    Case("sweepTemplateStorage", "strict", {"checkpoint": {"storage": {"uri": "s3://ckpt/team"}}},
+         "spec.template.spec.checkpoint.storage", "spec.template.spec.checkpoint.storage: not allowed", sweep={"parameters": _lr(0.1)}),
     Case("sweepTrialScheduler", "strict", {}, "spec.trials[1]", "a value of scheduling.schedulerName",
          sweep={"algorithm": "list", "trials": [{"training.lr": 0.1}, {"scheduling.schedulerName": "rogue"}]}),
     Case("sweepTrialNodes", "strict", {}, "spec.trials[0]", "a value of nodes",
@@ -204,6 +232,10 @@ HARMLESS = [
                               "volumes": [{"name": "c", "csi": {"driver": "s3.csi.aws.com"}},
                                           {"name": "t", "projected": {"sources": [TOKEN]}}],
                               "scheduling": {"backend": "volcano", "queue": "team-a", "priorityClassName": "high"}}),
+    Case("storageGranted", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt/team/run", "endpoint": SEAWEED,
+                                                                "credentialsSecret": "ckpt-s3", "region": "us-east-1"},
+                                                    "intervalSteps": 100}}),
+    Case("storageGrantItself", "loose", {"checkpoint": {"storage": {"uri": "s3://shared/ckpt", "endpoint": SEAWEED}}}),
     Case("coschedulingNamed", "loose", {"scheduling": {"backend": "coscheduling", "schedulerName": "volcano"}}),
     Case("defaultsMet", "defaults", IB),
     Case("sweep", "strict", {}, sweep={"parameters": [{"path": "nodes", "values": [1, 8]},

@@ -51,6 +51,9 @@ ENV_NODE_NAME = "PHALANX_NODE_NAME"
 
 # Where the runtime writes and listens.
 ENV_CHECKPOINT_DIR = "PHALANX_CHECKPOINT_DIR"
+# checkpoint.storage: the job's prefix in object storage (<uri>/<namespace>/<job>), where the built-in
+# runtime's checkpoints go; PHALANX_CHECKPOINT_DIR is then a pod-local directory (metrics.jsonl).
+ENV_CHECKPOINT_URI = "PHALANX_CHECKPOINT_URI"
 # rank 0 writes its final progress JSON here (the pod's terminationMessagePath) for the operator
 ENV_TERMINATION_LOG = "PHALANX_TERMINATION_LOG"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"

@@ -18,6 +18,7 @@ from phalanx_common.contract import (  # noqa: F401
     DEFAULT_MASTER_PORT,
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_URI,
     ENV_CONFIG_PATH,
     ENV_GROUP_RANK,
     ENV_HOROVOD_CONTROLLER,
@@ -184,11 +185,21 @@ PORT_NAME_METRICS = "metrics"
 PORT_NAME_HOROVOD = "horovod"
 # The operator's own volumes in every worker pod (users' volumes may not take these names).
 VOLUME_CHECKPOINT = "checkpoint"
+VOLUME_STORAGE_CREDENTIALS = "phalanx-storage-credentials"  # checkpoint.storage's Secret, gs:// key file
 VOLUME_CONFIG = "phalanx-config"
 VOLUME_SCRATCH = "phalanx-scratch"
 SHM_VOLUME_NAME = "dshm"
 TOPO_FILE_VOLUME_NAME = "nccl-topo"
 DEFAULT_SHM_SIZE = "2Gi"
+
+# checkpoint.storage: the env the cloud SDKs (botocore, google-auth) read, and the Secret's keys.
+ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
+ENV_AWS_REGION = "AWS_REGION"
+ENV_AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
+AWS_SECRET_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False), ("AWS_SESSION_TOKEN", True))  # (key, optional)
+ENV_GOOGLE_APPLICATION_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
+GCS_KEY_FILE = "key.json"
+STORAGE_CREDENTIALS_MOUNT_PATH = "/phalanx/storage-credentials"  # under PHALANX_MOUNT_ROOT: reserved
 # The runtime image's non-root user (USER in runtime/Dockerfile and hack/kind/app-images.sh);
 # every worker pod runs as it, with this fsGroup so shared volumes are writable.
 RUNTIME_UID = 1000

@@ -294,7 +294,7 @@ def _policy_problems(job: TrainingJob, config: OperatorConfig, namespace_labels:
     spec = job.spec
     rules = config.policy.for_namespace(namespace_labels)
     profile = config.network_profiles.get(spec.network.profile)
-    return policy_problems(spec, rules) + pod_security_problems(spec, profile, job.metadata.namespace, namespace_labels)
+    return policy_problems(spec, rules, job.metadata.namespace or "") + pod_security_problems(spec, profile, job.metadata.namespace, namespace_labels)
 
 
 def validate_spec(spec: TrainingJobSpec, config: OperatorConfig | None = None) -> list[Problem]:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from phalanx_common.contract import (
     DEFAULT_TERMINATION_LOG,
     ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_URI,
     ENV_METRICS_PORT,
     ENV_PROGRESS_PORT,
     ENV_TERMINATION_LOG,
@@ -106,6 +107,12 @@ def checkpoint_dir() -> str | None:
     return os.environ.get(ENV_CHECKPOINT_DIR) or None
 
 
+def checkpoint_location() -> str | None:
+    """Where the built-in runtime's checkpoints go: ``$PHALANX_CHECKPOINT_URI`` (checkpoint.storage,
+    object storage) if set, else :func:`checkpoint_dir`."""
+    return os.environ.get(ENV_CHECKPOINT_URI) or checkpoint_dir()
+
+
 class Trainer:
     """Collective: every rank builds, steps and closes together. ``stop_requested()`` says whether
     this rank got SIGTERM; the ranks agree on it at each step boundary."""
@@ -116,7 +123,7 @@ class Trainer:
         self.stop_requested = stop_requested
         self.timeline = timeline or StartupTimeline.for_worker()
         mark = self.timeline.mark
-        self._build_process(checkpointing=checkpoint_dir() is not None)
+        self._build_process(checkpointing=checkpoint_location() is not None)
         self._build_progress(progress_port)
         mark(StartupPhase.MESH)
         self._build_model()
@@ -246,19 +253,21 @@ class Trainer:
         onto the base model they were trained on."""
         self.ckpt_dir = checkpoint_dir()
         self.ckpt = None
-        if self.ckpt_dir:
+        location = checkpoint_location()
+        if location:
             pd = self.parallel_dims
-            self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, self.ckpt_dir),
+            self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, location),
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
                                      dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),
                                      trainable_only=adapters_only_checkpoints(self.spec.model))
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
         if self.start_step and adapters_only_checkpoints(self.spec.model):
-            problems = resumed_base_problems(self.ckpt.dir, self.spec.model.pretrained.path)
+            with self.ckpt.model_record() as recorded:
+                problems = resumed_base_problems(recorded, self.spec.model.pretrained.path)
             if problems:
                 raise ValueError(f"model.pretrained.path: {self.spec.model.pretrained.path} is not the base model the "
-                                 f"checkpoints in {self.ckpt.dir} hold LoRA adapters for:\n  " + "\n  ".join(problems))
+                                 f"checkpoints in {self.ckpt.store.uri} hold LoRA adapters for:\n  " + "\n  ".join(problems))
 
     def _build_reporting(self, metrics_port: int | None) -> None:
         """Metrics (Prometheus per pod, on local rank 0; metrics.jsonl on rank 0)."""

@@ -28,7 +28,7 @@ VOLUME_SOURCES = (
 PER_NODE_SOURCES = ("emptyDir", "ephemeral", "hostPath", "configMap", "secret", "downwardAPI",
                     "projected", "gitRepo", "image")
 RESERVED_VOLUMES = (constants.VOLUME_CHECKPOINT, constants.VOLUME_CONFIG, constants.SHM_VOLUME_NAME, constants.TOPO_FILE_VOLUME_NAME,
-                    constants.VOLUME_SCRATCH)
+                    constants.VOLUME_SCRATCH, constants.VOLUME_STORAGE_CREDENTIALS)
 RESERVED_MOUNT_PATHS = (constants.SHM_MOUNT_PATH, constants.RUNTIME_CONFIG_DIR, constants.PHALANX_MOUNT_ROOT)
 
 

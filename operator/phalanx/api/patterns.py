@@ -38,6 +38,13 @@ MAX_DNS_SUBDOMAIN = 253
 MAX_QUALIFIED_NAME = 317  # 253 prefix + "/" + 63
 MAX_LABEL_VALUE = 63
 
+# Object storage (checkpoint.storage): a bucket (S3's and GCS's rules: 3-63 lower-case letters, digits,
+# '.', '-', and '_' for GCS) and key segments that are neither empty nor '.'/'..'; no trailing '/'.
+_URI_SEGMENT = r"[-A-Za-z0-9_.=+@,]*[-A-Za-z0-9_=+@,][-A-Za-z0-9_.=+@,]*"
+STORAGE_URI = rf"^(s3|gs)://[a-z0-9][-a-z0-9._]{{1,61}}[a-z0-9](/{_URI_SEGMENT})*$"
+ENDPOINT_URL = r"^https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
+REGION = r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$"
+
 # What each format means, in the words an error message uses ("... must be <description>").
 DESCRIPTIONS = {
     DNS_LABEL: "a DNS-1123 label (lower-case letters, digits and '-', alphanumeric at both ends, at most 63)",
@@ -51,4 +58,8 @@ DESCRIPTIONS = {
     RESOURCE_NAME: "an extended resource name (domain/name), hugepages-<size> or ephemeral-storage",
     IMAGE: "an image reference like registry.example.com:5000/team/runtime:v1 (no spaces, lower-case path)",
     ABSOLUTE_PATH: "an absolute path below / without '.' or '..' segments",
+    STORAGE_URI: "s3://<bucket>/<prefix> or gs://<bucket>/<prefix> (bucket: 3-63 lower-case letters, digits, "
+                 "'.', '-', '_'; no empty, '.' or '..' segment, no trailing '/')",
+    ENDPOINT_URL: "an http:// or https:// URL of a host and optional port, no path (e.g. https://s3.example.com:8333)",
+    REGION: "a region name such as us-east-1 (lower-case letters, digits and '-')",
 }

@@ -7,10 +7,13 @@ them per namespace (``namespaces``) or for all (``default``)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 
 from phalanx import constants
-from phalanx.api.base import Model
+from phalanx.api import patterns
+from phalanx.api.base import Model, bounded_str
 from phalanx.api.types import GangBackend
 
 CONTROL_PLANE_KEYS = ["node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"]
@@ -62,6 +65,39 @@ def effective_scheduler_name(scheduler_name: str | None, backend: str) -> str | 
     return scheduler_name or BACKEND_SCHEDULER_NAMES.get(GangBackend(backend))
 
 
+NAMESPACE_PLACEHOLDER = "{namespace}"
+
+
+class StorageGrant(Model):
+    """Object storage a namespace's jobs may use for checkpoint.storage: a URI prefix (with
+    ``{namespace}``, each namespace its own), the one endpoint its jobs name, and the Secrets
+    that may hold its credentials."""
+
+    uri: str = bounded_str(None, 1024, description="s3:// or gs:// prefix; a job's storage.uri is it or below it. "
+                                                   "{namespace} stands for the job's namespace.")
+    endpoint: str | None = bounded_str(patterns.ENDPOINT_URL, 512, default=None,
+                                       description="The endpoint jobs name in storage.endpoint (null: none, the provider's own).")
+    credentials_secrets: list[str] = Field(default_factory=list,
+                                           description="Secrets jobs may name in storage.credentialsSecret (empty: none; "
+                                                       "the pods' own identity only). Allowed without allowSecrets.")
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        v = v.rstrip("/")
+        if not re.match(patterns.STORAGE_URI, v.replace(NAMESPACE_PLACEHOLDER, "namespace")):
+            raise ValueError(f"must be {patterns.DESCRIPTIONS[patterns.STORAGE_URI]}; {NAMESPACE_PLACEHOLDER} may stand for the namespace")
+        return v
+
+    def for_namespace(self, namespace: str) -> str:
+        return self.uri.replace(NAMESPACE_PLACEHOLDER, namespace)
+
+    def admits(self, namespace: str, uri: str, endpoint: str | None, secret: str | None) -> bool:
+        prefix = self.for_namespace(namespace)
+        return ((uri == prefix or uri.startswith(prefix + "/")) and endpoint == self.endpoint
+                and (secret is None or secret in self.credentials_secrets))
+
+
 class PolicyRules(Model):
     """What a TrainingJob may ask for. ``None`` lists mean "any"."""
 
@@ -99,6 +135,9 @@ class PolicyRules(Model):
         description="Taint keys jobs may not tolerate (control-plane nodes; cordoned, out-of-service, "
         "under-pressure and uninitialised nodes by default).")
     allow_keyless_tolerations: bool = Field(False, description="A toleration without a key (operator Exists) tolerates every taint.")
+    allowed_checkpoint_storage: list[StorageGrant] = Field(
+        default_factory=list, description="Object storage jobs may use for spec.checkpoint.storage (empty: none): "
+        "each a URI prefix ({namespace}: the job's namespace), its endpoint and the credential Secrets allowed.")
     allowed_network_profiles: list[str] | None = Field(None, description="spec.network.profile values (default profile included).")
     max_nodes: int | None = Field(DEFAULT_MAX_NODES, ge=1, description="Most pods per job: workers (elastic maxNodes "
                                   "included) and spec.roles together (null: no limit).")

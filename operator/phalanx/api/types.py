@@ -262,12 +262,42 @@ _CKPT_DEFAULT = {attr: default for _, attr, default in CHECKPOINT_SETTINGS}
 
 
 def _needs_volume(field: str, attr: str, default: Any) -> Rule:
-    """A job saves checkpoints only on checkpoint.volume: without one its pods get no checkpoint
-    dir (the image is read-only to them), so any other checkpoint setting is a mistake."""
-    return default_unless("has(self.volume)", lambda c: c.volume is not None, field, attr, default,
-                          f"needs checkpoint.volume: a job without one saves no checkpoints (set checkpoint.volume, "
-                          f"e.g. {{persistentVolumeClaim: {{claimName: ckpt}}}}, or leave {field} at its default "
+    """A job saves checkpoints only on checkpoint.volume or checkpoint.storage: without either its
+    pods get no checkpoint dir (the image is read-only to them), so any other checkpoint setting is
+    a mistake."""
+    return default_unless("has(self.volume) || has(self.storage)",
+                          lambda c: c.volume is not None or c.storage is not None, field, attr, default,
+                          f"needs checkpoint.volume or checkpoint.storage: a job without one saves no checkpoints "
+                          f"(set checkpoint.volume, e.g. {{persistentVolumeClaim: {{claimName: ckpt}}}}, or "
+                          f"checkpoint.storage.uri, e.g. s3://bucket/prefix, or leave {field} at its default "
                           f"{json.dumps(default)})")
+
+
+class CheckpointStorage(Model):
+    """Object storage for checkpoints: no volume every pod mounts. Where it is, and how the pods
+    reach it the cloud's way; nothing here is a credential."""
+
+    uri: str = bounded_str(patterns.STORAGE_URI, 1024,
+                           description="s3://<bucket>/<prefix> or gs://<bucket>/<prefix>; a job's checkpoints go to "
+                                       "<uri>/<namespace>/<job>. The cluster policy says which a namespace may use.")
+    endpoint: str | None = bounded_str(patterns.ENDPOINT_URL, 512, default=None,
+                                       description="An S3-compatible endpoint (SeaweedFS, Ceph RGW, R2, ...), as "
+                                                   "AWS_ENDPOINT_URL_S3; without it the provider's own (s3:// only).")
+    region: str | None = bounded_str(patterns.REGION, 64, default=None, description="AWS_REGION (s3:// only).")
+    credentials_secret: str | None = bounded_str(
+        patterns.DNS_SUBDOMAIN, patterns.MAX_DNS_SUBDOMAIN, default=None,
+        description="A Secret in the job's namespace: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional "
+                    "AWS_SESSION_TOKEN) for s3://, a service-account key file key.json for gs://. Without it the pod's "
+                    "own identity (IRSA, EKS Pod Identity, GKE workload identity via spec.serviceAccountName).")
+
+    checks = (
+        Rule("!has(self.endpoint) || self.uri.startsWith('s3://')", "endpoint and region are for s3:// storage "
+             "(gs:// reaches Google Cloud Storage itself)", lambda c: c.endpoint is None or c.uri.startswith("s3://"),
+             ".endpoint"),
+        Rule("!has(self.region) || self.uri.startsWith('s3://')", "endpoint and region are for s3:// storage "
+             "(gs:// reaches Google Cloud Storage itself)", lambda c: c.region is None or c.uri.startswith("s3://"),
+             ".region"),
+    )
 
 
 class CheckpointSpec(Model):
@@ -275,9 +305,12 @@ class CheckpointSpec(Model):
         None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}. "
                           "Without it the job saves no checkpoints, and the other fields must keep their defaults."
     )
+    storage: CheckpointStorage | None = Field(
+        None, description="Object storage instead of a volume: the built-in runtime's checkpoints go to "
+                          "<storage.uri>/<namespace>/<job>; the pods' checkpoint dir is then a pod-local emptyDir.")
     mount_path: str = bounded_str(patterns.ABSOLUTE_PATH, 1024, default=_CKPT_DEFAULT["mount_path"],
-                                  description="Where every pod mounts the volume; a job's checkpoints go to "
-                                              "<mountPath>/<namespace>/<job>.")
+                                  description="Where every pod mounts the volume (with storage: the pod-local "
+                                              "emptyDir); a job's checkpoint dir is <mountPath>/<namespace>/<job>.")
     interval_steps: int = Field(_CKPT_DEFAULT["interval_steps"], ge=0, le=1 << 31,
                                 description="Save every N steps; 0 saves only at the end.")
     keep_last: int = Field(_CKPT_DEFAULT["keep_last"], ge=1, le=1000, description="Committed checkpoints kept; older ones are deleted.")
@@ -293,6 +326,11 @@ class CheckpointSpec(Model):
     checks = (
         RESERVED_PATH_RULE,
         *(_needs_volume(*setting) for setting in CHECKPOINT_SETTINGS),
+        Rule("!has(self.volume) || !has(self.storage)", "checkpoint.volume and checkpoint.storage: one place for "
+             "checkpoints, not both", lambda c: c.volume is None or c.storage is None, ".storage"),
+        default_unless("!has(self.storage)", lambda c: c.storage is None, "exportHuggingFace", "export_hugging_face",
+                       False, "with checkpoint.storage the Hugging Face export is not written yet (it needs "
+                              "checkpoint.volume); use phalanx export on a downloaded checkpoint, or a volume"),
     )
 
 

@@ -27,12 +27,13 @@ from phalanx import constants
 from phalanx.api.kubetypes import VOLUME_SOURCES
 from phalanx.api.policy import (
     BACKEND_SCHEDULER_NAMES,
+    NAMESPACE_PLACEHOLDER,
     SYSTEM_PRIORITY_PREFIX,
     VOLUME_SECRET_REFS,
     PolicyRules,
 )
 from phalanx.api.types import FailurePolicy, NetworkSpec, SchedulingSpec, TrainingJobSpec
-from phalanx.policy.cluster import SWEEP_POLICY_PATHS, SWEEP_VOLUME_PREFIX
+from phalanx.policy.cluster import SWEEP_FIXED_PREFIXES, SWEEP_POLICY_PATHS
 
 POLICY_NAME = "phalanx-trainingjob-policy"
 S = "variables.spec"  # the job's spec, or the sweep's template's
@@ -168,6 +169,27 @@ def _not_reserved_env(k: str) -> str:
     return " && ".join([*device, f"!({k} in {_lit(list(constants.ENV_DEVICE_GRANT_NAMES + constants.RENDEZVOUS_ENV))})"])
 
 
+_STORAGE = f"{S}.checkpoint.storage"
+# A grant's prefix for the request's namespace, and whether it holds the job's URI.
+_GRANT_PREFIX = f"g.uri.replace('{NAMESPACE_PLACEHOLDER}', request.namespace)"
+_UNDER_GRANT = f"({_STORAGE}.uri == {_GRANT_PREFIX} || {_STORAGE}.uri.startsWith({_GRANT_PREFIX} + '/'))"
+# A grant's fields at their defaults may be absent from the values (null endpoint, no Secrets).
+_GRANT_ENDPOINT = (f"(has({_STORAGE}.endpoint) ? has(g.endpoint) && g.endpoint != null && {_STORAGE}.endpoint == g.endpoint "
+                   ": !has(g.endpoint) || g.endpoint == null)")
+_GRANT_SECRET = (f"(!has({_STORAGE}.credentialsSecret) || "
+                 f"(has(g.credentialsSecrets) && {_STORAGE}.credentialsSecret in g.credentialsSecrets))")
+
+
+def _storage_validations() -> list[dict[str, str]]:
+    """checkpoint.storage only under a grant that admits its URI, endpoint and Secret together
+    (policy/cluster.py _storage; the operator's message lists the grants, this one the rule)."""
+    absent = f"!has({S}.checkpoint) || !has({_STORAGE})"
+    return [_v(f"{absent} || variables.allowedCheckpointStorage.exists(g, {_UNDER_GRANT} && {_GRANT_ENDPOINT} && {_GRANT_SECRET})",
+               f"{AT}'checkpoint.storage: not allowed by the cluster policy for this namespace (uri, endpoint and "
+               f"credentialsSecret must match one of allowedCheckpointStorage; allowed prefixes: ' + "
+               f"(size(variables.allowedCheckpointStorage) == 0 ? 'none' : variables.allowedCheckpointStorage.map(g, {_GRANT_PREFIX}).join(', ')) + ')'")]
+
+
 def _job_validations() -> list[dict[str, str]]:
     """The rules on one spec (a job's, or a sweep's template)."""
     volumes = _volume_validations("volumes", lambda e: f"!has({S}.volumes) || {S}.volumes.all(v, {e})")
@@ -177,7 +199,7 @@ def _job_validations() -> list[dict[str, str]]:
     pc = f"{S}.scheduling.priorityClassName"
     queue = f"{S}.scheduling.queue"
     implied = _implied_scheduler("variables.backend")
-    return volumes + checkpoint + [
+    return volumes + checkpoint + _storage_validations() + [
         _v(f"!has({S}.network) || !has({S}.network.ncclEnv) || {S}.network.ncclEnv.all(k, {_not_reserved_env('k')})",
            f"{AT}'network.ncclEnv: ' + {_lit(NCCL_ENV_MESSAGE)}"),
         _v(f"variables.allowSecrets || ({secret_env.format(S + '.env')})",
@@ -236,10 +258,11 @@ def _sweep_values(path: str) -> dict[str, str]:
 
 
 def _sweep_validations() -> list[dict[str, str]]:
-    return [_v(f"variables.params.all(p, !p.path.startsWith('{SWEEP_VOLUME_PREFIX}')) && "
-               f"variables.trials.all(t, t.all(k, !k.startsWith('{SWEEP_VOLUME_PREFIX}')))",
-               f"'spec.parameters, spec.trials: {SWEEP_VOLUME_PREFIX}*: volumes are checked in the template; "
-               "the cluster policy does not let a sweep vary them'")] + [_sweep_values(p) for p in SWEEP_POLICY_PATHS]
+    fixed = " || ".join(f"{{x}}.startsWith('{p}')" for p in SWEEP_FIXED_PREFIXES)
+    return [_v(f"variables.params.all(p, !({fixed.format(x='p.path')})) && "
+               f"variables.trials.all(t, t.all(k, !({fixed.format(x='k')})))",
+               f"'spec.parameters, spec.trials: {', '.join(p + '*' for p in SWEEP_FIXED_PREFIXES)}: volumes and storage "
+               "are checked in the template; the cluster policy does not let a sweep vary them'")] + [_sweep_values(p) for p in SWEEP_POLICY_PATHS]
 
 
 VALIDATIONS: list[dict[str, str]] = _job_validations() + _sweep_validations()

@@ -28,7 +28,8 @@ SWEEP_POLICY_PATHS = (
     "failurePolicy.backoffSeconds",
 )
 # Volumes are checked in the template only: a parameter may not create or change one.
-SWEEP_VOLUME_PREFIX = "checkpoint.volume."
+# What a sweep may not vary (checked in the template only): its volumes and its object storage.
+SWEEP_FIXED_PREFIXES = ("checkpoint.volume.", "checkpoint.storage.")
 
 
 def _p(field: str, message: str) -> Problem:
@@ -152,28 +153,50 @@ def _limits(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
     return out
 
 
-def policy_problems(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
+def _storage(spec: TrainingJobSpec, rules: PolicyRules, namespace: str) -> list[Problem]:
+    """checkpoint.storage only where a grant of the namespace's admits its URI, endpoint and
+    Secret together; the message says what the namespace may use."""
+    st = spec.checkpoint.storage
+    if st is None or any(g.admits(namespace, st.uri, st.endpoint, st.credentials_secret)
+                         for g in rules.allowed_checkpoint_storage):
+        return []
+    grants = rules.allowed_checkpoint_storage
+    if not grants:
+        return [_p("spec.checkpoint.storage", "object storage is not allowed in this namespace by the cluster policy "
+                                              "(allowedCheckpointStorage is empty): use checkpoint.volume")]
+    allowed = "; ".join(f"{g.for_namespace(namespace)}/... at {g.endpoint or 'the provider endpoint'}"
+                        f" with {', '.join(g.credentials_secrets) or 'no'} Secret" for g in grants)
+    if not any(st.uri == g.for_namespace(namespace) or st.uri.startswith(g.for_namespace(namespace) + "/") for g in grants):
+        field = "spec.checkpoint.storage.uri"
+    elif not any(g.admits(namespace, st.uri, st.endpoint, None) for g in grants):
+        field = "spec.checkpoint.storage.endpoint"
+    else:
+        field = "spec.checkpoint.storage.credentialsSecret"
+    return [_p(field, f"not allowed by the cluster policy for this namespace; allowed: {allowed}")]
+
+
+def policy_problems(spec: TrainingJobSpec, rules: PolicyRules, namespace: str = "") -> list[Problem]:
     return (_volumes(spec, rules) + _env(spec, rules) + _identity(spec, rules) + _scheduling(spec, rules)
-            + _network(spec, rules) + _placement(spec, rules) + _limits(spec, rules))
+            + _network(spec, rules) + _placement(spec, rules) + _limits(spec, rules) + _storage(spec, rules, namespace))
 
 
 # --- TrainingSweeps ----------------------------------------------------------------------------
 
 
-def sweep_policy_problems(spec: TrainingSweepSpec, rules: PolicyRules) -> list[Problem]:
+def sweep_policy_problems(spec: TrainingSweepSpec, rules: PolicyRules, namespace: str = "") -> list[Problem]:
     """The template as a job, then every parameter value (a range by its ends) as the template with
     that value: whatever trials the sampler picks, none can break the policy. List trials are
     whole specs, checked as the TrainingJobs they become (sweep/check.py)."""
     template = spec.template.spec
-    own = policy_problems(template, rules)
+    own = policy_problems(template, rules, namespace)
     out = [Problem("spec.template." + p.field, p.message, p.source) for p in own]
     seen = {(p.field, p.message) for p in own}
     wire = template.model_dump(by_alias=True, mode="json", exclude_none=True)
     # A trial of a backend value gets the schedulerName parameter's value, when there is one.
     named = next((p.values[0] for p in spec.parameters if p.path == "scheduling.schedulerName" and p.values), None)
     for i, param in enumerate(spec.parameters):
-        if param.path.startswith(SWEEP_VOLUME_PREFIX):
-            out.append(_p(f"spec.parameters[{i}].path", f"{param.path}: volumes are checked in the template; a parameter may not set them"))
+        if param.path.startswith(SWEEP_FIXED_PREFIXES):
+            out.append(_p(f"spec.parameters[{i}].path", f"{param.path}: volumes and storage are checked in the template; a parameter may not set them"))
         if param.path not in SWEEP_POLICY_PATHS:
             continue
         values = [(f"spec.parameters[{i}].values[{j}]", v) for j, v in enumerate(param.values or [])]
@@ -181,16 +204,16 @@ def sweep_policy_problems(spec: TrainingSweepSpec, rules: PolicyRules) -> list[P
             values += [(f"spec.parameters[{i}].range", v) for v in (math.ceil(param.range.min), math.floor(param.range.max))]
         for field, value in values:
             extra = {"scheduling.schedulerName": named} if param.path == "scheduling.backend" and named else {}
-            for problem in _with_values(wire, {param.path: value, **extra}, rules):
+            for problem in _with_values(wire, {param.path: value, **extra}, rules, namespace):
                 if (problem.field, problem.message) not in seen:
                     out.append(Problem(field, f"{param.path}={json.dumps(value)}: {problem.message}", problem.source))
     for i, trial in enumerate(spec.trials or []):
-        out += [_p(f"spec.trials[{i}]", f"{path}: volumes are checked in the template; a trial may not set them")
-                for path in trial if path.startswith(SWEEP_VOLUME_PREFIX)]
+        out += [_p(f"spec.trials[{i}]", f"{path}: volumes and storage are checked in the template; a trial may not set them")
+                for path in trial if path.startswith(SWEEP_FIXED_PREFIXES)]
     return list({(p.field, p.message): p for p in out}.values())
 
 
-def _with_values(template: dict[str, Any], values: dict[str, Any], rules: PolicyRules) -> list[Problem]:
+def _with_values(template: dict[str, Any], values: dict[str, Any], rules: PolicyRules, namespace: str) -> list[Problem]:
     """The policy on ``template`` with ``values`` (path → value) set as a trial sets them."""
     spec = copy.deepcopy(template)
     for path, value in values.items():
@@ -205,4 +228,4 @@ def _with_values(template: dict[str, Any], values: dict[str, Any], rules: Policy
         parsed = TrainingJobSpec.model_validate_json(json.dumps(spec), strict=True, by_alias=True, by_name=False)
     except ValidationError:
         return []  # a value of the wrong type: the trial's own check says so
-    return policy_problems(parsed, rules)
+    return policy_problems(parsed, rules, namespace)

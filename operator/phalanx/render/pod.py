@@ -53,14 +53,37 @@ def _rank_env(job: TrainingJob, rank: int, attempt: int, master_port: int) -> li
     ]
 
 
-def _checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
-    """``$PHALANX_CHECKPOINT_DIR`` on the checkpoint volume; none without one, and then the job
-    saves no checkpoints: the image is read-only to the pod's uid and the scratch emptyDir dies
-    with the pod, so there is nowhere else to keep them."""
-    ckpt = job.spec.checkpoint
-    if ckpt.volume is None:
+def _checkpoint_env(job: TrainingJob) -> list[dict[str, Any]]:
+    """``$PHALANX_CHECKPOINT_DIR`` on the checkpoint volume (with checkpoint.storage: a pod-local
+    emptyDir, and ``$PHALANX_CHECKPOINT_URI`` the job's prefix in the bucket); none without
+    either, and then the job saves no checkpoints: the image is read-only to the pod's uid and the
+    scratch emptyDir dies with the pod, so there is nowhere else to keep them."""
+    ckpt, ns, name = job.spec.checkpoint, job.metadata.namespace, job.metadata.name
+    if ckpt.volume is None and ckpt.storage is None:
         return []
-    return [_env(constants.ENV_CHECKPOINT_DIR, f"{ckpt.mount_path.rstrip('/')}/{job.metadata.namespace}/{job.metadata.name}")]
+    out = [_env(constants.ENV_CHECKPOINT_DIR, f"{ckpt.mount_path.rstrip('/')}/{ns}/{name}")]
+    if ckpt.storage is not None:
+        out += [_env(constants.ENV_CHECKPOINT_URI, f"{ckpt.storage.uri}/{ns}/{name}"), *storage_access_env(ckpt.storage)]
+    return out
+
+
+def storage_access_env(storage) -> list[dict[str, Any]]:
+    """How the pod reaches checkpoint.storage, the way the SDKs read it: the endpoint and region,
+    and the Secret's keys as secretKeyRefs (s3://) or its key file (gs://, mounted by _volumes);
+    without a Secret, the service account's identity, which the SDKs find themselves."""
+    out = []
+    if storage.endpoint:
+        out.append(_env(constants.ENV_AWS_ENDPOINT_URL_S3, storage.endpoint))
+    if storage.region:
+        out += [_env(constants.ENV_AWS_REGION, storage.region), _env(constants.ENV_AWS_DEFAULT_REGION, storage.region)]
+    secret = storage.credentials_secret
+    if secret and storage.uri.startswith("s3://"):
+        out += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, **({"optional": True} if optional else {})}}}
+                for key, optional in constants.AWS_SECRET_KEYS]
+    elif secret:
+        out.append(_env(constants.ENV_GOOGLE_APPLICATION_CREDENTIALS,
+                        f"{constants.STORAGE_CREDENTIALS_MOUNT_PATH}/{constants.GCS_KEY_FILE}"))
+    return out
 
 
 def _job_env(job: TrainingJob, attempt: int) -> list[dict[str, Any]]:
@@ -188,9 +211,16 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
         {"name": constants.SHM_VOLUME_NAME, "mountPath": constants.SHM_MOUNT_PATH},
         {"name": constants.VOLUME_SCRATCH, "mountPath": constants.SCRATCH_MOUNT_PATH},
     ]
-    if spec.checkpoint.volume is not None:
-        volumes.append({"name": constants.VOLUME_CHECKPOINT, **spec.checkpoint.volume.to_kube()})
+    storage = spec.checkpoint.storage
+    if spec.checkpoint.volume is not None or storage is not None:
+        source = spec.checkpoint.volume.to_kube() if storage is None else {"emptyDir": {}}
+        volumes.append({"name": constants.VOLUME_CHECKPOINT, **source})
         mounts.append({"name": constants.VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
+    if storage is not None and storage.credentials_secret and not storage.uri.startswith("s3://"):
+        volumes.append({"name": constants.VOLUME_STORAGE_CREDENTIALS, "secret": {
+            "secretName": storage.credentials_secret, "items": [{"key": constants.GCS_KEY_FILE, "path": constants.GCS_KEY_FILE}]}})
+        mounts.append({"name": constants.VOLUME_STORAGE_CREDENTIALS, "mountPath": constants.STORAGE_CREDENTIALS_MOUNT_PATH,
+                       "readOnly": True})
     volumes += [v.to_kube() for v in spec.volumes]
     mounts += [m.model_dump(by_alias=True, mode="json", exclude_none=True) for m in spec.volume_mounts]
     return volumes, mounts

@@ -132,7 +132,7 @@ def check_sweep(obj: Any, config: OperatorConfig | None = None,
     if problems:
         return Expansion(sweep, problems=problems)
     # The cluster policy on the template and every value, as the admission policy checks them.
-    problems = sweep_policy_problems(spec, config.policy.for_namespace(namespace_labels))
+    problems = sweep_policy_problems(spec, config.policy.for_namespace(namespace_labels), sweep.metadata.namespace or "")
     if problems:
         return Expansion(sweep, problems=problems)
     try:

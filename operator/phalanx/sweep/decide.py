@@ -150,6 +150,7 @@ ADDED_OPTIONAL_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     ((*_TEMPLATE, "data", "prepare"), None),
     ((*_TEMPLATE, "training", "eval"), None),
     ((*_TEMPLATE, "checkpoint", "exportHuggingFace"), False),
+    ((*_TEMPLATE, "checkpoint", "storage"), None),
     ((*_TEMPLATE, "failurePolicy", "preflight"), False),
     ((*_TEMPLATE, "failurePolicy", "preflightTimeoutSeconds"), 60),  # a small int: `is` holds (CPython caches them)
 )

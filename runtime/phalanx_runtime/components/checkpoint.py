@@ -46,6 +46,7 @@ is staged (copied to host memory); the write runs in a thread; the next save, an
 from __future__ import annotations
 
 import enum
+import io
 import json
 import logging
 import os
@@ -53,19 +54,22 @@ import pickle
 import random
 import re
 import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import (
     DefaultLoadPlanner,
     _EmptyStateDictLoadPlanner,
 )
+from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from phalanx_common.contract import ENV_JOB_NAME, ENV_JOB_UID
@@ -117,35 +121,61 @@ def validate_checkpoint(path: str | os.PathLike) -> str | None:
         md = SafeReader(str(p)).read_metadata()
     except Exception as e:  # noqa: BLE001 — any unreadable metadata means a damaged checkpoint
         return f"DCP metadata unreadable: {type(e).__name__}: {e}"
+    sizes = {}
+    for rel in _needed_files(md, info):
+        try:
+            sizes[rel] = (p / rel).stat().st_size
+        except OSError:
+            pass
+    return missing_files(md, info, sizes)
+
+
+def _shard_extents(md: Metadata) -> dict[str, int]:
+    """Each shard file's size as the metadata needs it (its last byte pointed at)."""
     need: dict[str, int] = {}
     for si in (md.storage_data or {}).values():
         rel = getattr(si, "relative_path", None)
-        if rel is None:
-            continue
-        need[rel] = max(need.get(rel, 0), int(si.offset) + int(si.length))
-    for rel, size in need.items():
-        f = p / rel
-        try:
-            have = f.stat().st_size
-        except OSError:
-            return f"shard {rel} missing"
-        if have < size:
-            return f"shard {rel} truncated ({have} < {size} bytes)"
+        if rel is not None:
+            need[rel] = max(need.get(rel, 0), int(si.offset) + int(si.length))
+    return need
+
+
+def _rng_files(info: dict) -> list[str]:
     world = info.get("world_size", 0)
-    for r in range(world if type(world) is int and 0 <= world <= 1 << 20 else 0):
-        if not (p / "rng" / f"rank-{r}.pt").exists():
-            return f"rng/rank-{r}.pt missing"
+    return [f"rng/rank-{r}.pt" for r in range(world if type(world) is int and 0 <= world <= 1 << 20 else 0)]
+
+
+def _needed_files(md: Metadata, info: dict) -> list[str]:
+    return [*_shard_extents(md), *_rng_files(info)]
+
+
+def missing_files(md: Metadata, info: dict, sizes: dict[str, int]) -> str | None:
+    """None if ``sizes`` (file → bytes present, by path relative to the step) holds every shard
+    byte the metadata points at and every rank's RNG file the marker counts, else what lacks."""
+    for rel, size in _shard_extents(md).items():
+        if rel not in sizes:
+            return f"shard {rel} missing"
+        if sizes[rel] < size:
+            return f"shard {rel} truncated ({sizes[rel]} < {size} bytes)"
+    for rel in _rng_files(info):
+        if rel not in sizes:
+            return f"{rel} missing"
     return None
 
 
 def latest_valid(directory: str | os.PathLike) -> tuple[int, Path] | None:
-    """Newest committed checkpoint that validates (damaged ones are logged and skipped)."""
-    for step in committed_steps(directory):
-        path = Path(directory) / f"step-{step}"
-        why = validate_checkpoint(path)
+    """Newest committed checkpoint in a directory that validates (damaged ones are logged and skipped)."""
+    found = latest_valid_in(VolumeStore(directory))
+    return (found[0], Path(found[1])) if found else None
+
+
+def latest_valid_in(store) -> tuple[int, str] | None:
+    """Newest committed checkpoint of a store (volume or object) that validates."""
+    for step in store.committed_steps():
+        why = store.validate(step)
         if why is None:
-            return step, path
-        log.warning("checkpoint %s is damaged (%s); falling back to the previous one", path, why)
+            return step, store.step_url(step)
+        log.warning("checkpoint %s is damaged (%s); falling back to the previous one", store.step_url(step), why)
     return None
 
 
@@ -183,12 +213,28 @@ def load_rng(path: Path) -> bool:
     """Restore this rank's RNG from ``path`` with ``weights_only=True``; a file that needs more
     (an older runtime's numpy arrays, or anything crafted) is refused and the seeded RNG kept."""
     try:
-        _set_rng_state(torch.load(path, weights_only=True))
+        data = Path(path).read_bytes()
+    except OSError as e:
+        log.warning("RNG state %s not restored (%s); this rank keeps its seeded RNG", path, e)
+        return False
+    return load_rng_bytes(data, path)
+
+
+def load_rng_bytes(data: bytes, name: object) -> bool:
+    """:func:`load_rng` of the file's bytes (``name`` for the log)."""
+    try:
+        _set_rng_state(torch.load(io.BytesIO(data), weights_only=True))
     except Exception as e:  # noqa: BLE001 — an unreadable RNG file must not stop the resume
         log.warning("RNG state %s not restored (%s: %s); this rank keeps its seeded RNG",
-                    path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+                    name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
         return False
     return True
+
+
+def _torch_bytes(obj: object) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
 
 
 def read_marker(path: Path) -> dict | None:
@@ -229,8 +275,8 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}: refused, not DCP metadata")
 
 
-class SafeReader(FileSystemReader):
-    """DCP's FileSystemReader, but ``.metadata`` is unpickled with DCP's metadata classes only."""
+class _SafeMetadata:
+    """``.metadata`` unpickled with DCP's metadata classes only."""
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
         rank = kwargs.get("rank")
@@ -243,6 +289,14 @@ class SafeReader(FileSystemReader):
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+class SafeReader(_SafeMetadata, FileSystemReader):
+    """DCP's FileSystemReader, but ``.metadata`` is unpickled with DCP's metadata classes only."""
+
+
+class SafeFsspecReader(_SafeMetadata, FsspecReader):
+    """DCP's FsspecReader (object storage), with the same safe metadata."""
 
 
 def _weights_only(planner_class):
@@ -274,6 +328,111 @@ def _make_dir(path: Path) -> None:
                                "(in a pod it is on spec.checkpoint.volume, which the pod's user must be able to write)") from e
 
 
+class VolumeStore:
+    """A job's checkpoint directory on a volume: each save is written into ``.tmp-step-<N>`` and
+    renamed to ``step-<N>`` when committed. The object-storage twin is
+    :class:`~phalanx_runtime.components.objectstore.ObjectStore`; the Checkpointer calls both
+    the same way (rank 0 alone for what changes shared state, except each rank's RNG file)."""
+
+    begin_is_collective = False
+
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = Path(directory)
+        self.uri = str(self.dir)
+
+    def step_url(self, step: int) -> str:
+        return str(self.dir / f"step-{step}")
+
+    def _tmp(self, step: int) -> Path:
+        return self.dir / f"{TMP_PREFIX}{step}"
+
+    def prepare(self) -> None:
+        _make_dir(self.dir)
+        for p in self.dir.glob(TMP_PREFIX + "*"):
+            log.info("removing uncommitted checkpoint %s", p)
+            shutil.rmtree(p, ignore_errors=True)
+
+    def committed_steps(self) -> list[int]:
+        return committed_steps(self.dir)
+
+    def validate(self, step: int) -> str | None:
+        return validate_checkpoint(self.step_url(step))
+
+    def read_marker(self, step: int) -> dict | None:
+        return read_marker(Path(self.step_url(step)))
+
+    def read_rng(self, step: int, rank: int) -> bytes | None:
+        try:
+            return (Path(self.step_url(step)) / "rng" / f"rank-{rank}.pt").read_bytes()
+        except OSError:
+            return None
+
+    def begin(self, step: int, rank: int) -> None:
+        """Before any rank writes ``step`` (rank 0's stale ones were removed at start)."""
+        (self._tmp(step) / "rng").mkdir(parents=True, exist_ok=True)
+
+    def put_rng(self, step: int, rank: int, data: bytes) -> None:
+        (self._tmp(step) / "rng" / f"rank-{rank}.pt").write_bytes(data)
+
+    def writer(self, step: int):
+        return _writer(FileSystemWriter, str(self._tmp(step)), sync_files=True)
+
+    def reader(self, step: int):
+        return SafeReader(self.step_url(step))
+
+    def commit(self, step: int, info: dict) -> None:
+        tmp, final = self._tmp(step), Path(self.step_url(step))
+        with open(tmp / COMMIT_MARKER, "w") as f:
+            json.dump(info, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # a damaged checkpoint of the same step, skipped at resume
+            self._trash(final, f"step-{step}")
+        os.rename(tmp, final)
+        _fsync_dir(self.dir)
+
+    def _trash(self, path: Path, name: str) -> None:
+        trash = self.dir / f".old-{name}-{os.getpid()}"
+        os.rename(path, trash)  # gone from the committed set at once
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def uncommit(self, step: int) -> None:
+        try:
+            self._trash(Path(self.step_url(step)), f"step-{step}")
+        except OSError:
+            pass
+
+    def put_tree(self, local: Path, rel: str) -> None:
+        """Replace ``rel`` (a directory) with ``local``, moved in by a rename."""
+        final = self.dir / rel
+        if final.exists():
+            self._trash(final, rel)
+        os.rename(local, final)
+
+    def scratch(self, rel: str) -> Path:
+        """A fresh directory on the same volume, for :meth:`put_tree` to rename into place."""
+        tmp = self.dir / f".tmp-{rel}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        return tmp
+
+    def put_file(self, local: Path, rel: str) -> Path:
+        out = self.dir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(local, out)
+        return out
+
+
+def store_for(location: str):
+    """The store of ``location``: a URI (``s3://``, ``gs://``, …) is object storage, else a path."""
+    scheme, sep, _ = location.partition("://")
+    if sep and scheme != "file":
+        from phalanx_runtime.components.objectstore import ObjectStore
+
+        return ObjectStore(location)
+    return VolumeStore(location.removeprefix("file://"))
+
+
 @dataclass
 class CheckpointConfig:
     directory: str
@@ -301,7 +460,9 @@ class Checkpointer:
         # model_files(dir) writes what model this is (MODEL_DIR); rank 0 calls it at the first save.
         self.model_files = model_files
         self.trainable_only = trainable_only
-        self.dir = Path(cfg.directory)
+        self.store = store_for(cfg.directory)
+        # A volume's directory (exports and the LoRA base check read it); None on object storage.
+        self.dir = self.store.dir if isinstance(self.store, VolumeStore) else None
         self.parts, self.optimizer, self.scheduler, self.loader = list(parts), optimizer, scheduler, loader
         self.progress = progress
         self.layout = layout
@@ -319,10 +480,7 @@ class Checkpointer:
         self.job_uid = os.environ.get(ENV_JOB_UID) or None  # the operator's job; None locally
         self.resumed_from: dict | None = None  # {"uid", "step"} when resuming another uid's checkpoint
         if self.rank == 0:
-            _make_dir(self.dir)
-            for p in self.dir.glob(TMP_PREFIX + "*"):
-                log.info("removing uncommitted checkpoint %s", p)
-                shutil.rmtree(p, ignore_errors=True)
+            self.store.prepare()
         dist.barrier(group=self.pg)
 
     # ---------------------------------------------------------------- state dicts
@@ -405,13 +563,14 @@ class Checkpointer:
             self._write_model_files()
         t0 = time.perf_counter()
         self._t_start[step] = t0
-        tmp = self.dir / f"{TMP_PREFIX}{step}"  # stale ones were removed by rank 0 at start
-        (tmp / "rng").mkdir(parents=True, exist_ok=True)
-        torch.save(_rng_state(), tmp / "rng" / f"rank-{self.rank}.pt")
+        self.store.begin(step, self.rank)
+        if self.store.begin_is_collective:  # rank 0 cleared an earlier run's step before anyone writes
+            dist.barrier(group=self.pg)
+        self.store.put_rng(step, self.rank, _torch_bytes(_rng_state()))
         t1 = time.perf_counter()
         sd = self._partition_replicas(self.state_dict(step))
         t2 = time.perf_counter()
-        writer = _writer(str(tmp))
+        writer = self.store.writer(step)
         if self.cfg.async_save and not force_sync:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
@@ -428,28 +587,34 @@ class Checkpointer:
             self.stall_seconds.append(time.perf_counter() - t0)
             log.debug("save step %d: rng %.1f ms, state dict %.1f ms, staging %.1f ms", step, 1e3 * (t1 - t0),
                       1e3 * (t2 - t1), 1e3 * (time.perf_counter() - t2))
-            self._pending = (fut, step, tmp)
+            self._pending = (fut, step)
         else:
             dcp.save(sd, storage_writer=writer, process_group=self.pg)
             self.stall_seconds.append(time.perf_counter() - t0)
-            self._commit(step, tmp)
+            self._commit(step)
 
     def _write_model_files(self) -> None:
         """Replace ``model/`` with this run's (the directory may hold an earlier run's). A failure
         is logged, not raised: the checkpoint itself is still good (and rank 0 alone is here)."""
-        tmp, final = self.dir / f".tmp-{MODEL_DIR}", self.dir / MODEL_DIR
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = self.store.scratch(MODEL_DIR)
             self.model_files(tmp)
-            if final.exists():
-                trash = self.dir / f".old-{MODEL_DIR}-{os.getpid()}"
-                os.rename(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.rename(tmp, final)
+            self.store.put_tree(tmp, MODEL_DIR)
         except Exception as e:  # noqa: BLE001 — the model record is for exports, not for training
-            log.warning("could not record the model in %s (%s: %s): exporting these checkpoints will need it",
-                        final, type(e).__name__, e)
+            log.warning("could not record the model in %s/%s (%s: %s): exporting these checkpoints will need it",
+                        self.store.uri, MODEL_DIR, type(e).__name__, e)
         self.model_files = None
+
+    @contextmanager
+    def model_record(self):
+        """A local directory whose ``model/`` is the record of what model the checkpoints hold
+        (downloaded from object storage; the volume's own directory otherwise)."""
+        if self.dir is not None:
+            yield self.dir
+            return
+        with tempfile.TemporaryDirectory(prefix="phalanx-model-record-") as tmp:
+            self.store.get_tree(MODEL_DIR, Path(tmp) / MODEL_DIR)
+            yield Path(tmp)
 
     def before_update(self) -> None:
         """Call before ``optimizer.step()``: an async save's staging copy must be complete before
@@ -471,32 +636,22 @@ class Checkpointer:
         if self._pending is None:
             return
         self.before_update()
-        fut, step, tmp = self._pending
+        fut, step = self._pending
         self._pending = None
         fut.result()  # raises if the write failed: the checkpoint stays uncommitted
-        self._commit(step, tmp)
+        self._commit(step)
 
-    def _commit(self, step: int, tmp: Path) -> None:
-        final = self.dir / f"step-{step}"
+    def _commit(self, step: int) -> None:
+        final = self.store.step_url(step)
         self.save_seconds.append(time.perf_counter() - self._t_start.pop(step, time.perf_counter()))
-        self.last = {"step": step, "path": str(final), "time": _utc_now()}
+        self.last = {"step": step, "path": final, "time": _utc_now()}
         if self.rank != 0:
             return
         # Every rank's shards are on disk: DCP's coordinator wrote .metadata after gathering all
         # write results, and rank 0's save returned only after that.
         info = {"step": step, "world_size": self.world, "layout": self.layout, "time": self.last["time"],
                 "job_uid": self.job_uid, "job_name": os.environ.get(ENV_JOB_NAME)}
-        with open(tmp / COMMIT_MARKER, "w") as f:
-            json.dump(info, f)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        if final.exists():  # a damaged checkpoint of the same step, skipped at resume
-            trash = self.dir / f".old-step-{step}-{os.getpid()}"
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
-        _fsync_dir(self.dir)
+        self.store.commit(step, info)
         log.info("checkpoint step %d committed at %s", step, final)
         if self.progress is not None:
             self.progress.update(lastCheckpoint=dict(self.last))
@@ -506,47 +661,44 @@ class Checkpointer:
         """Keep the newest ``keepLast``, and always ``just`` (the one just committed): an earlier
         job's higher steps in the same directory must not prune it."""
         keep = max(self.cfg.keep_last, 1)
-        for step in [s for s in committed_steps(self.dir) if s != just][keep - 1:]:
-            p = self.dir / f"step-{step}"
-            trash = self.dir / f".old-step-{step}-{os.getpid()}"
-            try:
-                os.rename(p, trash)  # gone from the committed set at once
-            except OSError:
-                continue
-            shutil.rmtree(trash, ignore_errors=True)
+        for step in [s for s in self.store.committed_steps() if s != just][keep - 1:]:
+            self.store.uncommit(step)
 
     # ---------------------------------------------------------------- load
 
     def find_resume(self) -> tuple[int, Path] | None:
         """Rank 0 picks the newest valid committed checkpoint; every rank gets the same answer."""
-        found = [latest_valid(self.dir) if (self.rank == 0 and self.cfg.resume) else None]
-        steps = committed_steps(self.dir) if self.rank == 0 and not self.cfg.resume else []
+        found = [latest_valid_in(self.store) if (self.rank == 0 and self.cfg.resume) else None]
+        steps = self.store.committed_steps() if self.rank == 0 and not self.cfg.resume else []
         if steps:
             log.warning("checkpoint.resume is false: starting fresh; the committed checkpoints in %s "
-                        "(steps %s) are not loaded", self.dir, steps)
+                        "(steps %s) are not loaded", self.store.uri, steps)
         dist.broadcast_object_list(found, src=0, group=self.pg)
         return found[0]
 
     def load(self, path: str | os.PathLike) -> int:
-        """Restore everything from a committed checkpoint; returns its step."""
+        """Restore everything from a committed checkpoint (``step-<N>`` of this store); returns its step."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        path = Path(path)
+        m = STEP_RE.match(os.path.basename(str(path).rstrip("/")))
+        if m is None:
+            raise ValueError(f"{path} is not a committed checkpoint (step-<N>)")
+        saved = int(m.group(1))
         sd = self.state_dict(0)
-        dcp.load(sd, storage_reader=SafeReader(str(path)), planner=SafeLoadPlanner(), process_group=self.pg)
+        dcp.load(sd, storage_reader=self.store.reader(saved), planner=SafeLoadPlanner(), process_group=self.pg)
         set_state_dict(self._model(), self._optim(), model_state_dict=sd["model"], optim_state_dict=sd["optim"],
                        options=self._saved_options())
         tr = sd["trainer"]
         self.scheduler.load_state_dict(tr["scheduler"])
         self.loader.load_state_dict(tr["loader"])
-        rng = path / "rng" / f"rank-{self.rank}.pt"
-        if rng.exists():
-            load_rng(rng)
+        rng = self.store.read_rng(saved, self.rank)
+        if rng is not None:
+            load_rng_bytes(rng, f"{path}/rng/rank-{self.rank}.pt")
         step = int(tr["step"])
-        info = read_marker(path) or {}
+        info = self.store.read_marker(saved) or {}
         written = info.get("time")
-        self.last = {"step": step, "path": str(path), "time": written if isinstance(written, str) else None}
+        self.last = {"step": step, "path": self.store.step_url(saved), "time": written if isinstance(written, str) else None}
         if self.progress is not None:  # resumedStep: the operator's status.resumedStep for this start
             self.progress.update(lastCheckpoint=dict(self.last), resumedStep=step)
         if self.rank == 0:
@@ -586,14 +738,13 @@ class Checkpointer:
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
             sd: dict = {}
-            _load_state_dict(sd, storage_reader=SafeReader(self.last["path"]),
+            saved = int(STEP_RE.match(os.path.basename(self.last["path"].rstrip("/"))).group(1))
+            _load_state_dict(sd, storage_reader=self.store.reader(saved),
                              planner=SafeEmptyLoadPlanner(keys={"model"}), no_dist=True)
             model = {k: v for k, v in sd["model"].items()}
-            out = self.dir / "final" / "model.pt"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".pt.tmp")
+            tmp = self.store.scratch("final-model.pt")
             torch.save(model, tmp)
-            os.replace(tmp, out)
+            out = self.store.put_file(tmp, "final/model.pt")
             log.info("consolidated model (%d tensors) written to %s", len(model), out)
         dist.barrier(group=self.pg)
         return out
@@ -615,21 +766,19 @@ class Checkpointer:
         dist.barrier(group=self.pg)
 
 
-def _writer(path: str):
-    """DCP's FileSystemWriter; with ``$PHALANX_CHECKPOINT_TEST_WRITE_DELAY`` (seconds, tests and the
-    chaos benchmark only) each rank pauses after writing its shards, before DCP's metadata and the
-    commit — a window in which to kill a rank mid-checkpoint."""
-    from torch.distributed.checkpoint import FileSystemWriter
-
+def _writer(writer_class, path: str, **kwargs):
+    """DCP's ``writer_class`` (FileSystemWriter, FsspecWriter); with ``$PHALANX_CHECKPOINT_TEST_WRITE_DELAY``
+    (seconds, tests and the chaos benchmark only) each rank pauses after writing its shards, before
+    DCP's metadata and the commit — a window in which to kill a rank mid-checkpoint."""
     delay = float(os.environ.get(ENV_CHECKPOINT_TEST_WRITE_DELAY) or 0)
     if delay <= 0:
-        return FileSystemWriter(path, sync_files=True)
+        return writer_class(path, **kwargs)
 
-    class _SlowWriter(FileSystemWriter):
+    class _SlowWriter(writer_class):
         def write_data(self, plan, planner):
             fut = super().write_data(plan, planner)
             fut.wait()
             time.sleep(delay)
             return fut
 
-    return _SlowWriter(path, sync_files=True)
+    return _SlowWriter(path, **kwargs)

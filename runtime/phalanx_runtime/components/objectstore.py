@@ -1,0 +1,230 @@
+"""Checkpoints in object storage (``s3://``, ``gs://``, any fsspec URL): the same commit protocol
+as on a volume, without renames, which object stores do not have.
+
+Layout under ``$PHALANX_CHECKPOINT_URI`` (``<checkpoint.storage.uri>/<namespace>/<job>``)::
+
+    step-<N>/                 DCP shards + .metadata + rng/rank-<r>.pt, then COMMITTED
+    model/                    what model the checkpoints hold (as on a volume)
+
+A step is committed when its ``COMMITTED`` object exists: rank 0 puts it (one PUT, atomic in S3
+and GCS) only after DCP's coordinator has written ``.metadata``, which it does after every rank's
+shards are written. A ``step-<N>/`` prefix without the marker is a save that did not finish: it
+is never resumed and rank 0 deletes it at start. Pruning deletes the marker first (the step is
+uncommitted at once), then the rest. Validation is the volume's: the marker and metadata read
+back (metadata with the safe unpickler) and every shard object has every byte the metadata
+points at.
+
+Endpoint, region and credentials come the cloud's way, from the environment the pod gets:
+``AWS_ENDPOINT_URL_S3`` / ``AWS_REGION`` and a Secret's ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY``, or the service account's web identity (IRSA, GKE workload identity),
+which botocore and google-auth read themselves. Nothing here logs them.
+
+fsspec (s3fs, gcsfs) does the transfers and DCP's ``FsspecWriter`` / ``FsspecReader`` the
+checkpoint files, as torch ships them: a reader opens each shard and reads the byte ranges of
+the tensors this rank loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import shutil
+import tempfile
+from pathlib import Path
+
+from torch.distributed.checkpoint.fsspec_filesystem import FsspecWriter
+
+from phalanx_runtime.components.checkpoint import (
+    COMMIT_MARKER,
+    MARKER_MAX_BYTES,
+    STEP_RE,
+    SafeFsspecReader,
+    _writer,
+    missing_files,
+)
+
+RNG_MAX_BYTES = 1 << 20  # a rank's RNG state is a few KiB; more is not one
+
+log = logging.getLogger("phalanx_runtime.checkpoint")
+
+
+def _storage_options(scheme: str) -> dict:
+    """No listings cache: another rank's or another start's objects must be seen at once."""
+    return {"use_listings_cache": False} if scheme in ("s3", "gs", "gcs") else {}
+
+
+class ObjectStore:
+    """One job's checkpoint prefix, called as :class:`~phalanx_runtime.components.checkpoint.VolumeStore`
+    is: methods that change shared objects by rank 0 only, except each rank's RNG file."""
+
+    # begin() may delete an earlier run's objects of the step: every rank waits for it before writing.
+    begin_is_collective = True
+
+    def __init__(self, uri: str):
+        from fsspec.core import url_to_fs
+
+        scheme, sep, _ = uri.partition("://")
+        if not sep:
+            raise ValueError(f"not a storage URI: {uri!r}")
+        self.scheme = scheme
+        self.uri = uri.rstrip("/")
+        self.options = _storage_options(self.scheme)
+        self.fs, self.path = url_to_fs(self.uri, **self.options)
+        self.path = self.path.rstrip("/")
+
+    # ------------------------------------------------------------------ names
+
+    def url(self, *parts: str) -> str:
+        return "/".join([self.uri, *parts])
+
+    def _key(self, *parts: str) -> str:
+        return posixpath.join(self.path, *parts)
+
+    def step_url(self, step: int) -> str:
+        return self.url(f"step-{step}")
+
+    # ------------------------------------------------------------------ reads
+
+    def _step_prefixes(self) -> dict[int, str]:
+
+        try:
+            names = self.fs.ls(self.path, detail=False)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for name in names:
+            m = STEP_RE.match(posixpath.basename(name.rstrip("/")))
+            if m:
+                out[int(m.group(1))] = name.rstrip("/")
+        return out
+
+    def committed_steps(self) -> list[int]:
+
+        steps = [s for s in self._step_prefixes() if self.fs.exists(self._key(f"step-{s}", COMMIT_MARKER))]
+        return sorted(steps, reverse=True)
+
+    def read_bytes(self, rel: str, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of the object ``rel`` (None if missing or larger)."""
+        try:
+            with self.fs.open(self._key(rel), "rb") as f:
+                data = f.read(limit + 1)
+        except (FileNotFoundError, OSError):
+            return None
+        return data if len(data) <= limit else None
+
+    def read_marker(self, step: int) -> dict | None:
+
+        raw = self.read_bytes(f"step-{step}/{COMMIT_MARKER}", MARKER_MAX_BYTES)
+        try:
+            info = json.loads(raw) if raw is not None else None
+        except (ValueError, RecursionError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def sizes(self, step: int) -> dict[str, int]:
+        """Object sizes under ``step-<N>/``, by path relative to it."""
+        base = self._key(f"step-{step}")
+        found = self.fs.find(base, detail=True)
+        return {posixpath.relpath(name, base): int(info.get("size") or 0) for name, info in found.items()}
+
+    def validate(self, step: int) -> str | None:
+        """None if the committed checkpoint of ``step`` is complete, else why not."""
+
+        info = self.read_marker(step)
+        if info is None or type(info.get("step")) is not int:
+            return "commit marker unreadable"
+        try:
+            md = SafeFsspecReader(self.step_url(step), **self.options).read_metadata()
+        except Exception as e:  # noqa: BLE001 — any unreadable metadata means a damaged checkpoint
+            return f"DCP metadata unreadable: {type(e).__name__}: {e}"
+        return missing_files(md, info, self.sizes(step))
+
+    def read_rng(self, step: int, rank: int) -> bytes | None:
+        return self.read_bytes(f"step-{step}/rng/rank-{rank}.pt", RNG_MAX_BYTES)
+
+    def reader(self, step: int):
+        return SafeFsspecReader(self.step_url(step), **self.options)
+
+    def writer(self, step: int):
+        return _writer(FsspecWriter, self.step_url(step), sync_files=False, **self.options)
+
+    # ------------------------------------------------------------------ writes
+
+    def put_bytes(self, rel: str, data: bytes) -> None:
+        with self.fs.open(self._key(rel), "wb") as f:
+            f.write(data)
+
+    def put_json(self, rel: str, obj: dict) -> None:
+        self.put_bytes(rel, json.dumps(obj).encode())
+
+    def remove(self, rel: str) -> None:
+        key = self._key(rel)
+        try:
+            if self.fs.exists(key) or self.fs.find(key):
+                self.fs.rm(key, recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def uncommit(self, step: int) -> None:
+        """The step leaves the committed set at once (its marker), then its objects go."""
+
+        try:
+            self.fs.rm_file(self._key(f"step-{step}", COMMIT_MARKER))
+        except FileNotFoundError:
+            pass
+        self.remove(f"step-{step}")
+
+    def prepare(self) -> None:
+        self.remove_uncommitted()
+
+    def begin(self, step: int, rank: int) -> None:
+        """A step of an earlier run at the step about to be written (a damaged one that the resume
+        skipped, or an uncommitted one) is removed first, so no old shard mixes with new ones."""
+        if rank == 0 and self._step_prefixes().get(step) is not None:
+            self.uncommit(step)
+
+    def put_rng(self, step: int, rank: int, data: bytes) -> None:
+        self.put_bytes(f"step-{step}/rng/rank-{rank}.pt", data)
+
+    def commit(self, step: int, info: dict) -> None:
+        self.put_json(f"step-{step}/{COMMIT_MARKER}", info)
+
+    def scratch(self, rel: str) -> Path:
+        """A fresh local path for what :meth:`put_tree` / :meth:`put_file` upload."""
+        return Path(tempfile.mkdtemp(prefix="phalanx-upload-")) / posixpath.basename(rel)
+
+    def put_file(self, local: Path, rel: str) -> str:
+        self.fs.put_file(str(local), self._key(rel))
+        shutil.rmtree(Path(local).parent, ignore_errors=True)
+        return self.url(rel)
+
+    def remove_uncommitted(self) -> None:
+
+        for step, _ in sorted(self._step_prefixes().items()):
+            if not self.fs.exists(self._key(f"step-{step}", COMMIT_MARKER)):
+                log.info("removing uncommitted checkpoint %s", self.step_url(step))
+                self.remove(f"step-{step}")
+
+    def put_tree(self, local: Path, rel: str) -> None:
+        """Replace the prefix ``rel`` with the files of the local directory ``local``."""
+        self.remove(rel)
+        for f in sorted(p for p in Path(local).rglob("*") if p.is_file()):
+            self.fs.put_file(str(f), self._key(rel, f.relative_to(local).as_posix()))
+        shutil.rmtree(Path(local).parent, ignore_errors=True)
+
+    def get_tree(self, rel: str, local: Path) -> bool:
+        """Copy the prefix ``rel`` into the local directory ``local``; False if it holds nothing."""
+        base = self._key(rel)
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return False
+        for name in found:
+            dest = Path(local) / posixpath.relpath(name, base)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with self.fs.open(name, "rb") as src:
+                dest.write_bytes(src.read())
+        return bool(found)
+
+
