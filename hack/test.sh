@@ -4,8 +4,8 @@
 #
 # What the later suites need is built meanwhile in the background, niced, in the order they need
 # it: the control-plane binaries (integration), Kueue (its backend's tests), kind's tools and
-# images and the NetworkPolicy enforcer (e2e), then the TensorFlow and Horovod venvs (their tests run last: the `built_last`
-# marker). A suite that gets to a piece first waits for its build (hack/build-lock.sh) or makes
+# images and the NetworkPolicy enforcer (e2e), then the TensorFlow and Horovod venvs and SeaweedFS (their tests run last:
+# the `built_last` marker). A suite that gets to a piece first waits for its build (hack/build-lock.sh) or makes
 # it; cached pieces take seconds, so a warm run loses nothing to this. The background's log:
 # build/prebuild.log. Extra arguments go to pytest.
 set -uo pipefail
@@ -26,6 +26,7 @@ prebuild() {
   if [[ "${PHALANX_KIND_NETPOL:-0}" == 1 ]]; then hack/kind/netpol.sh image >/dev/null; fi
   hack/tensorflow/venv.sh >/dev/null
   PYTHON="$PYTHON" hack/horovod/venv.sh >/dev/null
+  hack/seaweedfs/build.sh >/dev/null   # the S3 server of the object-storage checkpoint tests (built_last)
 }
 
 start=$SECONDS

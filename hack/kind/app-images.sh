@@ -36,23 +36,26 @@ wheelhouse() {
     python3 -m pip download -q -d "$WHEELS" "torch==$torch" "${deps[@]}"
   fi
   deepspeed_wheels
-  hf_wheels "$torch"
+  extra_wheels hf "$torch"
+  extra_wheels objectstore "$torch"
 }
 
-# Hugging Face transformers and accelerate (pyproject's `hf` extra: Trainer scripts as command
-# jobs) with every wheel they require. What the wheelhouse has already is held at its version
-# (one wheel per project: runtime_wheels picks by name), torch included, so none is fetched again.
-# Downloaded once: the stamp, named after the pins, is written when all is there.
-hf_wheels() { # torch-version
+# An extra's wheels with every wheel they require: Hugging Face transformers and accelerate
+# (pyproject's `hf` extra: Trainer scripts as command jobs), fsspec's s3fs and gcsfs (`objectstore`,
+# in the runtime extra too: checkpoint.storage; fetched here for a wheelhouse made before them). What
+# the wheelhouse has already is held at its version (one wheel per project: runtime_wheels picks by
+# name), torch included, so none is fetched again. Downloaded once: the stamp, named after the pins,
+# is written when all is there.
+extra_wheels() { # extra torch-version
   local pins stamp held
-  mapfile -t pins < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["hf"], sep="\n")' "$ROOT/pyproject.toml")
-  stamp="$WHEELS/.hf-$(echo "${pins[*]} torch==$1" | key_of 12)"
+  mapfile -t pins < <(python3 -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"][sys.argv[2]], sep="\n")' "$ROOT/pyproject.toml" "$1")
+  stamp="$WHEELS/.$1-$(echo "${pins[*]} torch==$2" | key_of 12)"
   [[ -e "$stamp" ]] && return
   log "downloading ${pins[*]} into $WHEELS"
   held="$(mktemp)"
   # wheel file names are <name>-<version>-…: one name==version line per project
   (cd "$WHEELS" && ls -- *.whl) | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' | sort -u -t= -k1,1 >"$held"
-  python3 -m pip download -q -d "$WHEELS" -c "$held" "torch==$1" "${pins[@]}"
+  python3 -m pip download -q -d "$WHEELS" -c "$held" "torch==$2" "${pins[@]}"
   rm -f "$held"
   touch "$stamp"
 }

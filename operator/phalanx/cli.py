@@ -18,6 +18,7 @@ from phalanx.api.manifests import (
     load_operator_config,
     read_jobs,
 )
+from phalanx_common.storage import is_object_uri
 
 
 def _checked(obj: dict[str, Any], config: OperatorConfig, path: str):
@@ -231,7 +232,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from phalanx.plot import log_path, read_curves, summary, write_png
 
-    if _lacks_extra("plot"):
+    if _lacks_extra("plot") or (is_object_uri(args.path) and _lacks_extra("plot <uri>")):
         return 1
     curves = read_curves(args.path)
     if not curves.records:
@@ -241,7 +242,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for name in metrics:
         if not curves.series(name)[0]:
             print(f"warning: {log_path(args.path)}: no values of {name} logged", file=sys.stderr)
-    out = write_png(curves, args.output, title=args.title or log_path(args.path).resolve().parent.name,
+    where = log_path(args.path)
+    default_title = where.resolve().parent.name if isinstance(where, Path) else where.rsplit("/", 2)[-2]
+    out = write_png(curves, args.output, title=args.title or default_title,
                     metrics=metrics)
     print(f"wrote {out}: {summary(curves)}")
     return 0
@@ -325,18 +328,24 @@ def _offline_commands(sub: Any) -> None:
     p.add_argument("job", metavar=JOB_FILE, help="TrainingJob or TrainingSweep YAML file")
     p.add_argument("--json", action="store_true", help="end with one JSON line of results")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this many seconds (exit 124)")
-    p.add_argument("--checkpoint-dir", metavar="DIR", help="keep checkpoints here (a rerun resumes from them); default: a temporary dir")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="keep checkpoints here, a directory or an s3:// or gs:// prefix "
+                   "(a rerun resumes from them); default: a temporary dir")
     p.add_argument("--config", metavar=OPCONFIG, help="operator config YAML (network profiles, policy) for the checks")
     p.set_defaults(fn=cmd_local)
+    _export_command(sub)
 
+
+def _export_command(sub: Any) -> None:
     p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model directory (or a PEFT adapter)",
                        description="Write a committed checkpoint of a built-in transformer job as a Hugging Face "
                        "model directory transformers loads as it is (safetensors shards, index, config.json, "
                        "tokenizer files), or its LoRA adapters as a PEFT adapter directory. Runs the runtime's "
                        "exporter (python -m phalanx_runtime.export: needs torch and safetensors) on this machine.")
     p.add_argument("ckpt", metavar="CKPT_DIR", help="the job's checkpoint directory (<mountPath>/<namespace>/<job> "
-                   "on its checkpoint volume, or phalanx local's --checkpoint-dir), or one step-N directory in it")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty)")
+                   "on its checkpoint volume, or phalanx local's --checkpoint-dir), or one step-N directory in it; or "
+                   "its s3:// or gs:// prefix (checkpoint.storage: <uri>/<namespace>/<job>), read with this machine's credentials")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (created; must be empty), or an "
+                   "empty s3:// or gs:// prefix to upload to")
     p.add_argument("--step", type=int, metavar="N", help="export step-N (default: the newest valid checkpoint)")
     p.add_argument("--base", metavar="DIR", help="the pretrained model directory a LoRA checkpoint's base weights "
                    "are read from (default: the path the job recorded, model.pretrained.path as the pods saw it)")
@@ -393,8 +402,9 @@ def _cluster_commands(sub: Any) -> None:
                        f"reported metrics asked for from the {constants.METRICS_LOG_FILE} rank 0 appends to in the "
                        "job's checkpoint dir.")
     p.add_argument("path", help=f"the job's checkpoint dir (<mountPath>/<namespace>/<job> on its checkpoint volume, or "
-                                f"phalanx local's --checkpoint-dir) or its {constants.METRICS_LOG_FILE}; a job without a "
-                                "checkpoint volume writes none")
+                                f"phalanx local's --checkpoint-dir) or its {constants.METRICS_LOG_FILE}, or its s3:// or gs:// "
+                                "prefix (checkpoint.storage: rank 0 copies the log there at each checkpoint); a job without "
+                                "checkpoint.volume or checkpoint.storage writes none")
     p.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="PNG to write (default: curves.png)")
     p.add_argument("--title", metavar="TITLE", help="figure title (default: the job's directory name)")
     p.add_argument("--metric", action="append", metavar="NAME",

@@ -22,9 +22,10 @@ class Needs:
 RUNTIME = Needs(("runtime",), ("torch", "numpy"))
 COMMAND_NEEDS: dict[str, Needs] = {
     "local": RUNTIME,  # a built-in model job; a command job runs the user's command and needs none
-    "export": Needs(("runtime", "hf"), ("torch", "numpy", "safetensors")),
+    "export": Needs(("runtime", "hf"), ("torch", "numpy", "safetensors", "s3fs", "gcsfs")),
     "data prepare": Needs(("runtime", "hf"), ("numpy", "tokenizers")),
     "plot": Needs(("plot",), ("matplotlib",)),
+    "plot <uri>": Needs(("objectstore",), ("fsspec", "s3fs", "gcsfs")),  # a log in object storage
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.constants import METRICS_LOG_FILE, ProgressKey
+from phalanx_common.storage import is_object_uri
 
 # (record key, panel title, scale): one panel each.
 PANELS = (
@@ -53,10 +54,24 @@ def panels(curves: Curves, metrics: tuple[str, ...] = ()) -> list[tuple[str, str
     return shown + [(name, name, 1.0) for name in metrics if name not in {p[0] for p in shown}]
 
 
-def log_path(path: str | Path) -> Path:
-    """A checkpoint dir (``<mountPath>/<namespace>/<job>``) or the log file itself."""
+def log_path(path: str | Path) -> Path | str:
+    """A checkpoint dir (``<mountPath>/<namespace>/<job>``) or the log file itself; in object
+    storage (checkpoint.storage's ``<uri>/<namespace>/<job>``) the copy rank 0 keeps there."""
+    if is_object_uri(str(path)):
+        uri = str(path).rstrip("/")
+        return uri if uri.endswith(".jsonl") else f"{uri}/{METRICS_LOG_FILE}"
     p = Path(path)
     return p / METRICS_LOG_FILE if p.is_dir() else p
+
+
+def _log_text(path: str | Path) -> str:
+    where = log_path(path)
+    if isinstance(where, Path):
+        return where.read_text()
+    import fsspec  # the objectstore extra (cmd_plot checks it)
+
+    with fsspec.open(where, "rb") as f:
+        return f.read().decode()
 
 
 def read_curves(path: str | Path) -> Curves:
@@ -64,7 +79,7 @@ def read_curves(path: str | Path) -> Curves:
     by_step: dict[int, dict[str, Any]] = {}
     resumes: list[int] = []
     prev = 0
-    for line in log_path(path).read_text().splitlines():
+    for line in _log_text(path).splitlines():
         try:
             rec = json.loads(line)
         except ValueError:

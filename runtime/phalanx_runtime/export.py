@@ -10,6 +10,10 @@ CKPT_DIR is a job's checkpoint directory (the newest valid ``step-N``, or ``--st
 recorded there. A checkpoint that holds LoRA adapters only is merged with the base weights read from
 the pretrained directory the run recorded (as the pods saw it), or from ``--base DIR`` (a copy of it
 on this machine); either must be the model the run trained.
+
+CKPT_DIR and ``--out`` may be object-storage URIs (``s3://…``, ``gs://…``; checkpoint.storage's
+``<uri>/<namespace>/<job>``), reached with this machine's credentials: the chosen step and the
+model record are copied to a temporary directory first, and the export is uploaded after.
 """
 
 from __future__ import annotations
@@ -18,11 +22,17 @@ import argparse
 import logging
 import re
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
+from phalanx_common.storage import is_object_uri
 from phalanx_runtime.components.checkpoint import (
     COMMIT_MARKER,
+    MODEL_DIR,
+    STEP_RE,
     latest_valid,
+    latest_valid_in,
     validate_checkpoint,
 )
 
@@ -83,18 +93,67 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def run(args: argparse.Namespace) -> Path:
+@contextmanager
+def fetched_step(uri: str, step: int | None):
+    """The committed step of a checkpoint prefix in object storage (``--step``, else the newest
+    valid one; or ``uri`` is one ``step-N``), copied with the model record into a temporary
+    directory laid out as a job's checkpoint directory; yields its ``step-N``."""
+    from phalanx_runtime.components.objectstore import ObjectStore
+
+    base, _, last = uri.rstrip("/").rpartition("/")
+    if (m := STEP_RE.match(last)) is not None:
+        if step is not None:
+            raise ValueError(f"{uri} is one checkpoint; --step goes with the prefix above it")
+        uri, step = base, int(m.group(1))
+    store = ObjectStore(uri)
+    if step is None:
+        found = latest_valid_in(store)
+        if found is None:
+            raise ValueError(f"{uri}: no valid committed checkpoint (step-N with a COMMITTED object)")
+        step = found[0]
+    elif (why := store.validate(step)) is not None:
+        raise ValueError(f"{store.step_url(step)}: not a valid committed checkpoint ({why})")
+    with tempfile.TemporaryDirectory(prefix="phalanx-export-") as tmp:
+        job = Path(tmp) / "checkpoint"
+        store.get_tree(f"step-{step}", job / f"step-{step}")
+        store.get_tree(MODEL_DIR, job / MODEL_DIR)
+        yield job / f"step-{step}"
+
+
+def _export(args: argparse.Namespace, step_dir: Path, out: Path) -> Path:
     from phalanx_runtime.models.huggingface.export import export_adapter, export_hf, load_export
 
-    step_dir = find_step(Path(args.ckpt), args.step)
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"--out {out}: exists and is not an empty directory")
     export = load_export(step_dir, merge_lora=True, max_shard_bytes=args.max_shard_size, base_dir=args.base,
                          dtype=args.dtype)
     if args.adapter_only:
         return export_adapter(export, out)
     return export_hf(export, out)
+
+
+def run(args: argparse.Namespace) -> Path | str:
+    remote_out = is_object_uri(args.out)
+    if remote_out:
+        from phalanx_runtime.components.objectstore import ObjectStore
+
+        target = ObjectStore(args.out)
+        if target.fs.find(target.path):
+            raise ValueError(f"--out {args.out}: holds objects already; name an empty prefix")
+    else:
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ValueError(f"--out {out}: exists and is not an empty directory")
+    with fetched_step(args.ckpt, args.step) if is_object_uri(args.ckpt) else _local_step(args) as step_dir:
+        if not remote_out:
+            return _export(args, step_dir, out)
+        with tempfile.TemporaryDirectory(prefix="phalanx-export-out-") as tmp:
+            written = _export(args, step_dir, Path(tmp) / "out")
+            target.put_dir(written)
+    return args.out.rstrip("/")
+
+
+@contextmanager
+def _local_step(args: argparse.Namespace):
+    yield find_step(Path(args.ckpt), args.step)
 
 
 def main(argv: list[str] | None = None) -> int:

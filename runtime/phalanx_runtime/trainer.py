@@ -260,7 +260,8 @@ class Trainer:
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
                                      dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),
-                                     trainable_only=adapters_only_checkpoints(self.spec.model))
+                                     trainable_only=adapters_only_checkpoints(self.spec.model),
+                                     published=(metrics_log_path(self.ckpt_dir),) if self.ckpt_dir else ())
         self.start_step = self.ckpt.resume() if self.ckpt is not None else 0
         if self.start_step and adapters_only_checkpoints(self.spec.model):
             with self.ckpt.model_record() as recorded:

@@ -17,7 +17,7 @@ import torch
 from bench.chaos_harness import Workers, ckpt_job, run
 from tests.builds import required
 
-pytestmark = pytest.mark.runtime
+pytestmark = [pytest.mark.runtime, pytest.mark.built_last]  # SeaweedFS: built last by make test
 
 STEPS, INTERVAL = 12, 2
 TOL = 1e-5
@@ -167,3 +167,89 @@ def test_a_world_size_change_reshards_from_the_bucket(s3, tmp_path):
                                           or a[part][k] == b[part][k])]
         assert not bad, (part, bad[:5])
     assert a["loader"] == b["loader"]
+
+
+# ---------------------------------------------------------------- the tools take the URI
+
+
+@pytest.fixture(scope="module")
+def trained_both(s3, tmp_path_factory):
+    """One preset model trained 3 steps in this process twice, into a directory and into the
+    bucket: the same checkpoint, two places."""
+    from phalanx_common.contract import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_URI, ENV_TERMINATION_LOG
+    from phalanx_runtime.config import RuntimeConfig
+    from phalanx_runtime.train import train
+    from tests.runtime.test_hf_export import export_job
+
+    base, uri = tmp_path_factory.mktemp("trained"), prefix(s3, "trained")
+    for target in ("dir", "bucket"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(ENV_CHECKPOINT_DIR, str(base / target))
+            mp.setenv(ENV_TERMINATION_LOG, str(base / f"termination-{target}"))
+            if target == "bucket":
+                for k, v in s3.env().items():
+                    mp.setenv(k, v)
+                mp.setenv(ENV_CHECKPOINT_URI, uri)
+            train(RuntimeConfig.from_dict(export_job()))
+    return base / "dir", uri
+
+
+def test_export_reads_and_writes_the_bucket_as_a_directory(s3, trained_both, tmp_path, monkeypatch):
+    """`phalanx export s3://…`: the same Hugging Face files as from the directory; `--out s3://…`
+    uploads them, and transformers loads the download."""
+    from phalanx.cli import main
+    from tests.runtime.test_hf_export import RUNTIME_PYTHONPATH, safetensor_files
+
+    directory, uri = trained_both
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PYTHONPATH", RUNTIME_PYTHONPATH)
+    assert main(["export", str(directory), "--out", str(tmp_path / "from-dir")]) == 0
+    assert main(["export", uri, "--out", str(tmp_path / "from-bucket")]) == 0
+    assert safetensor_files(tmp_path / "from-bucket") == safetensor_files(tmp_path / "from-dir")
+    out_uri = f"{uri}-export"
+    assert main(["export", f"{uri}/step-3", "--out", out_uri]) == 0
+    fs, down = s3.fs(), tmp_path / "downloaded"
+    fs.get(out_uri.removeprefix("s3://") + "/", str(down) + "/", recursive=True)
+    assert safetensor_files(down) == safetensor_files(tmp_path / "from-dir")
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(down) is not None
+    assert main(["export", uri, "--out", out_uri]) == 1  # not over an earlier export
+
+
+def test_plot_reads_the_log_rank_0_keeps_in_the_bucket(s3, trained_both, tmp_path, monkeypatch):
+    from phalanx.cli import main
+
+    _, uri = trained_both
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    assert "metrics.jsonl" in keys(s3, uri)
+    assert main(["plot", uri, "-o", str(tmp_path / "loss.png")]) == 0
+    assert (tmp_path / "loss.png").stat().st_size > 0
+
+
+def test_phalanx_local_keeps_its_checkpoints_in_the_bucket(s3, tmp_path, monkeypatch):
+    """`phalanx local --checkpoint-dir s3://…`: the run commits there, and a rerun resumes from it."""
+    import yaml
+
+    from phalanx.local.run import run_local
+
+    uri = prefix(s3, "local")
+    doc = ckpt_job(world=2, steps=4, interval=2)
+    doc["metadata"] = {"name": "local-s3"}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    first = run_local(str(path), checkpoint_dir=uri, timeout=300)
+    assert committed(s3, uri) == [2, 4] and first["steps"] == 4
+    doc["spec"]["training"]["steps"] = 6
+    path.write_text(yaml.safe_dump(doc))
+    run_local(str(path), checkpoint_dir=uri, timeout=300)
+    assert committed(s3, uri)[-1] == 6
+    # the log in the bucket goes on: steps 1-4 from the first run, 5-6 resumed from step 4's checkpoint
+    from phalanx.plot import read_curves
+
+    curves = read_curves(uri)
+    assert [r["step"] for r in curves.records] == [1, 2, 3, 4, 5, 6] and curves.resumes == []

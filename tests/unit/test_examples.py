@@ -91,8 +91,9 @@ def test_a_job_that_asks_for_checkpoints_without_a_volume_is_refused_naming_the_
     code, err = validate(path, chart_config, capsys)
     assert code == 1
     assert err.splitlines() == [f"error: {path}: TrainingJob first-job: spec.checkpoint.intervalSteps: needs "
-                                "checkpoint.volume: a job without one saves no checkpoints (set checkpoint.volume, "
-                                "e.g. {persistentVolumeClaim: {claimName: ckpt}}, or leave intervalSteps at its default 0)"]
+                                "checkpoint.volume or checkpoint.storage: a job without one saves no checkpoints (set "
+                                "checkpoint.volume, e.g. {persistentVolumeClaim: {claimName: ckpt}}, or checkpoint.storage.uri, "
+                                "e.g. s3://bucket/prefix, or leave intervalSteps at its default 0)"]
 
 
 # --- Headers: what each example needs, and whether it runs on kind -----------------------------

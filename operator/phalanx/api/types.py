@@ -303,7 +303,7 @@ class CheckpointStorage(Model):
 class CheckpointSpec(Model):
     volume: VolumeSource | None = Field(
         None, description="A core/v1 VolumeSource for shared storage, e.g. {persistentVolumeClaim: {claimName: ckpt}}. "
-                          "Without it the job saves no checkpoints, and the other fields must keep their defaults."
+                          "Without it (or storage) the job saves no checkpoints, and the other fields must keep their defaults."
     )
     storage: CheckpointStorage | None = Field(
         None, description="Object storage instead of a volume: the built-in runtime's checkpoints go to "

@@ -26,6 +26,7 @@ from phalanx.api.types import ObjectMeta, TrainingJob, TrainingJobSpec
 from phalanx.constants import (
     DEEPSPEED_CONFIG_FILE,
     ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_URI,
     ENV_CONFIG_PATH,
     ENV_DEEPSPEED_CONFIG,
     ENV_HOROVOD_RENDEZVOUS_ADDR,
@@ -55,6 +56,7 @@ from phalanx_common.contract import (
     SLURM_NTASKS,
 )
 from phalanx_common.net import free_ports
+from phalanx_common.storage import is_object_uri
 
 # Never inherited from the caller's environment: they would mislead the launcher or torchrun.
 SCRUBBED_ENV = (ENV_RANK, ENV_WORLD_SIZE, ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_GROUP_RANK,
@@ -189,9 +191,12 @@ def slot_envs(cfg: LocalJob, d: str, *, env, checkpoint_dir, progress_port,
     ports = free_ports(2 + (len(gang) if tf else 0))  # chosen together: none repeats
     master_port, horovod_port = ports[0], ports[1]
     cluster = local_tf_cluster(cfg, ports[2:]) if tf else None
-    ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir else os.path.join(d, "checkpoints")
+    # --checkpoint-dir s3://…: the checkpoints in the bucket (this machine's AWS_* / GOOGLE_* env reaches
+    # it), the checkpoint dir a local one, as a pod with checkpoint.storage has them
+    uri = {ENV_CHECKPOINT_URI: str(checkpoint_dir).rstrip("/")} if is_object_uri(str(checkpoint_dir or "")) else {}
+    ckpt = os.path.abspath(checkpoint_dir) if checkpoint_dir and not uri else os.path.join(d, "checkpoints")
     return [(slot, {**base, **pod_env(cfg, slot, master_port=master_port, config_path=os.path.join(d, "config.json"),
                                       checkpoint_dir=ckpt, progress_port=progress_port, tf_cluster=cluster,
                                       horovod_port=horovod_port),
-                    ENV_TERMINATION_LOG: termination_log(d, slot)})
+                    **uri, ENV_TERMINATION_LOG: termination_log(d, slot)})
             for slot in gang]

@@ -18,6 +18,7 @@ from phalanx.api.policy import (
 )
 from phalanx.api.sweep import TrainingSweepSpec
 from phalanx.api.types import TrainingJobSpec
+from phalanx.policy.storage import storage_problems
 from phalanx.problems import Problem
 
 # The scalar spec fields a sweep parameter or a list trial can set that the policy looks at: each
@@ -27,7 +28,6 @@ SWEEP_POLICY_PATHS = (
     "scheduling.queue", "scheduling.priorityClassName", "network.profile", "failurePolicy.maxRestarts",
     "failurePolicy.backoffSeconds",
 )
-# Volumes are checked in the template only: a parameter may not create or change one.
 # What a sweep may not vary (checked in the template only): its volumes and its object storage.
 SWEEP_FIXED_PREFIXES = ("checkpoint.volume.", "checkpoint.storage.")
 
@@ -153,31 +153,9 @@ def _limits(spec: TrainingJobSpec, rules: PolicyRules) -> list[Problem]:
     return out
 
 
-def _storage(spec: TrainingJobSpec, rules: PolicyRules, namespace: str) -> list[Problem]:
-    """checkpoint.storage only where a grant of the namespace's admits its URI, endpoint and
-    Secret together; the message says what the namespace may use."""
-    st = spec.checkpoint.storage
-    if st is None or any(g.admits(namespace, st.uri, st.endpoint, st.credentials_secret)
-                         for g in rules.allowed_checkpoint_storage):
-        return []
-    grants = rules.allowed_checkpoint_storage
-    if not grants:
-        return [_p("spec.checkpoint.storage", "object storage is not allowed in this namespace by the cluster policy "
-                                              "(allowedCheckpointStorage is empty): use checkpoint.volume")]
-    allowed = "; ".join(f"{g.for_namespace(namespace)}/... at {g.endpoint or 'the provider endpoint'}"
-                        f" with {', '.join(g.credentials_secrets) or 'no'} Secret" for g in grants)
-    if not any(st.uri == g.for_namespace(namespace) or st.uri.startswith(g.for_namespace(namespace) + "/") for g in grants):
-        field = "spec.checkpoint.storage.uri"
-    elif not any(g.admits(namespace, st.uri, st.endpoint, None) for g in grants):
-        field = "spec.checkpoint.storage.endpoint"
-    else:
-        field = "spec.checkpoint.storage.credentialsSecret"
-    return [_p(field, f"not allowed by the cluster policy for this namespace; allowed: {allowed}")]
-
-
 def policy_problems(spec: TrainingJobSpec, rules: PolicyRules, namespace: str = "") -> list[Problem]:
     return (_volumes(spec, rules) + _env(spec, rules) + _identity(spec, rules) + _scheduling(spec, rules)
-            + _network(spec, rules) + _placement(spec, rules) + _limits(spec, rules) + _storage(spec, rules, namespace))
+            + _network(spec, rules) + _placement(spec, rules) + _limits(spec, rules) + storage_problems(spec, rules, namespace))
 
 
 # --- TrainingSweeps ----------------------------------------------------------------------------

@@ -416,6 +416,14 @@ class VolumeStore:
         shutil.rmtree(tmp, ignore_errors=True)
         return tmp
 
+    def fetch_published(self, local: Path) -> None:
+        """Nothing to fetch: a volume keeps what a run published."""
+
+    def publish(self, local: Path) -> None:
+        """``local`` next to the checkpoints, unless it is there already (the run's own dir)."""
+        if local.is_file() and local.resolve().parent != self.dir.resolve():
+            shutil.copyfile(local, self.dir / local.name)
+
     def put_file(self, local: Path, rel: str) -> Path:
         out = self.dir / rel
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -455,8 +463,11 @@ class Checkpointer:
 
     def __init__(self, cfg: CheckpointConfig, *, parts, optimizer, scheduler, loader, progress=None,
                  layout: str = "", dp_rank: int = 0, dp_size: int = 1, model_files=None,
-                 trainable_only: bool = False):
+                 trainable_only: bool = False, published: tuple[Path, ...] = ()):
         self.cfg = cfg
+        # Files rank 0 copies next to the checkpoints after each commit and at close where they are
+        # not there already (object storage: metrics.jsonl, which `phalanx plot <uri>` reads).
+        self.published = tuple(published)
         # model_files(dir) writes what model this is (MODEL_DIR); rank 0 calls it at the first save.
         self.model_files = model_files
         self.trainable_only = trainable_only
@@ -481,6 +492,8 @@ class Checkpointer:
         self.resumed_from: dict | None = None  # {"uid", "step"} when resuming another uid's checkpoint
         if self.rank == 0:
             self.store.prepare()
+            for path in self.published:  # a new pod's empty dir goes on from the copy (the log's history)
+                self.store.fetch_published(Path(path))
         dist.barrier(group=self.pg)
 
     # ---------------------------------------------------------------- state dicts
@@ -653,6 +666,7 @@ class Checkpointer:
                 "job_uid": self.job_uid, "job_name": os.environ.get(ENV_JOB_NAME)}
         self.store.commit(step, info)
         log.info("checkpoint step %d committed at %s", step, final)
+        self._publish()
         if self.progress is not None:
             self.progress.update(lastCheckpoint=dict(self.last))
         self._prune(step)
@@ -761,8 +775,17 @@ class Checkpointer:
                         "loader": self.loader.state_dict()}, path)
         dist.barrier(group=self.pg)
 
+    def _publish(self) -> None:
+        for path in self.published:
+            try:
+                self.store.publish(Path(path))
+            except Exception as e:  # noqa: BLE001 — a copy for plots, not the checkpoint
+                log.warning("could not copy %s to %s (%s: %s)", path, self.store.uri, type(e).__name__, e)
+
     def close(self) -> None:
         self.wait()
+        if self.rank == 0:
+            self._publish()
         dist.barrier(group=self.pg)
 
 

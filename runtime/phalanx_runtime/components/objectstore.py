@@ -199,12 +199,27 @@ class ObjectStore:
         shutil.rmtree(Path(local).parent, ignore_errors=True)
         return self.url(rel)
 
+    def publish(self, local: Path) -> None:
+        if local.is_file():
+            self.fs.put_file(str(local), self._key(local.name))
+
+    def fetch_published(self, local: Path) -> None:
+        """The copy of ``local`` an earlier start published, where ``local`` is not there yet."""
+        if not local.exists() and self.fs.exists(self._key(local.name)):
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(self._key(local.name), str(local))
+
     def remove_uncommitted(self) -> None:
 
         for step, _ in sorted(self._step_prefixes().items()):
             if not self.fs.exists(self._key(f"step-{step}", COMMIT_MARKER)):
                 log.info("removing uncommitted checkpoint %s", self.step_url(step))
                 self.remove(f"step-{step}")
+
+    def put_dir(self, local: Path) -> None:
+        """Every file of the local directory ``local`` under this prefix (the local dir stays)."""
+        for f in sorted(p for p in Path(local).rglob("*") if p.is_file()):
+            self.fs.put_file(str(f), self._key(f.relative_to(local).as_posix()))
 
     def put_tree(self, local: Path, rel: str) -> None:
         """Replace the prefix ``rel`` with the files of the local directory ``local``."""

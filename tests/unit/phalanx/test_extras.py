@@ -18,7 +18,7 @@ from phalanx.extras import COMMAND_NEEDS, extra_problem
 ROOT = Path(__file__).resolve().parents[3]
 # what the runtime, hf, plot, deepspeed and trainers extras install (top-level modules)
 NOT_INSTALLED = ("torch", "numpy", "tokenizers", "transformers", "safetensors", "matplotlib", "pyarrow",
-                 "datasets", "accelerate", "deepspeed", "jinja2", "peft")
+                 "datasets", "accelerate", "deepspeed", "jinja2", "peft", "fsspec", "s3fs", "gcsfs")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,33 @@ def test_offline_commands_work(operator_only, args):
     (["plot", "ckpt"], "plot", "matplotlib"),
 ])
 def test_commands_that_need_an_extra_say_which(operator_only, tmp_path, args, extras, missing):
-    done = phalanx(operator_only, *[str(ROOT / a) if a.startswith("examples/") else a for a in args], cwd=tmp_path)
+    _says_which(operator_only, tmp_path, args, extras, missing)
+
+
+def test_plot_of_a_uri_names_the_objectstore_extra(tmp_path):
+    """With matplotlib but without fsspec: the object-storage part of plot."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent("""
+        import sys
+        class NotInstalled:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("fsspec", "s3fs", "gcsfs"):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+        sys.meta_path.insert(0, NotInstalled())
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    _says_which(env, tmp_path, ["plot", "s3://ckpt/team/job"], "objectstore", "fsspec")
+
+
+def test_the_objectstore_extra_is_the_runtimes_pins():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["objectstore"]) <= set(extras["runtime"])
+def _says_which(env, tmp_path, args, extras, missing):
+    done = phalanx(env, *[str(ROOT / a) if a.startswith("examples/") else a for a in args], cwd=tmp_path)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
