@@ -155,8 +155,22 @@ class TrainingSpec:
 
 
 @dataclass(frozen=True)
+class LocalTierSpec:
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """checkpoint.storage as the runtime reads it: whether saves go through the pod-local tier
+    (where the bucket is comes as ``$PHALANX_CHECKPOINT_URI``, the credentials as the SDKs' env)."""
+
+    local_tier: LocalTierSpec = field(default_factory=LocalTierSpec)
+
+
+@dataclass(frozen=True)
 class CheckpointSpec:
-    """Where checkpoints go is ``$PHALANX_CHECKPOINT_DIR`` (the volume's mount in a pod)."""
+    """Where checkpoints go is ``$PHALANX_CHECKPOINT_URI`` (checkpoint.storage) or
+    ``$PHALANX_CHECKPOINT_DIR`` (the volume's mount in a pod)."""
 
     interval_steps: int = 0
     keep_last: int = 3
@@ -164,6 +178,7 @@ class CheckpointSpec:
     resume: bool = True
     export_consolidated: bool = False
     export_hugging_face: bool = False
+    storage: StorageSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,7 @@ class Trainer:
         location = checkpoint_location()
         if location:
             pd = self.parallel_dims
-            self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, location),
+            self.ckpt = Checkpointer(CheckpointConfig.from_spec(self.spec.checkpoint, location, self.ckpt_dir),
                                      parts=self.model.parts, optimizer=self.optimizer, scheduler=self.scheduler,
                                      loader=self.loader, progress=self.progress, layout=pd.describe(),
                                      dp_rank=pd.dp_rank, dp_size=pd.layout.dp, model_files=model_files_writer(self.cfg),

@@ -21,6 +21,27 @@ pytestmark = [pytest.mark.runtime, pytest.mark.built_last]  # SeaweedFS: built l
 
 STEPS, INTERVAL = 12, 2
 TOL = 1e-5
+# tiered: each rank saves to its pod's dir and uploads in the background (the default);
+# direct: every rank writes to the bucket (checkpoint.storage.localTier.enabled: false)
+MODES = ("tiered", "direct")
+
+
+def job(mode: str, **kw) -> dict:
+    doc = ckpt_job(**kw)
+    if mode == "direct":  # the runtime reads localTier from the spec; the bucket comes as the env
+        doc["spec"]["checkpoint"]["storage"] = {"uri": "s3://ckpt/spec", "localTier": {"enabled": False}}
+    return doc
+
+
+def restored(work, tag: str, world: int) -> list[tuple[int, int]]:
+    """(local, remote) files each rank read at its resume, from its log (tiered only)."""
+    import re
+
+    out = []
+    for r in range(world):
+        m = re.search(r"restored step \d+: (\d+) files from the local tier, (\d+) from", (work / f"{tag}-rank{r}.log").read_text())
+        out.append((int(m.group(1)), int(m.group(2))) if m else None)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +116,15 @@ def test_an_uninterrupted_run_commits_in_the_bucket_and_prunes_there(s3, referen
     assert reference["last_checkpoint"] == {**reference["last_checkpoint"], "step": 12, "path": f"{uri}/step-12"}
     names = keys(s3, uri)
     assert {"step-12/COMMITTED", "step-12/.metadata", "step-12/rng/rank-0.pt", "step-12/rng/rank-1.pt"} <= set(names)
-    assert not [n for n in names if not n.startswith(("step-10/", "step-12/", "model/"))], names
+    assert not [n for n in names if not n.startswith(("step-10/", "step-12/", "model/")) and n != "metrics.jsonl"], names
+    assert not [n for n in names if "/.uploaded/" in n], names  # the local tier's upload marks go at the commit
 
 
-def test_killed_run_resumes_from_the_bucket_with_equal_losses(s3, reference, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_killed_run_resumes_from_the_bucket_with_equal_losses(s3, reference, tmp_path, mode):
+    """A new gang on new pods: nothing local carries over, every file comes from the bucket."""
     uri = prefix(s3, "killed")
-    doc = ckpt_job(world=2, steps=STEPS, interval=INTERVAL)
+    doc = job(mode, world=2, steps=STEPS, interval=INTERVAL)
     w = Workers(doc, tmp_path / "local", tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="0.3"), tag="killed")
     wait_for(lambda: 4 in committed(s3, uri))
     w.kill(1, signal.SIGKILL)
@@ -114,11 +138,47 @@ def test_killed_run_resumes_from_the_bucket_with_equal_losses(s3, reference, tmp
     assert res["start_step"] == last
     got, ref = res["losses"], reference["losses"][last:]
     assert len(got) == len(ref) and max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True)) <= TOL, (got, ref)
+    if mode == "tiered":
+        assert all(local == 0 and remote > 0 for local, remote in restored(tmp_path, "resumed", 2))
 
 
-def test_a_step_killed_mid_write_is_never_committed_and_is_cleared(s3, reference, tmp_path):
+def test_a_restart_in_place_reads_the_pods_copy_and_a_replaced_rank_the_bucket(s3, reference, tmp_path):
+    """Tiered, killed and restarted with the pods' directory kept (a restart in place: the emptyDir
+    outlives the containers): every rank reads its files of the newest committed step locally. Then
+    again with rank 1's files gone from it (its node replaced): rank 1 reads from the bucket."""
+    uri, local = prefix(s3, "inplace"), tmp_path / "local"
+    doc = job("tiered", world=2, steps=STEPS, interval=INTERVAL)
+    w = Workers(doc, local, tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="0.3"), tag="killed")
+    wait_for(lambda: 4 in committed(s3, uri))
+    w.kill(1, signal.SIGKILL)
+    w.wait(120)
+    last = max(committed(s3, uri))
+    w = Workers(doc, local, tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="0.3"), tag="inplace")
+    wait_for(lambda: all(r is not None for r in restored(tmp_path, "inplace", 2)), 120)
+    reads = restored(tmp_path, "inplace", 2)
+    assert all(remote == 0 and local > 0 for local, remote in reads), reads
+    wait_for(lambda: max(committed(s3, uri)) >= last + 2 * INTERVAL)
+    w.kill(0, signal.SIGKILL)
+    w.kill(1, signal.SIGKILL)
+    w.wait(60)
+    newest = max(committed(s3, uri))
+    for f in (local / "tier" / f"step-{newest}").rglob("*"):
+        if f.is_file() and (f.name.startswith("__1_") or f.name == "rank-1.pt"):
+            f.unlink()
+    codes, res = run(doc, local, tmp_path, env=env(s3, uri), tag="replaced")
+    assert codes == [0, 0] and res["start_step"] == newest
+    # rank 1's shard is read from the bucket by every rank that holds part of it (DDP: both, each
+    # loading the replicas the other wrote); what the pods kept is still read locally
+    reads = restored(tmp_path, "replaced", 2)
+    assert all(local > 0 and remote > 0 for local, remote in reads), reads
+    got, ref = res["losses"], reference["losses"][newest:]
+    assert max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True)) <= TOL, (got, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_step_killed_mid_write_is_never_committed_and_is_cleared(s3, reference, tmp_path, mode):
     uri = prefix(s3, "midwrite")
-    doc = ckpt_job(world=2, steps=STEPS, interval=INTERVAL, async_save=False)
+    doc = job(mode, world=2, steps=STEPS, interval=INTERVAL, async_save=False)
     w = Workers(doc, tmp_path / "local", tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="3"), tag="killed")
     wait_for(lambda: 2 in committed(s3, uri))
     # step 4's shards are in the bucket (each rank sleeps after writing them), its marker is not
@@ -136,13 +196,13 @@ def test_a_step_killed_mid_write_is_never_committed_and_is_cleared(s3, reference
 def test_a_damaged_committed_step_is_skipped(s3, reference, tmp_path):
     """A truncated shard object in the newest committed step: the resume takes the one before."""
     uri = prefix(s3, "damaged")
-    doc = ckpt_job(world=2, steps=4, interval=2, keep_last=3)
+    doc = job("direct", world=2, steps=4, interval=2, keep_last=3)
     codes, _ = run(doc, tmp_path / "local", tmp_path, env=env(s3, uri), tag="first")
     assert codes == [0, 0]
     fs, base = s3.fs(), uri.removeprefix("s3://")
     shard = next(k for k in fs.find(f"{base}/step-4") if k.endswith(".distcp"))
     fs.pipe(shard, fs.cat(shard)[:100])
-    longer = ckpt_job(world=2, steps=6, interval=2, keep_last=3)
+    longer = job("tiered", world=2, steps=6, interval=2, keep_last=3)
     codes, res = run(longer, tmp_path / "local-2", tmp_path, env=env(s3, uri), tag="second")
     assert codes == [0, 0]
     assert res["start_step"] == 2

@@ -273,6 +273,18 @@ def _needs_volume(field: str, attr: str, default: Any) -> Rule:
                           f"{json.dumps(default)})")
 
 
+class LocalTier(Model):
+    """Where the pods save first with checkpoint.storage: their own emptyDir (the checkpoint dir at
+    mountPath), uploaded in the background, so training waits for a local save only."""
+
+    enabled: bool = Field(True, description="Save to the pod's emptyDir and upload in the background; false: "
+                                            "every rank writes to the bucket while training waits (async: staging).")
+    medium: Literal["", "Memory"] = Field("", description="The emptyDir's medium: Memory puts the tier in RAM "
+                                                           "(counted against the pod's memory limit).")
+    size_limit: Quantity | None = Field(None, description="The emptyDir's sizeLimit (a rank's shards of two steps "
+                                                          "and its node's other ranks' must fit).")
+
+
 class CheckpointStorage(Model):
     """Object storage for checkpoints: no volume every pod mounts. Where it is, and how the pods
     reach it the cloud's way; nothing here is a credential."""
@@ -289,6 +301,7 @@ class CheckpointStorage(Model):
         description="A Secret in the job's namespace: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (optional "
                     "AWS_SESSION_TOKEN) for s3://, a service-account key file key.json for gs://. Without it the pod's "
                     "own identity (IRSA, EKS Pod Identity, GKE workload identity via spec.serviceAccountName).")
+    local_tier: LocalTier = Field(default_factory=LocalTier)
 
     checks = (
         Rule("!has(self.endpoint) || self.uri.startsWith('s3://')", "endpoint and region are for s3:// storage "

@@ -213,7 +213,7 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     ]
     storage = spec.checkpoint.storage
     if spec.checkpoint.volume is not None or storage is not None:
-        source = spec.checkpoint.volume.to_kube() if storage is None else {"emptyDir": {}}
+        source = spec.checkpoint.volume.to_kube() if storage is None else {"emptyDir": local_tier_dir(storage.local_tier)}
         volumes.append({"name": constants.VOLUME_CHECKPOINT, **source})
         mounts.append({"name": constants.VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
     if storage is not None and storage.credentials_secret and not storage.uri.startswith("s3://"):
@@ -224,6 +224,12 @@ def _volumes(job: TrainingJob, shm_size: str) -> tuple[list[dict], list[dict]]:
     volumes += [v.to_kube() for v in spec.volumes]
     mounts += [m.model_dump(by_alias=True, mode="json", exclude_none=True) for m in spec.volume_mounts]
     return volumes, mounts
+
+
+def local_tier_dir(tier) -> dict[str, Any]:
+    """checkpoint.storage's pod-local emptyDir: its medium and sizeLimit as the job sets them."""
+    return {**({"medium": tier.medium} if tier.medium else {}),
+            **({"sizeLimit": str(tier.size_limit)} if tier.size_limit is not None else {})}
 
 
 def in_place_exit_codes(job: TrainingJob) -> list[int]:

@@ -431,13 +431,14 @@ class VolumeStore:
         return out
 
 
-def store_for(location: str):
-    """The store of ``location``: a URI (``s3://``, ``gs://``, …) is object storage, else a path."""
+def store_for(location: str, local_tier: str | None = None):
+    """The store of ``location``: a URI (``s3://``, ``gs://``, …) is object storage, behind the
+    pod-local directory ``local_tier`` where one is given; else a path."""
     scheme, sep, _ = location.partition("://")
     if sep and scheme != "file":
-        from phalanx_runtime.components.objectstore import ObjectStore
+        from phalanx_runtime.components.objectstore import ObjectStore, TieredStore
 
-        return ObjectStore(location)
+        return TieredStore(location, local_tier) if local_tier else ObjectStore(location)
     return VolumeStore(location.removeprefix("file://"))
 
 
@@ -449,12 +450,17 @@ class CheckpointConfig:
     async_save: bool = True
     resume: bool = True
     export_consolidated: bool = False
+    local_tier: str | None = None  # object storage: the pod-local directory saves go to first
 
     @classmethod
-    def from_spec(cls, spec_ckpt, directory: str) -> CheckpointConfig:
+    def from_spec(cls, spec_ckpt, directory: str, local_dir: str | None = None) -> CheckpointConfig:
+        """``local_dir``: the pod's checkpoint dir, the local tier of object storage unless
+        ``storage.localTier.enabled`` is false (a job without storage: on by default)."""
+        tier = spec_ckpt.storage.local_tier.enabled if spec_ckpt.storage is not None else True
         return cls(directory=directory, interval_steps=spec_ckpt.interval_steps, keep_last=spec_ckpt.keep_last,
                    async_save=spec_ckpt.async_save, resume=spec_ckpt.resume,
-                   export_consolidated=spec_ckpt.export_consolidated)
+                   export_consolidated=spec_ckpt.export_consolidated,
+                   local_tier=os.path.join(local_dir, "tier") if local_dir and tier and directory != local_dir else None)
 
 
 class Checkpointer:
@@ -471,7 +477,7 @@ class Checkpointer:
         # model_files(dir) writes what model this is (MODEL_DIR); rank 0 calls it at the first save.
         self.model_files = model_files
         self.trainable_only = trainable_only
-        self.store = store_for(cfg.directory)
+        self.store = store_for(cfg.directory, cfg.local_tier)
         # A volume's directory (exports and the LoRA base check read it); None on object storage.
         self.dir = self.store.dir if isinstance(self.store, VolumeStore) else None
         self.parts, self.optimizer, self.scheduler, self.loader = list(parts), optimizer, scheduler, loader
@@ -482,7 +488,9 @@ class Checkpointer:
         # Own gloo group for DCP (async saves run collectives from a thread while training uses
         # the default group).
         self.pg = new_gloo_group()
-        self._pending = None  # (future, step, tmp path)
+        self._pending = None  # (future, step)
+        self._saved_step: int | None = None  # the last step written (committed, or being uploaded)
+        self._upload_wait = 0.0  # how long the last save waited for the uploads before it
         self._staging = None  # staging future of the in-flight async save
         self.last: dict | None = None  # {"step", "path", "time"}
         self.stall_seconds: list[float] = []  # time training was blocked per save
@@ -570,7 +578,12 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
 
         self.wait()  # one save in flight at a time
-        if self.last and self.last["step"] == step:
+        drain = getattr(self.store, "drain", None)
+        if drain is not None:  # and one upload: a local tier that the bucket cannot keep up with waits
+            t0 = time.perf_counter()
+            drain()
+            self._upload_wait = time.perf_counter() - t0
+        if self._saved_step == step:
             return
         if self.model_files is not None and self.rank == 0:
             self._write_model_files()
@@ -597,14 +610,18 @@ class Checkpointer:
             else:  # staging finished inside async_save
                 fut = resp
             fut.add_done_callback(lambda _f, st=stager: st.close())
-            self.stall_seconds.append(time.perf_counter() - t0)
+            self.stall_seconds.append(time.perf_counter() - t0 + self._take_upload_wait())
             log.debug("save step %d: rng %.1f ms, state dict %.1f ms, staging %.1f ms", step, 1e3 * (t1 - t0),
                       1e3 * (t2 - t1), 1e3 * (time.perf_counter() - t2))
             self._pending = (fut, step)
         else:
             dcp.save(sd, storage_writer=writer, process_group=self.pg)
-            self.stall_seconds.append(time.perf_counter() - t0)
+            self.stall_seconds.append(time.perf_counter() - t0 + self._take_upload_wait())
             self._commit(step)
+
+    def _take_upload_wait(self) -> float:
+        waited, self._upload_wait = self._upload_wait, 0.0
+        return waited
 
     def _write_model_files(self) -> None:
         """Replace ``model/`` with this run's (the directory may hold an earlier run's). A failure
@@ -655,21 +672,39 @@ class Checkpointer:
         self._commit(step)
 
     def _commit(self, step: int) -> None:
-        final = self.store.step_url(step)
-        self.save_seconds.append(time.perf_counter() - self._t_start.pop(step, time.perf_counter()))
-        self.last = {"step": step, "path": final, "time": _utc_now()}
-        if self.rank != 0:
-            return
-        # Every rank's shards are on disk: DCP's coordinator wrote .metadata after gathering all
-        # write results, and rank 0's save returned only after that.
-        info = {"step": step, "world_size": self.world, "layout": self.layout, "time": self.last["time"],
+        """Every rank's shards of ``step`` are written: DCP's coordinator wrote .metadata after
+        gathering all write results, and every rank's save returned only after that. Commit (rank
+        0), or with a local tier hand the files to the uploads, which commit in the bucket."""
+        self._saved_step = step
+        info = {"step": step, "world_size": self.world, "layout": self.layout, "time": _utc_now(),
                 "job_uid": self.job_uid, "job_name": os.environ.get(ENV_JOB_NAME)}
-        self.store.commit(step, info)
-        log.info("checkpoint step %d committed at %s", step, final)
+        if getattr(self.store, "commits_in_background", False):
+            self.store.upload(step, self.rank, self.world, info if self.rank == 0 else None, self._uploaded)
+            return
+        self._committed(step, info["time"])
+        if self.rank == 0:
+            self.store.commit(step, info)
+            self._after_commit(step)
+
+    def _committed(self, step: int, when: str) -> None:
+        self.save_seconds.append(time.perf_counter() - self._t_start.pop(step, time.perf_counter()))
+        self.last = {"step": step, "path": self.store.step_url(step), "time": when}
+
+    def _after_commit(self, step: int) -> None:
+        """Rank 0, once ``step`` is committed where it lasts."""
+        log.info("checkpoint step %d committed at %s", step, self.last["path"])
         self._publish()
         if self.progress is not None:
             self.progress.update(lastCheckpoint=dict(self.last))
         self._prune(step)
+
+    def _uploaded(self, step: int, committed: bool) -> None:
+        """The upload thread, when this rank's files of ``step`` are in the bucket (rank 0: and the
+        step committed there); a failed upload leaves the last committed step as it was."""
+        if self.rank != 0 or committed:
+            self._committed(step, _utc_now())
+        if committed:
+            self._after_commit(step)
 
     def _prune(self, just: int) -> None:
         """Keep the newest ``keepLast``, and always ``just`` (the one just committed): an earlier
@@ -713,6 +748,11 @@ class Checkpointer:
         info = self.store.read_marker(saved) or {}
         written = info.get("time")
         self.last = {"step": step, "path": self.store.step_url(saved), "time": written if isinstance(written, str) else None}
+        self._saved_step = step
+        restored = getattr(self.store, "restored", None)
+        if restored is not None:  # a local tier: which files this rank read from the pod's copy
+            log.info("rank %d restored step %d: %d files from the local tier, %d from %s", self.rank, step,
+                     restored["local"], restored["remote"], self.store.uri)
         if self.progress is not None:  # resumedStep: the operator's status.resumedStep for this start
             self.progress.update(lastCheckpoint=dict(self.last), resumedStep=step)
         if self.rank == 0:
@@ -746,7 +786,7 @@ class Checkpointer:
     def export_consolidated(self) -> Path | None:
         """Rank 0 reads the model of the last committed checkpoint into full tensors and writes
         ``final/model.pt`` (torch.save of a plain state dict: the single-process model's keys)."""
-        self.wait()
+        self.drain()
         out = None
         if self.rank == 0 and self.last is not None:
             from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
@@ -782,8 +822,14 @@ class Checkpointer:
             except Exception as e:  # noqa: BLE001 — a copy for plots, not the checkpoint
                 log.warning("could not copy %s to %s (%s: %s)", path, self.store.uri, type(e).__name__, e)
 
-    def close(self) -> None:
+    def drain(self) -> None:
+        """Every write and upload this rank has done is committed, or has failed."""
         self.wait()
+        if hasattr(self.store, "drain"):
+            self.store.drain()
+
+    def close(self) -> None:
+        self.drain()
         if self.rank == 0:
             self._publish()
         dist.barrier(group=self.pg)

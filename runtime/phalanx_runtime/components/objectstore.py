@@ -28,9 +28,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import posixpath
+import queue
 import shutil
 import tempfile
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from torch.distributed.checkpoint.fsspec_filesystem import FsspecWriter
@@ -43,6 +48,7 @@ from phalanx_runtime.components.checkpoint import (
     _writer,
     missing_files,
 )
+from phalanx_runtime.env import ENV_CHECKPOINT_TEST_WRITE_DELAY
 
 RNG_MAX_BYTES = 1 << 20  # a rank's RNG state is a few KiB; more is not one
 
@@ -243,3 +249,169 @@ class ObjectStore:
         return bool(found)
 
 
+
+
+class TieredStore(ObjectStore):
+    """Object storage behind a pod-local tier (``checkpoint.storage.localTier``): every rank saves
+    into the pod's own directory (an emptyDir, memory-backed where configured), so training waits
+    for a local save only, and a background thread uploads that rank's files; the bucket stays the
+    one place a step is committed.
+
+    Commit: each rank puts ``step-<N>/.uploaded/rank-<r>`` after its files; rank 0's thread, once
+    every rank's is there, puts ``COMMITTED`` and prunes. Resume: the newest step committed in the
+    bucket, each file read from the pod's copy where it has the bucket's size (a restart in place,
+    same pods and nodes) and from the bucket otherwise (a new pod, a replaced node, another world
+    size). The pod keeps its newest step only."""
+
+    begin_is_collective = True
+    commits_in_background = True
+    UPLOADED = ".uploaded"
+
+    def __init__(self, uri: str, local: str | os.PathLike, *, commit_timeout: float = 3600.0):
+        super().__init__(uri)
+        self.local = Path(local)
+        self.commit_timeout = commit_timeout
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread: threading.Thread | None = None
+        self.failed: list[tuple[int, BaseException]] = []
+        self.pending = 0
+        self.lock = threading.Condition()
+        self.restored = {"local": 0, "remote": 0}
+
+    def _local_step(self, step: int) -> Path:
+        return self.local / f"step-{step}"
+
+    @staticmethod
+    def own_files(step_dir: Path, rank: int) -> list[Path]:
+        """What rank ``rank`` wrote of a step: its shards and RNG file, and rank 0 the metadata."""
+        found = [*step_dir.glob(f"__{rank}_*.distcp"), step_dir / "rng" / f"rank-{rank}.pt"]
+        if rank == 0:
+            found.append(step_dir / ".metadata")
+        return [f for f in found if f.is_file()]
+
+    # ------------------------------------------------------------------ save
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.local.mkdir(parents=True, exist_ok=True)
+
+    def begin(self, step: int, rank: int) -> None:
+        super().begin(step, rank)  # rank 0: an earlier run's objects of this step go first
+        for f in self.own_files(self._local_step(step), rank):
+            f.unlink()
+        (self._local_step(step) / "rng").mkdir(parents=True, exist_ok=True)
+
+    def put_rng(self, step: int, rank: int, data: bytes) -> None:
+        (self._local_step(step) / "rng" / f"rank-{rank}.pt").write_bytes(data)
+
+    def writer(self, step: int):
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        return _writer(FileSystemWriter, str(self._local_step(step)), sync_files=False)
+
+    def upload(self, step: int, rank: int, world: int, info: dict | None, on_done) -> None:
+        """After this rank's local save of ``step``: its files go up in the background; rank 0
+        (``info``: the marker) commits once every rank's have. ``on_done(step, committed)`` runs
+        in the thread when this rank is done."""
+        with self.lock:
+            self.pending += 1
+        self.jobs.put((step, rank, world, info, on_done))
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._uploads, name="phalanx-checkpoint-upload", daemon=True)
+            self.thread.start()
+
+    def _uploads(self) -> None:
+        while True:
+            step, rank, world, info, on_done = self.jobs.get()
+            committed = False
+            try:
+                self._upload(step, rank)
+                if info is not None:
+                    self._commit_when_all(step, world, info)
+                    committed = True
+                self._drop_older(step, rank)
+            except BaseException as e:  # noqa: BLE001 — the step stays uncommitted; training goes on
+                log.warning("checkpoint step %d: upload from the local tier failed (%s: %s); the step is not "
+                            "committed", step, type(e).__name__, e)
+                self.failed.append((step, e))
+            try:
+                on_done(step, committed)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                    self.lock.notify_all()
+
+    def _upload(self, step: int, rank: int) -> None:
+        base = self._local_step(step)
+        for f in self.own_files(base, rank):
+            self.fs.put_file(str(f), self._key(f"step-{step}", f.relative_to(base).as_posix()))
+        delay = float(os.environ.get(ENV_CHECKPOINT_TEST_WRITE_DELAY) or 0)
+        if delay > 0:  # tests and the chaos benchmark: a window with the files up and the step uncommitted
+            time.sleep(delay)
+        self.put_bytes(f"step-{step}/{self.UPLOADED}/rank-{rank}", b"")
+
+    def _commit_when_all(self, step: int, world: int, info: dict) -> None:
+        marks = self._key(f"step-{step}", self.UPLOADED)
+        deadline = time.monotonic() + self.commit_timeout
+        while True:
+            try:
+                done = len(self.fs.ls(marks, detail=False))
+            except FileNotFoundError:
+                done = 0
+            if done >= world:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{done} of {world} ranks uploaded step {step} in {self.commit_timeout:.0f}s")
+            time.sleep(0.05)
+        self.put_json(f"step-{step}/{COMMIT_MARKER}", info)
+        self.remove(f"step-{step}/{self.UPLOADED}")
+
+    def _drop_older(self, step: int, rank: int) -> None:
+        """The pod keeps its newest uploaded step: this rank's files of older ones go."""
+        for d in self.local.glob("step-*"):
+            m = STEP_RE.match(d.name)
+            if m and int(m.group(1)) < step:
+                for f in self.own_files(d, rank):
+                    f.unlink(missing_ok=True)
+
+    def drain(self) -> None:
+        """Wait until every upload this rank queued is done (committed or failed)."""
+        with self.lock:
+            while self.pending:
+                self.lock.wait()
+
+    # ------------------------------------------------------------------ load
+
+    def reader(self, step: int):
+        sizes = self.sizes(step)
+        return TieredReader(self.step_url(step), self._local_step(step), sizes, self.restored, **self.options)
+
+
+class TieredReader(SafeFsspecReader):
+    """DCP's reader of a committed step in the bucket that opens the pod's copy of a file instead
+    where it has the bucket object's size (``sizes``, from one listing), counting which in ``counts``."""
+
+    def __init__(self, url: str, local: Path, sizes: dict[str, int], counts: dict[str, int], **options):
+        super().__init__(url, **options)
+        outer, remote_fs = self, self.fs
+
+        class _Local(type(remote_fs)):
+            @contextmanager
+            def create_stream(self, path, mode):
+                rel = posixpath.relpath(str(path), str(outer.path))
+                mine = local / rel
+                try:
+                    here = mine.stat().st_size == sizes.get(rel, -1)
+                except OSError:
+                    here = False
+                counts["local" if here else "remote"] += 1
+                if here:
+                    with open(mine, mode) as f:
+                        yield f
+                else:
+                    with remote_fs.create_stream(path, mode) as f:
+                        yield f
+
+        tiered = _Local.__new__(_Local)
+        tiered.__dict__.update(remote_fs.__dict__)
+        self.fs = tiered

@@ -132,3 +132,12 @@ def test_a_grant_uri_is_checked():
     with pytest.raises(ValueError, match="namespace"):
         StorageGrant(uri="s3://ckpt/../{namespace}")
     assert StorageGrant(uri="s3://ckpt/{namespace}/").uri == "s3://ckpt/{namespace}"
+
+
+def test_the_local_tier_is_the_pods_emptydir_as_the_job_sizes_it():
+    checkpoint = {"storage": {"uri": "s3://ckpt/team", "endpoint": ENDPOINT,
+                              "localTier": {"medium": "Memory", "sizeLimit": "32Gi"}}}
+    volumes = {v["name"]: v for v in pod(job(checkpoint))["spec"]["volumes"]}
+    assert volumes[constants.VOLUME_CHECKPOINT]["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    found = problems(job({"storage": {"uri": "s3://ckpt/team", "endpoint": ENDPOINT, "localTier": {"medium": "Disk"}}}))
+    assert any(p.startswith("spec.checkpoint.storage.localTier.medium") for p in found), found
