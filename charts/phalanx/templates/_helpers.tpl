@@ -22,6 +22,16 @@ operator/phalanx/api/policy.py); null means any / no limit. */ -}}
 {{- define "phalanx.policyVariables" -}}
 {{- $r := . -}}
 {{- range $key, $default := include "phalanx.policyDefaults" . | fromJson }}
-- {name: {{ $key }}, expression: {{ printf "dyn(%s)" (ternary (get $r $key) $default (hasKey $r $key) | toJson) | squote }}}
+{{- $value := ternary (get $r $key) $default (hasKey $r $key) }}
+{{- if eq $key "allowedCheckpointStorage" }}
+- {name: {{ $key }}, expression: {{ printf "dyn(%s)" (include "phalanx.storageGrants" $value) | squote }}}
+{{- else }}
+- {name: {{ $key }}, expression: {{ printf "dyn(%s)" ($value | toJson) | squote }}}
 {{- end }}
+{{- end }}
+{{- end -}}
+{{- /* allowedCheckpointStorage's grants with every field present and each value dyn(): the API
+server's CEL refuses a map literal whose values differ in type (policy_variables: storage_grants_cel). */ -}}
+{{- define "phalanx.storageGrants" -}}
+[{{- range $i, $g := . }}{{ if $i }},{{ end }}{"uri":dyn({{ $g.uri | toJson }}),"endpoint":dyn({{ if and (hasKey $g "endpoint") $g.endpoint }}{{ $g.endpoint | toJson }}{{ else }}null{{ end }}),"credentialsSecrets":dyn({{ (get $g "credentialsSecrets" | default list) | toJson }})}{{- end }}]
 {{- end -}}

@@ -296,7 +296,16 @@ def policy_values(rules: PolicyRules) -> dict[str, Any]:
 def policy_variables(rules: PolicyRules) -> list[dict[str, str]]:
     """The entry's values as CEL variables, sorted by name as Helm's range sorts them."""
     # dyn(): a null literal is typed null in CEL; dyn lets the same variable be null or a value
-    return [{"name": k, "expression": f"dyn({_lit(v)})"} for k, v in policy_values(rules).items()]
+    return [{"name": k, "expression": f"dyn({storage_grants_cel(v) if k == 'allowedCheckpointStorage' else _lit(v)})"}
+            for k, v in policy_values(rules).items()]
+
+
+def storage_grants_cel(grants: list[dict[str, Any]]) -> str:
+    """The grants as CEL with each value dyn(): the API server refuses a map literal whose values
+    differ in type (a string URI beside a list of Secrets). The chart's "phalanx.storageGrants" twin."""
+    return "[" + ",".join(
+        f'{{"uri":dyn({_lit(g["uri"])}),"endpoint":dyn({_lit(g.get("endpoint") or None)}),'
+        f'"credentialsSecrets":dyn({_lit(g.get("credentialsSecrets") or [])})}}' for g in grants) + "]"
 
 
 def derived_variables() -> list[dict[str, str]]:

@@ -490,7 +490,7 @@ class Checkpointer:
         self.pg = new_gloo_group()
         self._pending = None  # (future, step)
         self._saved_step: int | None = None  # the last step written (committed, or being uploaded)
-        self._upload_wait = 0.0  # how long the last save waited for the uploads before it
+        self._upload_wait = 0.0  # how long the last save waited for the previous save and upload
         self._staging = None  # staging future of the in-flight async save
         self.last: dict | None = None  # {"step", "path", "time"}
         self.stall_seconds: list[float] = []  # time training was blocked per save
@@ -577,13 +577,15 @@ class Checkpointer:
         """Save at ``step`` (after the optimizer step). Async unless disabled or ``force_sync``."""
         import torch.distributed.checkpoint as dcp
 
+        t0 = time.perf_counter()
         self.wait()  # one save in flight at a time
         drain = getattr(self.store, "drain", None)
         if drain is not None:  # and one upload: a local tier that the bucket cannot keep up with waits
-            t0 = time.perf_counter()
             drain()
-            self._upload_wait = time.perf_counter() - t0
+        # training is blocked while the previous save or upload finishes: that is stall too
+        self._upload_wait = time.perf_counter() - t0
         if self._saved_step == step:
+            self._upload_wait = 0.0
             return
         if self.model_files is not None and self.rank == 0:
             self._write_model_files()
