@@ -53,9 +53,27 @@ extra_wheels() { # extra torch-version
   [[ -e "$stamp" ]] && return
   log "downloading ${pins[*]} into $WHEELS"
   held="$(mktemp)"
+  # The wheelhouse's versions are held where the extra allows them; where it does not (an older
+  # wheelhouse with newer wheels than the extra's pins admit), its own resolution wins: the wheels
+  # it picked replace the wheelhouse's of the same projects (one wheel per project).
   # wheel file names are <name>-<version>-…: one name==version line per project
   (cd "$WHEELS" && ls -- *.whl) | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' | sort -u -t= -k1,1 >"$held"
-  python3 -m pip download -q -d "$WHEELS" -c "$held" "torch==$2" "${pins[@]}"
+  if ! python3 -m pip download -q -d "$WHEELS" -c "$held" "torch==$2" "${pins[@]}" 2>/dev/null; then
+    local fresh
+    fresh="$(mktemp -d)"
+    python3 -m pip download -q -d "$fresh" "${pins[@]}"
+    python3 - "$WHEELS" "$fresh" <<'PY'
+import glob, os, re, shutil, sys
+norm = lambda n: re.sub(r"[-_.]+", "_", n).lower()
+for new in glob.glob(sys.argv[2] + "/*.whl"):
+    name = norm(os.path.basename(new).split("-")[0])
+    for old in glob.glob(sys.argv[1] + "/*.whl"):
+        if norm(os.path.basename(old).split("-")[0]) == name and os.path.basename(old) != os.path.basename(new):
+            os.remove(old)
+    shutil.move(new, os.path.join(sys.argv[1], os.path.basename(new)))
+PY
+    rm -rf "$fresh"
+  fi
   rm -f "$held"
   touch "$stamp"
 }
