@@ -16,6 +16,7 @@ import torch
 
 from bench.chaos_harness import Workers, ckpt_job, run
 from tests.builds import required
+from tests.runtime.test_checkpoint import wait_for
 
 pytestmark = [pytest.mark.runtime, pytest.mark.built_last]  # SeaweedFS: built last by make test
 
@@ -89,16 +90,6 @@ def keys(s3, uri: str) -> list[str]:
     return sorted(k.removeprefix(base + "/") for k in s3.fs().find(base))
 
 
-def wait_for(pred, timeout=180.0, every=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    raise TimeoutError("condition not met")
-
-
 @pytest.fixture(scope="module")
 def reference(s3, tmp_path_factory):
     """One uninterrupted 2-rank run with its checkpoints in the bucket: the losses a resume must match."""
@@ -126,7 +117,7 @@ def test_killed_run_resumes_from_the_bucket_with_equal_losses(s3, reference, tmp
     uri = prefix(s3, "killed")
     doc = job(mode, world=2, steps=STEPS, interval=INTERVAL)
     w = Workers(doc, tmp_path / "local", tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="0.3"), tag="killed")
-    wait_for(lambda: 4 in committed(s3, uri))
+    wait_for(lambda: 4 in committed(s3, uri), 180)
     w.kill(1, signal.SIGKILL)
     codes = w.wait(120)
     assert codes[1] == -signal.SIGKILL and codes[0] != 0
@@ -149,7 +140,7 @@ def test_a_restart_in_place_reads_the_pods_copy_and_a_replaced_rank_the_bucket(s
     uri, local = prefix(s3, "inplace"), tmp_path / "local"
     doc = job("tiered", world=2, steps=STEPS, interval=INTERVAL)
     w = Workers(doc, local, tmp_path, env=env(s3, uri, PHALANX_CHECKPOINT_TEST_WRITE_DELAY="0.3"), tag="killed")
-    wait_for(lambda: 4 in committed(s3, uri))
+    wait_for(lambda: 4 in committed(s3, uri), 180)
     w.kill(1, signal.SIGKILL)
     w.wait(120)
     last = max(committed(s3, uri))

@@ -73,6 +73,7 @@ from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from phalanx_common.contract import ENV_JOB_NAME, ENV_JOB_UID
+from phalanx_common.storage import is_object_uri
 from phalanx_runtime.distributed.process_group import new_gloo_group
 from phalanx_runtime.env import ENV_CHECKPOINT_TEST_WRITE_DELAY
 
@@ -335,6 +336,8 @@ class VolumeStore:
     the same way (rank 0 alone for what changes shared state, except each rank's RNG file)."""
 
     begin_is_collective = False
+    commits_in_background = False  # TieredStore: its uploads commit
+    restored = None  # TieredStore: which files a resume read from the pod's copy
 
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
@@ -419,6 +422,9 @@ class VolumeStore:
     def fetch_published(self, local: Path) -> None:
         """Nothing to fetch: a volume keeps what a run published."""
 
+    def drain(self) -> None:
+        """Nothing in the background: a volume's commit is the rename."""
+
     def publish(self, local: Path) -> None:
         """``local`` next to the checkpoints, unless it is there already (the run's own dir)."""
         if local.is_file() and local.resolve().parent != self.dir.resolve():
@@ -434,8 +440,7 @@ class VolumeStore:
 def store_for(location: str, local_tier: str | None = None):
     """The store of ``location``: a URI (``s3://``, ``gs://``, …) is object storage, behind the
     pod-local directory ``local_tier`` where one is given; else a path."""
-    scheme, sep, _ = location.partition("://")
-    if sep and scheme != "file":
+    if is_object_uri(location):
         from phalanx_runtime.components.objectstore import ObjectStore, TieredStore
 
         return TieredStore(location, local_tier) if local_tier else ObjectStore(location)
@@ -579,9 +584,7 @@ class Checkpointer:
 
         t0 = time.perf_counter()
         self.wait()  # one save in flight at a time
-        drain = getattr(self.store, "drain", None)
-        if drain is not None:  # and one upload: a local tier that the bucket cannot keep up with waits
-            drain()
+        self.store.drain()  # and one upload: a local tier that the bucket cannot keep up with waits
         # training is blocked while the previous save or upload finishes: that is stall too
         self._upload_wait = time.perf_counter() - t0
         if self._saved_step == step:
@@ -680,7 +683,7 @@ class Checkpointer:
         self._saved_step = step
         info = {"step": step, "world_size": self.world, "layout": self.layout, "time": _utc_now(),
                 "job_uid": self.job_uid, "job_name": os.environ.get(ENV_JOB_NAME)}
-        if getattr(self.store, "commits_in_background", False):
+        if self.store.commits_in_background:
             self.store.upload(step, self.rank, self.world, info if self.rank == 0 else None, self._uploaded)
             return
         self._committed(step, info["time"])
@@ -751,7 +754,7 @@ class Checkpointer:
         written = info.get("time")
         self.last = {"step": step, "path": self.store.step_url(saved), "time": written if isinstance(written, str) else None}
         self._saved_step = step
-        restored = getattr(self.store, "restored", None)
+        restored = self.store.restored
         if restored is not None:  # a local tier: which files this rank read from the pod's copy
             log.info("rank %d restored step %d: %d files from the local tier, %d from %s", self.rank, step,
                      restored["local"], restored["remote"], self.store.uri)
@@ -827,8 +830,7 @@ class Checkpointer:
     def drain(self) -> None:
         """Every write and upload this rank has done is committed, or has failed."""
         self.wait()
-        if hasattr(self.store, "drain"):
-            self.store.drain()
+        self.store.drain()
 
     def close(self) -> None:
         self.drain()

@@ -66,6 +66,8 @@ class ObjectStore:
 
     # begin() may delete an earlier run's objects of the step: every rank waits for it before writing.
     begin_is_collective = True
+    commits_in_background = False
+    restored = None
 
     def __init__(self, uri: str):
         from fsspec.core import url_to_fs
@@ -93,7 +95,6 @@ class ObjectStore:
     # ------------------------------------------------------------------ reads
 
     def _step_prefixes(self) -> dict[int, str]:
-
         try:
             names = self.fs.ls(self.path, detail=False)
         except FileNotFoundError:
@@ -105,10 +106,13 @@ class ObjectStore:
                 out[int(m.group(1))] = name.rstrip("/")
         return out
 
-    def committed_steps(self) -> list[int]:
+    def _marked(self) -> set[int]:
+        """Steps whose COMMITTED object exists: one listing, not a request per step."""
+        found = self.fs.glob(self._key("step-*", COMMIT_MARKER))
+        return {int(m.group(1)) for name in found if (m := STEP_RE.match(posixpath.basename(posixpath.dirname(name))))}
 
-        steps = [s for s in self._step_prefixes() if self.fs.exists(self._key(f"step-{s}", COMMIT_MARKER))]
-        return sorted(steps, reverse=True)
+    def committed_steps(self) -> list[int]:
+        return sorted(self._marked(), reverse=True)
 
     def read_bytes(self, rel: str, limit: int) -> bytes | None:
         """At most ``limit`` bytes of the object ``rel`` (None if missing or larger)."""
@@ -120,7 +124,6 @@ class ObjectStore:
         return data if len(data) <= limit else None
 
     def read_marker(self, step: int) -> dict | None:
-
         raw = self.read_bytes(f"step-{step}/{COMMIT_MARKER}", MARKER_MAX_BYTES)
         try:
             info = json.loads(raw) if raw is not None else None
@@ -216,11 +219,14 @@ class ObjectStore:
             self.fs.get_file(self._key(local.name), str(local))
 
     def remove_uncommitted(self) -> None:
-
-        for step, _ in sorted(self._step_prefixes().items()):
-            if not self.fs.exists(self._key(f"step-{step}", COMMIT_MARKER)):
+        marked = self._marked()
+        for step in sorted(self._step_prefixes()):
+            if step not in marked:
                 log.info("removing uncommitted checkpoint %s", self.step_url(step))
                 self.remove(f"step-{step}")
+
+    def drain(self) -> None:
+        """Nothing in the background: every rank's write is the commit's."""
 
     def put_dir(self, local: Path) -> None:
         """Every file of the local directory ``local`` under this prefix (the local dir stays)."""
@@ -230,8 +236,7 @@ class ObjectStore:
     def put_tree(self, local: Path, rel: str) -> None:
         """Replace the prefix ``rel`` with the files of the local directory ``local``."""
         self.remove(rel)
-        for f in sorted(p for p in Path(local).rglob("*") if p.is_file()):
-            self.fs.put_file(str(f), self._key(rel, f.relative_to(local).as_posix()))
+        ObjectStore(self.url(rel)).put_dir(local)
         shutil.rmtree(Path(local).parent, ignore_errors=True)
 
     def get_tree(self, rel: str, local: Path) -> bool:
@@ -393,25 +398,26 @@ class TieredReader(SafeFsspecReader):
 
     def __init__(self, url: str, local: Path, sizes: dict[str, int], counts: dict[str, int], **options):
         super().__init__(url, **options)
-        outer, remote_fs = self, self.fs
+        self.fs = _PreferLocal(self.fs, str(self.path), local, sizes, counts)
 
-        class _Local(type(remote_fs)):
-            @contextmanager
-            def create_stream(self, path, mode):
-                rel = posixpath.relpath(str(path), str(outer.path))
-                mine = local / rel
-                try:
-                    here = mine.stat().st_size == sizes.get(rel, -1)
-                except OSError:
-                    here = False
-                counts["local" if here else "remote"] += 1
-                if here:
-                    with open(mine, mode) as f:
-                        yield f
-                else:
-                    with remote_fs.create_stream(path, mode) as f:
-                        yield f
 
-        tiered = _Local.__new__(_Local)
-        tiered.__dict__.update(remote_fs.__dict__)
-        self.fs = tiered
+class _PreferLocal:
+    """DCP's fsspec file system with ``create_stream`` opening the local copy where it is whole."""
+
+    def __init__(self, remote, base: str, local: Path, sizes: dict[str, int], counts: dict[str, int]):
+        self.remote, self.base, self.local, self.sizes, self.counts = remote, base, local, sizes, counts
+
+    def __getattr__(self, name):
+        return getattr(self.remote, name)
+
+    @contextmanager
+    def create_stream(self, path, mode):
+        rel = posixpath.relpath(str(path), self.base)
+        mine = self.local / rel
+        try:
+            here = mine.stat().st_size == self.sizes.get(rel, -1)
+        except OSError:
+            here = False
+        self.counts["local" if here else "remote"] += 1
+        with (open(mine, mode) if here else self.remote.create_stream(path, mode)) as f:
+            yield f
